@@ -1,0 +1,91 @@
+"""Build the learner copies of the course notebooks.
+
+    python -m labkit.exercises build notebooks build/learner
+
+The committed notebooks hold each exercise's reference solution between
+``### BEGIN SOLUTION`` and ``### END SOLUTION`` (inside a function body). The learner copy
+replaces each such block with ``raise NotImplementedError(...)`` at the same indentation, and
+drops ``# NBVAL_CHECK_OUTPUT`` markers (a learner's checker line says "not implemented yet",
+not "pass"), so the learner copy still runs top to bottom.
+"""
+import argparse
+import copy
+import pathlib
+import re
+import sys
+
+import nbformat
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+STUB = 'raise NotImplementedError("exercise: replace this line with your code")'
+_CHECK = re.compile(r"^\s*# NBVAL_CHECK_OUTPUT\s*\n?", re.MULTILINE)
+
+
+class ExerciseError(ValueError):
+    pass
+
+
+def strip_solutions(source: str, where: str = "cell") -> tuple:
+    """Return (learner source, number of solution blocks replaced)."""
+    out, inside, indent, count = [], False, "", 0
+    for i, line in enumerate(source.splitlines(keepends=True), 1):
+        stripped = line.strip()
+        if stripped.startswith(BEGIN):
+            if inside:
+                raise ExerciseError(f"{where}, line {i}: {BEGIN} inside another solution block")
+            indent = line[: len(line) - len(line.lstrip())]
+            if not indent:
+                raise ExerciseError(f"{where}, line {i}: a solution block must be inside a function "
+                                    "body, so the learner copy still runs top to bottom")
+            inside, count = True, count + 1
+            out.append(f"{indent}{STUB}\n")
+        elif stripped.startswith(END):
+            if not inside:
+                raise ExerciseError(f"{where}, line {i}: {END} without {BEGIN}")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise ExerciseError(f"{where}: {BEGIN} is never closed by {END}")
+    return "".join(out), count
+
+
+def learner_copy(nb):
+    nb = copy.deepcopy(nb)
+    for n, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        cell.source, _ = strip_solutions(cell.source, f"cell {n}")
+        cell.source = _CHECK.sub("", cell.source)
+        cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def build(src: pathlib.Path, dst: pathlib.Path) -> list:
+    dst.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in sorted(src.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        nbformat.write(learner_copy(nb), dst / path.name)
+        written.append(dst / path.name)
+    return written
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m labkit.exercises")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="write learner copies (solutions replaced by stubs)")
+    b.add_argument("src", type=pathlib.Path)
+    b.add_argument("dst", type=pathlib.Path)
+    args = p.parse_args(argv)
+    try:
+        files = build(args.src, args.dst)
+    except ExerciseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {len(files)} learner notebooks to {args.dst}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,11 @@
+"""Layer 2, the runtime: the only code that knows about processes, ports, pipes and signals.
+
+cluster.py   Cluster: start ranks, run work, recover after failures
+collect.py   the wait loop of one run: results, output, events, failures, hangs
+procs.py     worker processes, the authenticated control socket, output pipes
+worker.py    the rank side (a fresh interpreter per rank)
+wire.py      sending functions and values by value (cloudpickle), with clear errors
+errors.py    RankError / RankTimeout and how they are worded
+context.py   rank(), world_size(), device(), emit() - inside a rank, under torchrun, or alone
+magic.py     the %%ranks cell magic
+"""

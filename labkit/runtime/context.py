@@ -1,0 +1,88 @@
+"""Where am I? The same answers inside a labkit rank, under torchrun, and in a plain process.
+
+    labkit.rank(), labkit.world_size(), labkit.device(), labkit.emit(step=3, loss=0.5)
+
+Inside a Cluster the worker sets these when it joins the process group. Under torchrun they
+come from RANK / WORLD_SIZE / LOCAL_RANK, so an exercise runs unchanged on a real multi-node
+job (call `labkit.init_process_group()` once there). Anywhere else: rank 0 of 1.
+"""
+import os
+import time
+
+_worker = None          # (rank, world_size, device, backend, conn) inside a labkit rank
+_task_id = None         # the task the rank is running now, for emit()
+
+
+def _set_worker(rank, world_size, device, backend, conn) -> None:
+    global _worker
+    _worker = (rank, world_size, device, backend, conn)
+
+
+def in_cluster() -> bool:
+    """True inside a labkit Cluster rank."""
+    return _worker is not None
+
+
+def rank() -> int:
+    """This process's global rank (0 outside any distributed job)."""
+    if _worker is not None:
+        return _worker[0]
+    return int(os.environ.get("RANK", 0))
+
+
+def world_size() -> int:
+    """Number of ranks in the job (1 outside any distributed job)."""
+    if _worker is not None:
+        return _worker[1]
+    return int(os.environ.get("WORLD_SIZE", 1))
+
+
+def local_rank() -> int:
+    if _worker is not None:
+        return _worker[0]                        # one node: local rank == rank
+    return int(os.environ.get("LOCAL_RANK", 0))
+
+
+def device():
+    """The torch.device this rank computes on: cuda:<local rank> with NCCL, else cpu."""
+    import torch
+    if _worker is not None:
+        return _worker[2]
+    if "LOCAL_RANK" in os.environ and torch.cuda.is_available():
+        return torch.device("cuda", local_rank())
+    return torch.device("cpu")
+
+
+def backend() -> str:
+    if _worker is not None:
+        return _worker[3]
+    import torch
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def emit(**fields) -> None:
+    """Send an event (numbers, short strings) to the notebook while the run is going.
+
+    The notebook receives ``(rank, time, fields)`` in `cluster.events` and in callbacks
+    registered with `cluster.on_event`; live plots and progress bars are drawn from them.
+    Outside a Cluster (torchrun, plain Python) events are dropped.
+    """
+    if _worker is None or _task_id is None:
+        return
+    _worker[4].send(("event", _task_id, _worker[0], time.time(), fields))
+
+
+def init_process_group(backend: str = "auto", **kwargs):
+    """Join the process group torchrun describes (no-op inside a Cluster or if already joined).
+
+    backend="auto" is NCCL with `set_device(LOCAL_RANK)` when there is a GPU, else gloo.
+    """
+    import torch
+    import torch.distributed as dist
+    if _worker is not None or dist.is_initialized():
+        return
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank())
+    dist.init_process_group(backend, **kwargs)

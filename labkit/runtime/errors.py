@@ -1,0 +1,172 @@
+"""What the notebook raises when ranks fail or hang, written for the learner.
+
+`RankError` names each failing rank with its remote traceback (the learner's own cell lines,
+shown as ``Cell In[7], line 3``). `RankTimeout` says where every rank was stuck, read from a
+faulthandler dump, so it works while a rank is blocked inside a collective's C++ code.
+"""
+import linecache
+import os
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclass
+class Failure:
+    """One rank's failure: the exception's type and message and where it was raised."""
+    rank: int
+    type: str
+    message: str
+    traceback: str                     # formatted frames, learner's code included
+    exception: Optional[BaseException] = None   # the original, when it could be sent back
+
+
+class RankError(RuntimeError):
+    """One or more ranks failed. ``failures`` maps rank -> Failure; ``stuck`` maps the ranks
+    that were still running (and had to be stopped) to where they were."""
+
+    def __init__(self, message: str, failures: dict = None, stuck: dict = None,
+                 restarted: bool = False):
+        super().__init__(message)
+        self.failures = failures or {}
+        self.stuck = stuck or {}
+        self.restarted = restarted
+
+    @property
+    def ranks(self) -> list:
+        return sorted(self.failures)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class RankTimeout(RankError):
+    """Ranks did not finish in time; ``stuck`` maps every unfinished rank to its stack."""
+
+
+# -- frames ------------------------------------------------------------------------------
+def _short_path(filename: str) -> str:
+    for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
+
+
+def where(filename: str, lineno: int) -> str:
+    """'Cell In[7], line 3' for notebook cells, else a short path and line."""
+    try:
+        from IPython import get_ipython
+        ip = get_ipython()
+        named = ip.compile.format_code_name(filename) if ip is not None else None
+        if named:
+            return f"{named[0]} {named[1]}, line {lineno}"
+    except Exception:
+        pass
+    return f"{_short_path(filename)}, line {lineno}"
+
+
+def _is_runtime(filename: str) -> bool:
+    """The worker's own frames (and the interpreter's start-up) are not the learner's."""
+    if filename.startswith("<frozen "):
+        return True
+    return os.path.dirname(os.path.abspath(filename)) == _RUNTIME_DIR
+
+
+def format_frames(frames, innermost_first: bool = False, limit: int = None) -> str:
+    """Render (filename, lineno, name, line) frames; the runtime's own frames are left out."""
+    frames = [f for f in frames if not _is_runtime(f[0])]
+    if limit:
+        frames = frames[:limit] if innermost_first else frames[-limit:]
+    out = []
+    for filename, lineno, name, line in frames:
+        line = (line or linecache.getline(filename, lineno)).strip()
+        out.append(f"  {where(filename, lineno)}, in {name}" + (f"\n    {line}" if line else ""))
+    return "\n".join(out)
+
+
+def failure_from_report(rank: int, report: dict) -> Failure:
+    exc = None
+    if report.get("pickled"):
+        try:
+            import cloudpickle
+            exc = cloudpickle.loads(report["pickled"])
+        except Exception:
+            exc = None
+    return Failure(rank, report["type"], report["message"], format_frames(report["frames"]), exc)
+
+
+# -- stacks from faulthandler dumps ------------------------------------------------------
+_THREAD = re.compile(r"thread (0x[0-9a-fA-F]+)", re.IGNORECASE)
+_FRAME = re.compile(r'File "(.*)", line (\d+) in (.+)$')
+
+
+def parse_dump(text: str, main_ident: Optional[int]) -> list:
+    """Frames (innermost first) of the main thread in the last faulthandler dump of `text`."""
+    threads, current = {}, None
+    for raw in text.splitlines():
+        m = _THREAD.search(raw)
+        if m and raw.rstrip().endswith(":"):
+            current = int(m.group(1), 16)
+            threads[current] = []                  # a later dump replaces an earlier one
+            continue
+        m = _FRAME.search(raw)
+        if m and current is not None:
+            threads[current].append((m.group(1), int(m.group(2)), m.group(3).strip(), None))
+    if main_ident in threads:
+        return threads[main_ident]
+    return next(iter(threads.values()), [])
+
+
+def describe_stack(frames: list, limit: int = 4) -> str:
+    """'stuck in recv' plus the innermost frames, the learner's lines with their source."""
+    shown = [f for f in frames if not _is_runtime(f[0])]
+    if not shown:
+        return "idle (waiting for work)"
+    head = f"in {shown[0][2]}()"
+    return head + "\n" + format_frames(shown, innermost_first=True, limit=limit)
+
+
+def _rank_list(ranks) -> str:
+    ranks = sorted(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def failure_message(label: str, world_size: int, failures: dict, stuck: dict,
+                    restarted: bool) -> str:
+    """The text of a RankError: identical failures are grouped, stuck ranks say where."""
+    groups = {}
+    for r, f in sorted(failures.items()):
+        groups.setdefault((f.type, f.message, f.traceback), []).append(r)
+    n = len(failures)
+    parts = [f"{n} of {world_size} rank{'s' if world_size > 1 else ''} failed in {label}:"]
+    for (typ, msg, tb), ranks in groups.items():
+        parts.append(f"--- {_rank_list(ranks)}: {typ}: {msg}" if msg else f"--- {_rank_list(ranks)}: {typ}")
+        if tb:
+            parts.append(f"Traceback (on {_rank_list(ranks)}, most recent call last):\n{tb}")
+    if stuck:
+        parts.append(f"--- {_rank_list(stuck)} had not finished (waiting for a failed rank in a "
+                     "collective, probably) and were stopped:")
+        parts += [f"rank {r}: {s}" for r, s in sorted(stuck.items())]
+    if restarted:
+        parts.append("The cluster starts fresh ranks for the next run; variables made by "
+                     "%%ranks cells or cluster.push are gone.")
+    return "\n".join(parts)
+
+
+def timeout_message(label: str, timeout: float, stuck: dict, done: list, restarted: bool) -> str:
+    parts = [f"{label} did not finish within {timeout:g} s on {_rank_list(stuck)} "
+             "(a deadlock: a collective that not every rank called, a recv without a send, "
+             "or simply more work than the timeout allows). Where each rank was:"]
+    parts += [f"rank {r}: {s}" for r, s in sorted(stuck.items())]
+    if done:
+        parts.append(f"{_rank_list(done)}: finished.")
+    if restarted:
+        parts.append("The stuck ranks were stopped; the cluster starts fresh ranks for the next "
+                     "run (variables made by %%ranks cells are gone). Pass timeout=... to "
+                     "cluster.run for longer work.")
+    return "\n".join(parts)
+
+
+__all__ = ["RankError", "RankTimeout", "Failure"]

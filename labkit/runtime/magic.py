@@ -1,0 +1,60 @@
+"""The ``%%ranks`` cell magic: run a notebook cell on every rank, in a namespace per rank.
+
+    %load_ext labkit
+    %%ranks                      # the newest Cluster; or %%ranks -c name_of_cluster_variable
+    x = torch.ones(2) * rank     # rank, world_size, device, torch, dist are predefined
+    dist.all_reduce(x)
+    x                            # a final expression prints per rank, like Out[] does
+
+Each rank keeps its namespace between cells (until the cluster restarts after a hang or a
+crash). `cluster.push(name=value)` and `cluster.pull("name")` move values in and out.
+"""
+import argparse
+import shlex
+
+from labkit.runtime import cluster as _cluster
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="%%ranks", add_help=False)
+    p.add_argument("-c", "--cluster", default=None, help="name of the Cluster variable")
+    p.add_argument("-t", "--timeout", type=float, default=None, help="seconds before RankTimeout")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print a final expression")
+    return p
+
+
+def ranks(line: str, cell: str, shell=None):
+    __tracebackhide__ = True
+    try:
+        args = _parser().parse_args(shlex.split(line))
+    except SystemExit:
+        raise ValueError(f"%%ranks options: -c CLUSTER_VARIABLE, -t TIMEOUT_SECONDS, -q; got {line!r}") from None
+    if args.cluster:
+        if shell is None or args.cluster not in shell.user_ns:
+            raise NameError(f"%%ranks -c {args.cluster}: no variable {args.cluster!r} in the notebook")
+        cl = shell.user_ns[args.cluster]
+    else:
+        cl = _cluster.current()
+        if cl is None:
+            raise RuntimeError("%%ranks needs a running cluster: start one first with "
+                               "cluster = labkit.Cluster(world_size=4)")
+    # Register the cell's source under a name the notebook knows, so tracebacks and stuck
+    # stacks show "Cell In[7], line 3" with the source line.
+    filename = "<%%ranks cell>"
+    if shell is not None:
+        try:
+            filename = shell.compile.cache(cell, shell.execution_count)
+        except Exception:
+            pass
+    values = cl.exec_cell(cell, filename, timeout=args.timeout)
+    if not args.quiet:
+        for r, v in enumerate(values):
+            if v is not None:
+                print(f"[rank {r}] {v!r}")
+
+
+def load_ipython_extension(ip) -> None:
+    def _magic(line, cell):
+        __tracebackhide__ = True
+        return ranks(line, cell, ip)
+    ip.register_magic_function(_magic, magic_kind="cell", magic_name="ranks")

@@ -1,0 +1,205 @@
+"""The rank side of a Cluster: one fresh interpreter per rank, started by `procs.launch`.
+
+Life of a worker:
+1. start as a *spare*: import torch, connect to the notebook's control socket, say hello;
+2. on ``init``: join the process group as rank r of n (gloo or NCCL), say ready;
+3. loop: run each task on the main thread, send back its result or its failure.
+
+A second thread only reads the control socket. When the notebook's kernel dies the socket
+closes, that thread sees EOF and the worker exits at once, so no rank outlives its kernel.
+Output goes to fd 1/2, a pipe that the notebook reads and prefixes with ``[rank N]``.
+Where a rank is stuck (even inside C++), the notebook sends SIGUSR1 and faulthandler writes
+every thread's Python stack to this worker's stack file.
+"""
+import ast
+import ctypes
+import datetime
+import faulthandler
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Client
+
+# Workers never re-import the learner's __main__: this module is __main__ here.
+_tasks: "queue.Queue" = queue.Queue()
+_libc = ctypes.CDLL(None)
+
+
+def _control_loop(conn) -> None:
+    """Read messages from the notebook; exit the process when the notebook goes away."""
+    ppid = os.getppid()
+    while True:
+        try:
+            if not conn.poll(1.0):
+                if os.getppid() != ppid:       # reparented: our kernel is gone
+                    os._exit(0)
+                continue
+            msg = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)
+        if msg[0] == "exit":
+            os._exit(0)
+        _tasks.put(msg)
+
+
+def _flush() -> None:
+    """Push everything printed so far into the pipe, Python and C buffers alike."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    _libc.fflush(None)
+
+
+def _init(conn, opts: dict) -> None:
+    import torch
+    import torch.distributed as dist
+    from labkit.runtime import context
+
+    for p in reversed(opts["sys_path"]):          # the learner's modules import as in the notebook
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    torch.set_num_threads(opts["threads"])
+    rank, world_size, backend = opts["rank"], opts["world_size"], opts["backend"]
+    if backend == "nccl":
+        torch.cuda.set_device(rank)               # the notes' first pitfall, done for the learner
+        device = torch.device("cuda", rank)
+    else:
+        device = torch.device("cpu")
+    timeout = datetime.timedelta(seconds=opts["pg_timeout"])
+    store = dist.TCPStore(opts["store_host"], opts["store_port"], None, False, timeout=timeout)
+    store = dist.PrefixStore(opts["prefix"], store)
+    kwargs = {"device_id": device} if backend == "nccl" else {}
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                            timeout=timeout, **kwargs)
+    warm = torch.zeros(1, device=device)
+    dist.all_reduce(warm)                         # connect every pair now, not in the learner's first cell
+    context._set_worker(rank, world_size, device, backend, conn)
+
+
+def _namespace() -> dict:
+    import torch
+    import torch.distributed as dist
+    import labkit
+    from labkit.runtime import context
+    return {"rank": context.rank(), "world_size": context.world_size(),
+            "device": context.device(), "torch": torch, "dist": dist, "labkit": labkit,
+            "__name__": "__ranks__", "__builtins__": __builtins__}
+
+
+def _exec_cell(ns: dict, source: str, filename: str):
+    """Run a %%ranks cell; return the value of a final expression, like IPython does."""
+    tree = ast.parse(source, filename, "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    exec(compile(tree, filename, "exec"), ns)
+    if last is not None:
+        return eval(compile(last, filename, "eval"), ns)
+    return None
+
+
+def _to_cpu(obj):
+    """Results cross to the notebook on CPU: the kernel never has to initialise CUDA."""
+    import torch
+    if isinstance(obj, torch.Tensor) and obj.device.type != "cpu":
+        return obj.cpu()
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+        return type(obj)(_to_cpu(o) for o in obj)
+    if type(obj) is dict:
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    return obj
+
+
+def _failure(exc: BaseException) -> dict:
+    import cloudpickle
+    frames = [(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_tb(exc.__traceback__)]
+    try:
+        pickled = cloudpickle.dumps(exc)
+    except Exception:
+        pickled = None
+    return {"type": type(exc).__name__, "message": str(exc), "frames": frames,
+            "text": "".join(traceback.format_exception_only(type(exc), exc)).strip(),
+            "pickled": pickled}
+
+
+def _run_task(kind: str, payload, ns: dict):
+    import cloudpickle
+    if kind == "call":
+        fn, args, kwargs = cloudpickle.loads(payload)
+        return fn(*args, **kwargs)
+    if kind == "exec":
+        source, filename = payload
+        return _exec_cell(ns, source, filename)
+    if kind == "push":
+        ns.update(cloudpickle.loads(payload))
+        return None
+    if kind == "pull":
+        if payload not in ns:
+            raise NameError(f"rank {ns['rank']} has no variable {payload!r} "
+                            "(define it in a %%ranks cell or with cluster.push)")
+        return ns[payload]
+    raise ValueError(f"unknown task kind {kind!r}")
+
+
+def _serve(conn) -> None:
+    import cloudpickle
+    from labkit.runtime import context
+    ns = None
+    while True:
+        msg = _tasks.get()
+        if msg[0] == "init":
+            try:
+                _init(conn, msg[1])
+                ns = _namespace()
+                _flush()
+                conn.send(("ready", msg[1]["rank"]))
+            except BaseException as exc:      # noqa: B902 - reported to the notebook
+                _flush()
+                conn.send(("init_failed", _failure(exc)))
+            continue
+        _, task_id, kind, payload = msg
+        context._task_id = task_id
+        try:
+            value = _to_cpu(_run_task(kind, payload, ns))
+            try:
+                out = ("result", task_id, True, cloudpickle.dumps(value))
+            except Exception as exc:
+                raise TypeError(f"the function's return value ({type(value).__name__}) cannot be "
+                                f"sent back to the notebook: {exc}. Return plain numbers, lists, "
+                                "dicts or tensors instead.") from None
+        except BaseException as exc:          # noqa: B902 - a KeyboardInterrupt/SystemExit too
+            out = ("result", task_id, False, _failure(exc))
+        finally:
+            context._task_id = None
+        _flush()                              # output first: it is in the pipe before the result
+        conn.send(out)
+
+
+def main() -> None:
+    host, port, stack_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    authkey = bytes.fromhex(sys.stdin.readline().strip())
+    stack_path = os.path.join(stack_dir, f"stack-{os.getpid()}.txt")
+    stack_file = open(stack_path, "w")
+    faulthandler.enable(file=stack_file, all_threads=True)          # crashes: SIGSEGV, SIGABRT ...
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)   # "where are you?"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the notebook decides what an interrupt does
+
+    import torch                                   # the slow part (~1.7 s): done while a spare
+    import torch.distributed                       # noqa: F401
+    import cloudpickle                             # noqa: F401
+    import labkit.runtime.context                  # noqa: F401
+
+    conn = Client((host, port), authkey=authkey)
+    conn.send(("hello", os.getpid(), threading.main_thread().ident, stack_path))
+    threading.Thread(target=_control_loop, args=(conn,), daemon=True, name="labkit-control").start()
+    _serve(conn)
+
+
+if __name__ == "__main__":
+    main()
