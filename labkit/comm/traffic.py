@@ -1,0 +1,182 @@
+"""Bytes on the wire, per rank: measured by the kernel, and counted by labkit's collectives.
+
+    with labkit.comm.traffic.measure() as m:     # inside a rank
+        dist.all_reduce(t)                       # torch's own collective: counted too
+    m.sent, m.received                           # bytes this rank's process group moved
+
+`measure()` reads the kernel's TCP counters (``getsockopt(TCP_INFO)``) of this process's
+process-group sockets, found through /proc/self/fd, before and after the block. It sees
+every byte gloo writes, whoever called it (labkit's ring or `torch.distributed`), because it
+is measured outside both. ``sent`` is what the application handed to TCP
+(tcpi_bytes_sent - tcpi_bytes_retrans + tcpi_notsent_bytes, Linux >= 4.19; older kernels
+fall back to tcpi_bytes_acked, which can lag the last few KB); ``received`` is
+tcpi_bytes_received (every byte that arrived in order, read by gloo or not yet).
+
+What is not counted: the rendezvous store's socket (the TCPStore at the store's host and
+port) and labkit's control connection to the notebook. /proc/self/io is no substitute: its
+wchar/rchar also count pipes and files, and miss sendmsg/recvmsg traffic.
+
+gloo frames each message with a header, so ``sent`` exceeds the payload by a fixed number
+of bytes per message (`overhead_per_message` measures it; tests/test_comm_traffic.py
+checks it). On NCCL the bytes go over NVLink or InfiniBand, not these sockets, and `sent`
+stays near 0: use the payload counters there (untested: no GPU on the course machines).
+
+labkit's own collectives also add their payload (tensor bytes, no headers) and message
+count to ``m.payload_sent``, ``m.payload_received``, ``m.messages_sent``, through `count`.
+"""
+import os
+import socket
+import struct
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+# struct tcp_info offsets (linux/tcp.h), in bytes
+_NOTSENT = 144          # __u32 tcpi_notsent_bytes
+_BYTES_ACKED = 120      # __u64 tcpi_bytes_acked
+_BYTES_RECEIVED = 128   # __u64 tcpi_bytes_received
+_BYTES_SENT = 200       # __u64 tcpi_bytes_sent (Linux 4.19+)
+_BYTES_RETRANS = 208    # __u64 tcpi_bytes_retrans
+_TCP_INFO_LEN = 232
+
+_payload = [0, 0, 0, 0]   # bytes sent, bytes received, messages sent, messages received
+
+
+def count(sent: int = 0, received: int = 0, messages_sent: int = 0, messages_received: int = 0) -> None:
+    """Called by labkit's collectives for each message: payload bytes, without headers."""
+    _payload[0] += sent
+    _payload[1] += received
+    _payload[2] += messages_sent
+    _payload[3] += messages_received
+
+
+def _excluded_peers() -> set:
+    """(host, port) of the rendezvous store: its socket is not process-group traffic."""
+    try:
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            return set()
+        store = dist.distributed_c10d._get_default_store()
+        while hasattr(store, "underlying_store"):
+            store = store.underlying_store
+        host = socket.gethostbyname(store.host)
+        return {(host, store.port)}
+    except Exception:                  # no store we can see: count everything
+        return set()
+
+
+def _control_fd() -> int:
+    from labkit.runtime import context
+    w = context._worker
+    try:
+        return w[4].fileno() if w is not None else -1
+    except (OSError, AttributeError):
+        return -1
+
+
+def _tcp_counters() -> dict:
+    """{socket inode: (sent, received)} for this process's connected TCP sockets."""
+    skip_peers, skip_fd, out = _excluded_peers(), _control_fd(), {}
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd == skip_fd:
+            continue
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if not target.startswith("socket:"):
+            continue
+        try:
+            s = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            if s.type != socket.SOCK_STREAM or s.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            try:
+                peer = s.getpeername()
+            except OSError:
+                continue                       # listening or unconnected
+            if (peer[0], peer[1]) in skip_peers:
+                continue
+            raw = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
+        finally:
+            s.close()
+        received = struct.unpack_from("Q", raw, _BYTES_RECEIVED)[0]
+        if len(raw) >= _BYTES_RETRANS + 8:
+            sent = (struct.unpack_from("Q", raw, _BYTES_SENT)[0]
+                    - struct.unpack_from("Q", raw, _BYTES_RETRANS)[0]
+                    + struct.unpack_from("I", raw, _NOTSENT)[0])
+        else:
+            sent = struct.unpack_from("Q", raw, _BYTES_ACKED)[0]
+        out[target] = (sent, received)
+    return out
+
+
+@dataclass
+class Traffic:
+    """What one rank moved inside a `measure()` block (bytes, and seconds)."""
+    sent: int = 0                 # measured by the kernel on the process-group sockets
+    received: int = 0
+    payload_sent: int = 0         # counted by labkit's collectives: tensor bytes only
+    payload_received: int = 0
+    messages_sent: int = 0        # labkit's point-to-point messages
+    messages_received: int = 0
+    seconds: float = 0.0
+
+
+def snapshot() -> tuple:
+    """(socket counters, payload counters, time): `measure` subtracts two of these."""
+    return _tcp_counters(), tuple(_payload), time.perf_counter()
+
+
+def difference(before: tuple, after: tuple) -> Traffic:
+    (s0, p0, t0), (s1, p1, t1) = before, after
+    sent = received = 0
+    for key, (a, b) in s1.items():     # a socket opened inside the block starts from 0
+        a0, b0 = s0.get(key, (0, 0))
+        sent, received = sent + a - a0, received + b - b0
+    return Traffic(sent, received, p1[0] - p0[0], p1[1] - p0[1], p1[2] - p0[2], p1[3] - p0[3],
+                   t1 - t0)
+
+
+@contextmanager
+def measure():
+    """Measure this rank's traffic inside the block; the Traffic is filled in at exit."""
+    m = Traffic()
+    before = snapshot()
+    try:
+        yield m
+    finally:
+        d = difference(before, snapshot())
+        for field in d.__dataclass_fields__:
+            setattr(m, field, getattr(d, field))
+
+
+def overhead_per_message(sizes=(0, 1 << 10, 1 << 16), repeats: int = 8) -> float:
+    """Bytes gloo adds to each send, measured: rank 0 sends to rank 1 (call on every rank).
+
+    Sends `repeats` messages of each size; returns (wire bytes - payload) / messages on rank
+    0, and the same figure seen as received on rank 1 (other ranks return 0.0).
+    """
+    import torch
+    import torch.distributed as dist
+    r = dist.get_rank()
+    if dist.get_world_size() < 2 or r > 1:
+        dist.barrier()
+        return 0.0
+    payload = messages = 0
+    with measure() as m:
+        for n in sizes:
+            t = torch.zeros(max(n // 4, 0), dtype=torch.float32)
+            for _ in range(repeats):
+                if r == 0:
+                    dist.send(t, 1)
+                else:
+                    dist.recv(t, 0)
+                payload += t.numel() * 4
+                messages += 1
+    dist.barrier()
+    wire = m.sent if r == 0 else m.received
+    return (wire - payload) / messages
