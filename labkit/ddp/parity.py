@@ -11,7 +11,7 @@ import contextlib
 import torch
 import torch.distributed as dist
 
-from labkit.ddp.data_parallel import STRATEGIES
+from labkit.ddp.data_parallel import STRATEGIES, NaiveDDP, trainable
 from labkit.models import AwkwardNet, awkward_batch, lm_loss
 
 
@@ -37,7 +37,7 @@ def train_parity(strategy="bucketed", steps: int = 4, micro_batches: int = 1, ba
     `strategy(model)`, a learner's function that averages gradients after backward, and the
     single-process reference alongside. `batch` rows per rank per micro-batch.
 
-    Returns {"diffs": max |DDP - reference| after each step, "worst": name, "grads_equal": ...}.
+    Returns {"diffs": max |DDP - reference| after each step, "where": the parameter of each}.
     A named strategy starts from different weights on each rank (its broadcast must fix that);
     a learner's function starts from identical ones.
     """
@@ -48,7 +48,7 @@ def train_parity(strategy="bucketed", steps: int = 4, micro_batches: int = 1, ba
     ddp = STRATEGIES[strategy](model, **options) if named else None
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=lr, momentum=0.9)
-    diffs, worst = [], None
+    diffs, where = [], []
     for step in range(steps):
         x, y = awkward_batch(n * micro_batches * batch, seed=1000 + step)
         lm_loss(ref(x), y).backward()                      # one process, global batch
@@ -67,6 +67,28 @@ def train_parity(strategy="bucketed", steps: int = 4, micro_batches: int = 1, ba
             strategy(model)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        d, worst = max_param_diff(model, ref)
+        d, name = max_param_diff(model, ref)
         diffs.append(d)
-    return {"diffs": diffs, "worst": worst}
+        where.append(name)
+    return {"diffs": diffs, "where": where}
+
+
+def train_skipping(skip: str = None, steps: int = 2, batch: int = 3, lr: float = 0.1):
+    """The naive DDP loop, except that the gradient of parameter `skip` is never all-reduced
+    (a deliberate bug): each rank then updates it with its own local gradient and the
+    replicas drift apart. Returns this rank's model, for `labkit.check.replicas_in_sync`."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    model = _model(rank, False)
+    NaiveDDP(model)                                       # broadcast rank 0's weights
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for step in range(steps):
+        x, y = awkward_batch(n * batch, seed=1000 + step)
+        mine = slice(rank * batch, (rank + 1) * batch)
+        lm_loss(model(x[mine]), y[mine]).backward()
+        for name, p in trainable(model):
+            if name != skip:                              # the bug, when skip is set
+                dist.all_reduce(p.grad)
+                p.grad.div_(n)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return model
