@@ -1,0 +1,142 @@
+"""Bytes actually held on this rank, by category (layer 4: measurement).
+
+`measure(model, optimizer)` walks the model's parameters, buffers and gradients and the
+optimizer's state and adds up the bytes of their storages:
+- a storage is counted once, in the first category that reaches it (tied weights, views, a
+  flat buffer that many parameters point into),
+- a DTensor (FSDP2, tensor parallel, labkit's ZeRO) counts by its local shard on this rank:
+  the bytes of the storage that shard lives in (`distribute_tensor` leaves a short last shard
+  as a view into a buffer padded to the longest shard; that padding is held, so it counts),
+- optimizer tensors are split by role: fp32 master copies (optimizer parameters that are not
+  model parameters), m / momentum buffer, v, and the rest (Adam's `step` counters, ...).
+These are the same categories as `model_states`, so formula and measurement subtract.
+"""
+import torch
+
+from labkit.memory.breakdown import Breakdown
+
+# optimizer.state keys -> category (torch.optim, and bitsandbytes' 8-bit optimizers)
+STATE_KEYS = {
+    "exp_avg": "momentum", "momentum_buffer": "momentum", "state1": "momentum",
+    "exp_avg_sq": "variance", "state2": "variance",
+}
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The part of `t` stored on this rank: a DTensor's local shard, else t itself."""
+    to_local = getattr(t, "to_local", None)
+    if to_local is not None and type(t).__name__ == "DTensor":
+        return t._local_tensor if hasattr(t, "_local_tensor") else to_local()
+    return t
+
+
+class _Counter:
+    """Adds storage bytes by category, each storage once."""
+
+    def __init__(self):
+        self.seen = set()
+        self.bytes = {}
+        self.devices = {}
+
+    def add(self, category: str, t) -> None:
+        if not isinstance(t, torch.Tensor):
+            return
+        t = local_tensor(t)
+        if t.device.type == "meta":
+            return
+        st = t.untyped_storage()
+        key = (str(t.device), st.data_ptr())
+        if st.nbytes() == 0 or key in self.seen:
+            return
+        self.seen.add(key)
+        self.bytes[category] = self.bytes.get(category, 0) + st.nbytes()
+        self.devices.setdefault(category, set()).add(t.device.type)
+
+
+def _unique_params(model: torch.nn.Module) -> list:
+    return list({id(p): p for p in model.parameters()}.values())
+
+
+@torch.no_grad()
+def measure(model: torch.nn.Module, optimizer=None, label: str = "") -> Breakdown:
+    """Exact bytes held by `model` (and `optimizer`) on this rank, by category.
+
+    params     every parameter's storage (frozen ones too; tied weights once)
+    grads      `.grad` of model parameters, and of master copies if they have one
+    buffers    registered buffers
+    master     optimizer parameters that are not model parameters (fp32 masters)
+    momentum / variance / other   optimizer.state tensors by key (see STATE_KEYS)
+    Categories held in CPU memory while the parameters are on an accelerator are listed in
+    `on_host` (optimizer offload).
+    """
+    c = _Counter()
+    params = _unique_params(model)
+    for p in params:
+        c.add("params", p)
+    for b in model.buffers():
+        c.add("buffers", b)
+    for p in params:
+        c.add("grads", p.grad)
+    if optimizer is not None:
+        model_ids = {id(p) for p in params}
+        masters = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in model_ids]
+        for p in masters:
+            c.add("master", p)
+        for p in masters:
+            c.add("grads", p.grad)
+        for state in optimizer.state.values():
+            for key, value in state.items():
+                c.add(STATE_KEYS.get(key, "other"), value)
+    param_dev = {p.device.type for p in params}
+    on_host = ()
+    if param_dev and "cpu" not in param_dev:
+        on_host = tuple(k for k, devs in c.devices.items() if devs == {"cpu"})
+    return Breakdown(**c.bytes, on_host=on_host, label=label or "measured")
+
+
+def count_params(model: torch.nn.Module, local: bool = False) -> int:
+    """Distinct parameters (tied once); `local=True` counts only this rank's DTensor shards."""
+    return sum((local_tensor(p) if local else p).numel() for p in _unique_params(model))
+
+
+def gather(breakdown: Breakdown) -> list:
+    """Inside a rank: every rank's Breakdown, by rank (an all_gather_object over the group)."""
+    import torch.distributed as dist
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, breakdown)
+    return out
+
+
+def per_rank(cluster, fn, *args, **kwargs) -> list:
+    """Run `fn` (returning a Breakdown) on every rank of `cluster`; Breakdowns labelled by rank."""
+    from dataclasses import replace
+    results = cluster.run(fn, *args, **kwargs)
+    for r, b in enumerate(results):
+        if not isinstance(b, Breakdown):
+            raise TypeError(f"rank {r} returned {type(b).__name__}, not a Breakdown: make the "
+                            "function end with `return labkit.memory.measure(model, optimizer)`")
+    return [replace(b, label=f"rank {r}" + (f" {b.label}" if b.label and b.label != "measured" else ""))
+            for r, b in enumerate(results)]
+
+
+def table(breakdowns: list, formula: Breakdown = None, unit: str = "B") -> str:
+    """One row per rank, one column per non-zero category; with `formula`, a 'formula' row
+    and each rank's difference (measured - formula) in the last column. unit: 'B' or 'MB'."""
+    div = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[unit]
+    rows = list(breakdowns) + ([formula] if formula is not None else [])
+    cats = [k for k in Breakdown.__dataclass_fields__
+            if k in rows[0].as_dict() and any(getattr(b, k) for b in rows)]
+    w = max(14, *(len(k) + 2 for k in cats))
+    fmt = (lambda v: f"{v / div:>{w},.0f}") if unit == "B" else (lambda v: f"{v / div:>{w},.3f}")
+    head = f"{'':<10}" + "".join(f"{k:>{w}}" for k in cats) + f"{'total':>{w + 2}}"
+    if formula is not None:
+        head += f"{'- formula':>{w + 2}}"
+    lines = [f"bytes ({unit})" if unit != "B" else "bytes", head]
+    for b in rows:
+        name = "formula" if b is formula else (b.label.split()[0] + " " + b.label.split()[1]
+                                               if b.label.startswith("rank") else b.label[:10])
+        line = f"{name:<10}" + "".join(fmt(getattr(b, k)) for k in cats) + "  " + fmt(b.total)
+        if formula is not None and b is not formula:
+            line += "  " + fmt(b.total - formula.total)
+        lines.append(line)
+    return "\n".join(lines)
