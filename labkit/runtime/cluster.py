@@ -77,7 +77,6 @@ class Cluster:
         self._spares = []                         # said hello, no rank yet (oldest first)
         self._ranks = []                          # Worker by rank
         self._needs_restart = False
-        self._topping_up = False
         self._closed = False
         self._gen = 0
         self._task_ids = itertools.count(1)
@@ -117,19 +116,28 @@ class Cluster:
                 return
             w.conn, w.main_ident, w.stack_path = conn, main_ident, stack_path
             self._spares.append(w)
-            self._topping_up = False
             self._cond.notify_all()
-        self._top_up()
 
     def _top_up(self) -> None:
-        """Keep `spares` standby workers, started one at a time so they share one core."""
+        """Start spares (standby workers that have imported torch) up to the target."""
         with self._cond:
-            if self._closed or self._topping_up or len(self._spares) >= self._spare_target:
+            if self._closed:
                 return
-            if any(w.conn is None and w.alive() for w in self._workers.values()):
-                return                            # one is still starting
-            self._topping_up = True
-            self._launch(1)
+            starting = sum(1 for w in self._workers.values() if w.conn is None and w.alive())
+            missing = self._spare_target - len(self._spares) - starting
+            if missing > 0:
+                self._launch(missing)
+
+    def wait_for_spares(self, timeout: float = 60.0) -> bool:
+        """Block until every spare has started (so the next recovery is fast)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self._spares) < self._spare_target and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.2))
+        return True
 
     def _take_spares(self, n: int, deadline: float) -> list:
         with self._cond:
@@ -234,20 +242,20 @@ class Cluster:
     def _execute(self, kind: str, payload, timeout, label: str) -> list:
         __tracebackhide__ = True
         with self._run_lock:
-            if self._needs_restart:
-                self._promote(120.0)
-                self._top_up()
-            for w in self._ranks:
-                self._print_lines(w, w.read_lines())
-            task_id = next(self._task_ids)
-            self.events = []
-            timeout = self.timeout if timeout is None else float(timeout)
             try:
+                if self._needs_restart:
+                    self._promote(120.0)
+                    self._top_up()
                 for w in self._ranks:
-                    w.conn.send(("task", task_id, kind, payload))
-            except (BrokenPipeError, OSError):
-                pass                               # a dead rank shows up as EOF below
-            try:
+                    self._print_lines(w, w.read_lines())
+                task_id = next(self._task_ids)
+                self.events = []
+                timeout = self.timeout if timeout is None else float(timeout)
+                try:
+                    for w in self._ranks:
+                        w.conn.send(("task", task_id, kind, payload))
+                except (BrokenPipeError, OSError):
+                    pass                           # a dead rank shows up as EOF below
                 outcome = collect(self, task_id, timeout)
             except KeyboardInterrupt:
                 self._kill_ranks()

@@ -133,18 +133,42 @@ def _rank_list(ranks) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
+_PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+              "Connection refused", "NCCL communicator was aborted", "remote process exited")
+
+
+def _lost_a_peer(f: Failure) -> bool:
+    return any(s in f.message for s in _PEER_LOST)
+
+
+def _short(message: str) -> str:
+    """A collective library's error, without its boilerplate."""
+    return message.split(" This is typically caused")[0].strip()
+
+
 def failure_message(label: str, world_size: int, failures: dict, stuck: dict,
                     restarted: bool) -> str:
-    """The text of a RankError: identical failures are grouped, stuck ranks say where."""
+    """The text of a RankError: deaths first, identical failures grouped, then the ranks that
+    only failed because a peer died, then the stuck ones with where they were."""
+    dead = {r for r, f in failures.items() if f.type == "RankDied"}
+    knock_on = {r for r, f in failures.items() if dead and r not in dead and _lost_a_peer(f)}
     groups = {}
-    for r, f in sorted(failures.items()):
-        groups.setdefault((f.type, f.message, f.traceback), []).append(r)
+    for r, f in sorted(failures.items(), key=lambda kv: (kv[0] not in dead, kv[0])):
+        if r not in knock_on:
+            groups.setdefault((f.type, f.message, f.traceback), []).append(r)
     n = len(failures)
     parts = [f"{n} of {world_size} rank{'s' if world_size > 1 else ''} failed in {label}:"]
     for (typ, msg, tb), ranks in groups.items():
+        if typ == "RankDied":
+            parts.append(f"--- {_rank_list(ranks)} {msg}")
+            continue
         parts.append(f"--- {_rank_list(ranks)}: {typ}: {msg}" if msg else f"--- {_rank_list(ranks)}: {typ}")
         if tb:
             parts.append(f"Traceback (on {_rank_list(ranks)}, most recent call last):\n{tb}")
+    if knock_on:
+        first = failures[min(knock_on)]
+        parts.append(f"--- {_rank_list(knock_on)} then failed because a rank they were talking to "
+                     f"died ({first.type}: {_short(first.message)})")
     if stuck:
         parts.append(f"--- {_rank_list(stuck)} had not finished (waiting for a failed rank in a "
                      "collective, probably) and were stopped:")

@@ -1,0 +1,142 @@
+"""python -m labkit.bench cluster [--world-size 4] [--calls 300] [--per-call-reps 3]
+
+How fast the persistent Cluster is, against how other notebook launchers do it, in one run:
+
+- cold start: `labkit.Cluster(n)` until every rank has joined the process group;
+- round trip of a trivial task with one all_reduce (median, p90), on a warm cluster;
+- the same task done by starting fresh processes per call, spawned and forked
+  (torch.multiprocessing.start_processes; forking needs torch threads = 1 in the parent);
+- recovery: from the moment a failure is reported until the next run has completed, after
+  a rank raised (ranks kept), after a rank crashed, and after a hang (ranks replaced by spares).
+"""
+import argparse
+import datetime
+import os
+import socket
+import statistics
+import time
+
+
+def _tiny():
+    import torch
+    import torch.distributed as dist
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return t.item()
+
+
+def _per_call_worker(rank: int, world_size: int, port: int) -> None:
+    """What a launch-per-call tool does each time: a process group from nothing, then the task."""
+    import torch.distributed as dist
+    store = dist.TCPStore("127.0.0.1", port, world_size, False, timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+    _tiny()
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def per_call(method: str, world_size: int) -> float:
+    """Seconds for one task when every call starts its own processes."""
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    port = _free_port()
+    t0 = time.perf_counter()
+    store = dist.TCPStore("127.0.0.1", port, world_size + 1, True, wait_for_workers=False)
+    mp.start_processes(_per_call_worker, args=(world_size, port), nprocs=world_size,
+                       start_method=method, join=True)
+    del store
+    return time.perf_counter() - t0
+
+
+def _boom():
+    import labkit
+    if labkit.rank() == 1:
+        raise ValueError("deliberate")
+
+
+def _crash():
+    import os
+    import labkit
+    if labkit.rank() == 1:
+        os._exit(3)
+    import torch
+    import torch.distributed as dist
+    dist.all_reduce(torch.ones(1))       # the others wait for rank 1, which is gone
+
+
+def _hang():
+    import torch
+    import torch.distributed as dist
+    import labkit
+    if labkit.rank() == 0:
+        dist.recv(torch.zeros(1), src=1)  # no matching send
+
+
+def recovery(cluster, fn, timeout=None) -> tuple:
+    """(seconds until the failure was reported, seconds from then until a run completed)."""
+    import labkit
+    t0 = time.perf_counter()
+    try:
+        cluster.run(fn, timeout=timeout)
+    except labkit.RankError:
+        pass
+    t1 = time.perf_counter()
+    cluster.run(_tiny)
+    return t1 - t0, time.perf_counter() - t1
+
+
+def main(argv=None) -> int:
+    import torch
+    import labkit
+    p = argparse.ArgumentParser(prog="python -m labkit.bench cluster")
+    p.add_argument("--world-size", type=int, default=4)
+    p.add_argument("--calls", type=int, default=300, help="round trips to time")
+    p.add_argument("--per-call-reps", type=int, default=3, help="spawn/fork launches to time")
+    a = p.parse_args(argv)
+    n = a.world_size
+    torch.set_num_threads(1)     # forking after a multi-threaded op hangs; see per_call("fork")
+    print(f"labkit.bench cluster: {n} gloo ranks on {os.cpu_count()} cores, torch {torch.__version__}")
+
+    t0 = time.perf_counter()
+    cluster = labkit.Cluster(n, backend="gloo")
+    cold = time.perf_counter() - t0
+    cluster.wait_for_spares()
+    for _ in range(20):
+        cluster.run(_tiny)
+    times = []
+    for _ in range(a.calls):
+        t = time.perf_counter()
+        cluster.run(_tiny)
+        times.append(time.perf_counter() - t)
+    times.sort()
+    median, p90 = statistics.median(times), times[int(0.9 * len(times))]
+
+    rec = {}
+    for name, fn, timeout in (("a rank raised", _boom, None), ("a rank crashed", _crash, None),
+                              ("a hang (timeout 1 s)", _hang, 1.0)):
+        cluster.wait_for_spares()
+        rec[name] = recovery(cluster, fn, timeout)
+    cluster.close()
+
+    spawn = statistics.median(per_call("spawn", n) for _ in range(a.per_call_reps))
+    fork = statistics.median(per_call("fork", n) for _ in range(a.per_call_reps))
+
+    print(f"\n{'measure':44} {'time':>12} {'vs labkit median':>18}")
+    print(f"{'cold start (all ranks ready)':44} {cold:10.3f} s")
+    print(f"{'round trip, labkit Cluster, median':44} {median * 1e3:9.2f} ms {1.0:17.1f}x")
+    print(f"{'round trip, labkit Cluster, p90':44} {p90 * 1e3:9.2f} ms {p90 / median:17.1f}x")
+    print(f"{'round trip, spawn fresh processes per call':44} {spawn * 1e3:9.1f} ms {spawn / median:17.0f}x")
+    print(f"{'round trip, fork fresh processes per call':44} {fork * 1e3:9.1f} ms {fork / median:17.0f}x")
+    print(f"\n{'recovery after':24} {'reported after':>15} {'working again after':>20} {'/ cold start':>13}")
+    for name, (reported, back) in rec.items():
+        print(f"{name:24} {reported:13.3f} s {back:18.3f} s {back / cold:12.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
