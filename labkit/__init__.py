@@ -19,6 +19,17 @@ __all__ = ["Cluster", "Event", "RankError", "RankTimeout", "rank", "world_size",
            "load_ipython_extension"]
 
 
+_SUBMODULES = {"check", "show", "models", "exercises", "memory", "comm", "ddp", "bench"}
+
+
+def __getattr__(name: str):
+    """`labkit.check`, `labkit.show`, ... import on first use, so `import labkit` stays light."""
+    if name in _SUBMODULES:
+        import importlib
+        return importlib.import_module(f"labkit.{name}")
+    raise AttributeError(f"module 'labkit' has no attribute {name!r}")
+
+
 def load_ipython_extension(ip) -> None:
     """``%load_ext labkit`` registers the ``%%ranks`` cell magic."""
     from labkit.runtime.magic import load_ipython_extension as _load

@@ -1,0 +1,124 @@
+"""Small pictures of what the ranks hold, and live plots of what they emit (layer 4).
+
+    labkit.show.before_after(cluster.run(fn), "all_reduce (sum)")   # fn returns (before, after)
+    with labkit.show.live(cluster, y="loss"):                       # ranks call labkit.emit(step=, loss=)
+        cluster.run(train)
+
+Every figure is a static PNG (inline matplotlib), so it survives nbconvert, GitHub and nbval;
+live plots redraw through one display handle and leave the final picture in the cell.
+"""
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.colors import Normalize
+
+
+def _as_array(t) -> np.ndarray:
+    if t is None:
+        return np.zeros(0)
+    if hasattr(t, "detach"):
+        t = t.detach().cpu().float().numpy()
+    return np.atleast_1d(np.asarray(t, dtype=float)).reshape(-1)
+
+
+def _row(ax, y: float, values: np.ndarray, x0: float, norm, cmap) -> None:
+    for i, v in enumerate(values):
+        r, g, b, _ = cmap(norm(v))
+        dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5          # white text on dark cells
+        ax.add_patch(plt.Rectangle((x0 + i, y), 0.95, 0.8, color=(r, g, b)))
+        ax.text(x0 + i + 0.475, y + 0.4, f"{v:g}", ha="center", va="center", fontsize=8,
+                color="white" if dark else "black")
+
+
+def before_after(results, title: str, labels=("before", "after")) -> None:
+    """Show every rank's tensor before and after a collective (see before_after_figure)."""
+    before_after_figure(results, title, labels)
+    plt.show()
+
+
+def before_after_figure(results, title: str, labels=("before", "after")):
+    """Draw every rank's tensor before and after a collective, one row per rank.
+
+    `results` is what `cluster.run` returned when each rank returned ``(before, after)``;
+    cells are coloured by value (same scale for all) and show the number.
+    """
+    rows = [(_as_array(b), _as_array(a)) for b, a in results]
+    width_b = max(len(b) for b, _ in rows) or 1
+    width_a = max(len(a) for _, a in rows) or 1
+    allv = np.concatenate([np.concatenate([b, a]) for b, a in rows])
+    norm = Normalize(allv.min() if allv.size else 0, allv.max() if allv.size else 1)
+    cmap = plt.get_cmap("viridis")
+    gap = 2.0
+    fig, ax = plt.subplots(figsize=(0.55 * (width_b + width_a + gap) + 1.2, 0.5 * len(rows) + 0.9))
+    for r, (b, a) in enumerate(rows):
+        y = len(rows) - 1 - r
+        ax.text(-0.3, y + 0.4, f"rank {r}", ha="right", va="center", fontsize=9)
+        _row(ax, y, b, 0, norm, cmap)
+        _row(ax, y, a, width_b + gap, norm, cmap)
+    ax.text(width_b / 2, len(rows) + 0.1, labels[0], ha="center", fontsize=9)
+    ax.text(width_b + gap + width_a / 2, len(rows) + 0.1, labels[1], ha="center", fontsize=9)
+    ax.annotate("", xy=(width_b + gap - 0.3, len(rows) / 2), xytext=(width_b + 0.3, len(rows) / 2),
+                arrowprops=dict(arrowstyle="->"))
+    ax.set_xlim(-1.6, width_b + gap + width_a + 0.2)
+    ax.set_ylim(-0.2, len(rows) + 0.6)
+    ax.set_title(title, fontsize=10)
+    ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+class live:
+    """Plot `y` against `x` per rank from `labkit.emit(...)` events while a run goes on.
+
+    In a notebook it redraws at most `fps` times a second through one display handle; the
+    final figure stays in the cell as a static PNG. Outside IPython it draws once at the end.
+    """
+
+    def __init__(self, cluster, y: str = "loss", x: str = "step", fps: float = 4.0, title: str = None):
+        self.cluster, self.x, self.y, self.fps = cluster, x, y, fps
+        self.title = title or f"{y} per rank (live, from labkit.emit)"
+        self.series = {}
+        self._last = 0.0
+        self._handle = None
+
+    def _on_event(self, event) -> None:
+        d = event.data
+        if self.y in d:
+            xs, ys = self.series.setdefault(event.rank, ([], []))
+            xs.append(d.get(self.x, len(xs)))
+            ys.append(d[self.y])
+            if time.monotonic() - self._last > 1.0 / self.fps:
+                self._draw()
+
+    def figure(self):
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        for r, (xs, ys) in sorted(self.series.items()):
+            ax.plot(xs, ys, marker=".", label=f"rank {r}")
+        ax.set_xlabel(self.x)
+        ax.set_ylabel(self.y)
+        ax.set_title(self.title, fontsize=10)
+        if self.series:
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    def _draw(self) -> None:
+        self._last = time.monotonic()
+        fig = self.figure()
+        try:
+            from IPython.display import display
+            if self._handle is None:
+                self._handle = display(fig, display_id=True)
+            elif self._handle is not None:
+                self._handle.update(fig)
+        finally:
+            plt.close(fig)
+
+    def __enter__(self):
+        self._unsubscribe = self.cluster.on_event(self._on_event)
+        return self
+
+    def __exit__(self, *exc):
+        self._unsubscribe()
+        self._draw()
