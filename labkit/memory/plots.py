@@ -1,0 +1,145 @@
+"""Memory pictures (layer 4): static matplotlib figures; the explorer adds controls on top.
+
+plot_ranks       measured stacked bar per rank, the formula's bar beside it, the difference
+                 written on the measured bar
+plot_breakdown   formula bars side by side (e.g. ZeRO-0..3) against a GPU memory line
+explorer_figure  one configuration against a GPU: does it fit, by how much
+"""
+import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
+
+from labkit.memory.activations import activations, fits, gpt_shape
+from labkit.memory.breakdown import CATEGORIES, GB, Breakdown, fmt_bytes
+from labkit.memory.formulas import model_states
+
+COLORS = {"params": "#4C72B0", "grads": "#DD8452", "master": "#55A868", "momentum": "#8172B3",
+          "variance": "#937860", "other": "#DA8BC3", "buffers": "#8C8C8C",
+          "activations": "#CCB974", "temporary": "#64B5CD"}
+
+
+def _unit(values) -> tuple:
+    top = max([abs(v) for v in values] + [1])
+    for name, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if top >= size:
+            return name, size
+    return "B", 1
+
+
+def _stack(ax, x, b: Breakdown, div: float, width: float, hatch=None, alpha=1.0) -> None:
+    bottom = 0.0
+    for c in CATEGORIES:
+        v = getattr(b, c) / div
+        if v:
+            ax.bar(x, v, width, bottom=bottom, color=COLORS[c], hatch=hatch, alpha=alpha,
+                   edgecolor="white" if hatch is None else "black", linewidth=0.5)
+            bottom += v
+
+
+def _legend(ax, used) -> None:
+    handles = [Patch(color=COLORS[c], label=c) for c in CATEGORIES if c in used]
+    handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="formula"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+
+
+def plot_ranks(measured: list, formula=None, title: str = "memory per rank", ax=None):
+    """Measured stacked bar per rank with the formula's bar (hatched) beside it.
+
+    `formula` is one Breakdown for every rank or a list, one per rank. The difference
+    (measured - formula, total) is written on each measured bar, exact in bytes.
+    """
+    formulas = formula if isinstance(formula, (list, tuple)) else [formula] * len(measured)
+    shown = list(measured) + [f for f in formulas if f is not None]
+    name, div = _unit([b.total for b in shown])
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(2.2 + 1.6 * len(measured), 4.2))
+    used = set()
+    for r, (m, f) in enumerate(zip(measured, formulas)):
+        _stack(ax, r - 0.2, m, div, 0.38)
+        used |= set(m.nonzero())
+        if f is not None:
+            _stack(ax, r + 0.2, f, div, 0.38, hatch="//", alpha=0.55)
+            used |= set(f.nonzero())
+            d = m.total - f.total
+            pct = 100 * d / f.total if f.total else 0.0
+            ax.text(r - 0.2, m.total / div, f"{'+' if d >= 0 else ''}{d:,.0f} B\n({pct:+.4f} %)",
+                    ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(measured)),
+                  [f"rank {r}\nmeasured | formula" if f is not None else f"rank {r}"
+                   for r, f in enumerate(formulas)], fontsize=8)
+    ax.set_ylabel(name)
+    ax.set_title(title, fontsize=10)
+    ax.set_ylim(0, 1.18 * max(b.total for b in shown) / div)
+    _legend(ax, used)
+    if fig is not None:
+        fig.tight_layout()
+    return fig if fig is not None else ax.figure
+
+
+def plot_breakdown(breakdowns: list, labels=None, gpu_gb: float = None, title: str = "", ax=None):
+    """Formula (or measured) bars side by side in GB, with an optional GPU memory line."""
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(1.8 + 1.3 * len(breakdowns), 4.2))
+    used = set()
+    for i, b in enumerate(breakdowns):
+        _stack(ax, i, b, GB, 0.6)
+        used |= set(b.nonzero())
+        ax.text(i, b.total / GB, f"{b.total / GB:.1f} GB", ha="center", va="bottom", fontsize=8)
+    if gpu_gb:
+        ax.axhline(gpu_gb, color="crimson", linestyle="--", linewidth=1.2)
+        ax.text(len(breakdowns) - 0.5, gpu_gb, f" {gpu_gb:g} GB GPU", color="crimson",
+                va="bottom", ha="right", fontsize=8)
+    ax.set_xticks(range(len(breakdowns)), labels or [b.label for b in breakdowns], fontsize=8)
+    ax.set_ylabel("GB per GPU")
+    ax.set_title(title, fontsize=10)
+    top = max([b.total / GB for b in breakdowns] + [gpu_gb or 0])
+    ax.set_ylim(0, 1.15 * top)
+    handles = [Patch(color=COLORS[c], label=c) for c in CATEGORIES if c in used]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    if fig is not None:
+        fig.tight_layout()
+    return fig if fig is not None else ax.figure
+
+
+def configuration(n_params=7e9, world_size=1, zero_stage=0, precision="mixed", optimizer="adam",
+                  checkpointing="none", seq=2048, micro_batch=1, gpu_gb=80, offload=False):
+    """(model-state Breakdown with activations, Fit) for one explorer setting."""
+    layers, hidden, heads = gpt_shape(n_params)
+    ms = model_states(n_params, precision=precision, optimizer=optimizer,
+                      zero_stage=zero_stage, world_size=world_size, offload=offload)
+    act = activations(layers, hidden, heads, seq, micro_batch, checkpointing=checkpointing,
+                      bytes_per_value=4 if precision == "fp32" else 2)
+    from dataclasses import replace
+    full = replace(ms, activations=act.peak,
+                   label=f"{ms.label}, {layers}L h={hidden}, s={seq} b={micro_batch} ckpt={checkpointing}")
+    return full, fits(ms, act, gpu_gb)
+
+
+def explorer_figure(n_params=7e9, world_size=1, zero_stage=0, precision="mixed",
+                    optimizer="adam", checkpointing="none", seq=2048, micro_batch=1, gpu_gb=80):
+    """Left: this setting against the GPU line, answered in the title. Right: ZeRO-0..3 at the
+    same setting, to see which stage would fit."""
+    kw = dict(n_params=n_params, world_size=world_size, precision=precision, optimizer=optimizer,
+              checkpointing=checkpointing, seq=seq, micro_batch=micro_batch, gpu_gb=gpu_gb)
+    here, fit = configuration(zero_stage=zero_stage, **kw)
+    stages = [configuration(zero_stage=s, **kw)[0] for s in range(4)]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [1, 2.2]})
+    plot_breakdown([here], labels=[f"ZeRO-{zero_stage}"], gpu_gb=gpu_gb, ax=a1)
+    a1.get_legend().remove()
+    verdict = "fits" if fit.fits else "does NOT fit"
+    a1.set_title(f"{verdict}: {fit.needed / GB:.1f} of {gpu_gb:g} GB\n"
+                 f"({'spare' if fit.fits else 'over by'} {abs(fit.margin) / GB:.1f} GB)",
+                 fontsize=10, color="darkgreen" if fit.fits else "crimson")
+    plot_breakdown(stages, labels=[f"ZeRO-{s}" for s in range(4)], gpu_gb=gpu_gb, ax=a2,
+                   title=f"{n_params / 1e9:g}B params, {precision} {optimizer}, N={world_size}, "
+                         f"seq {seq} x batch {micro_batch}, checkpointing {checkpointing}")
+    fig.tight_layout()
+    return fig
+
+
+def diff_text(measured: Breakdown, formula: Breakdown) -> str:
+    """'measured - formula' per category, in bytes, for printing under a figure."""
+    d = measured - formula
+    return ", ".join(f"{c} {v:+,.0f} B" for c, v in d.as_dict().items()
+                     if v or getattr(formula, c)) + f"; total {fmt_bytes(d.total)}"
