@@ -33,9 +33,9 @@ def _drive_mean(fn):
 
 
 @checker("mean_over_ranks")
-def mean_over_ranks(fn, cluster):
+def mean_over_ranks(fn, cluster, timeout: float = 30):
     """fn(t) must return the element-wise mean of t over all ranks, on every rank."""
-    results = cluster.run(_drive_mean, fn, timeout=30)
+    results = cluster.run(_drive_mean, fn, timeout=timeout)
     for rank, rows in enumerate(results):
         for k, problem in rows:
             if problem:

@@ -1,0 +1,118 @@
+"""Exercises: the learner copy builder and the checkers' one-line verdicts."""
+import nbformat
+import pytest
+
+import labkit
+from labkit.exercises import ExerciseError, learner_copy, strip_solutions
+
+SOURCE = '''def f(x):
+    y = 1
+    ### BEGIN SOLUTION
+    y = x * 2
+    return y
+    ### END SOLUTION
+
+def g():
+        ### BEGIN SOLUTION
+        return 3
+        ### END SOLUTION
+'''
+
+
+def test_solutions_become_stubs_at_their_indentation():
+    out, n = strip_solutions(SOURCE)
+    assert n == 2
+    assert "y = x * 2" not in out and "return 3" not in out and "SOLUTION" not in out
+    assert '    raise NotImplementedError("exercise' in out
+    assert '        raise NotImplementedError("exercise' in out
+    ns = {}
+    exec(out, ns)                                  # the learner copy still defines f and g
+    with pytest.raises(NotImplementedError):
+        ns["f"](1)
+
+
+@pytest.mark.parametrize("bad,why", [
+    ("### BEGIN SOLUTION\nx = 1\n### END SOLUTION\n", "inside a function"),
+    ("def f():\n    ### BEGIN SOLUTION\n    pass\n", "never closed"),
+    ("def f():\n    pass\n    ### END SOLUTION\n", "without"),
+])
+def test_malformed_blocks_are_refused(bad, why):
+    with pytest.raises(ExerciseError, match=why):
+        strip_solutions(bad)
+
+
+def test_learner_copy_drops_check_markers_and_outputs():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell(SOURCE),
+        nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\nlabkit.check.x(f)"),
+    ])
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", text="x: pass\n")]
+    out = learner_copy(nb)
+    assert out.cells[1].source == "labkit.check.x(f)" and out.cells[1].outputs == []
+    assert "y = x * 2" in nb.cells[0].source, "the reference notebook is left alone"
+
+
+def test_build_every_course_notebook(tmp_path):
+    from labkit.exercises import build
+    import pathlib
+    src = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
+    written = build(src, tmp_path)
+    assert {p.name for p in written} == {p.name for p in src.glob("*.ipynb")}
+    for p in written:
+        for cell in nbformat.read(p, 4).cells:
+            if cell.cell_type == "code":
+                assert "### BEGIN SOLUTION" not in cell.source and "NBVAL_CHECK_OUTPUT" not in cell.source
+
+
+def _right(t):
+    import torch.distributed as dist
+    t = t.clone()
+    dist.all_reduce(t)
+    return t / labkit.world_size()
+
+
+def _sum_only(t):
+    import torch.distributed as dist
+    dist.all_reduce(t)
+    return t
+
+
+def _stub(t):
+    raise NotImplementedError("exercise: replace this line with your code")
+
+
+def test_checker_verdicts(cluster, capsys):
+    assert labkit.check.mean_over_ranks(_right, cluster=cluster) is True
+    assert capsys.readouterr().out == ("mean_over_ranks: pass "
+                                       f"({cluster.world_size} ranks, 4 tensors of different shapes and dtypes)\n")
+    assert labkit.check.mean_over_ranks(_sum_only, cluster=cluster) is False
+    out = capsys.readouterr().out
+    assert out.startswith("mean_over_ranks: FAIL (rank 0, case 0 (shape (4,), float32): values differ by up to")
+    assert labkit.check.mean_over_ranks(_stub, cluster=cluster) is False
+    assert capsys.readouterr().out.startswith("mean_over_ranks: not implemented yet")
+
+
+def test_checker_reports_a_crash_and_a_hang(capsys):
+    def crashes(t):
+        return t.reshape(3, -1)
+
+    def hangs(t):
+        import torch.distributed as dist
+        if labkit.rank() == 0:
+            dist.recv(t, src=1)
+        return t
+
+    with labkit.Cluster(2, spares=0) as c:
+        assert labkit.check.mean_over_ranks(crashes, cluster=c) is False
+        out = capsys.readouterr().out
+        assert out.startswith("mean_over_ranks: FAIL (failed on rank 0: RuntimeError: shape '[3, -1]'")
+        assert labkit.check.mean_over_ranks(hangs, cluster=c, timeout=2) is False
+        out = capsys.readouterr().out
+        assert out.startswith("mean_over_ranks: FAIL (hung: rank 0 stuck in recv()")
+
+
+def test_checker_without_a_cluster_says_so(capsys, monkeypatch):
+    from labkit.runtime import cluster as runtime_cluster
+    monkeypatch.setattr(runtime_cluster, "_current", None)
+    assert labkit.check.mean_over_ranks(_right) is False
+    assert "start a cluster first" in capsys.readouterr().out

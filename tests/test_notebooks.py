@@ -1,0 +1,26 @@
+"""The committed notebooks: outputs stripped, the course kernel, exercises well formed."""
+import json
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "slides").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_stripped_with_the_course_kernel(path):
+    nb = json.loads(path.read_text())
+    assert nb["metadata"]["kernelspec"]["name"] == "labkit"
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "code":
+            assert cell.get("outputs") == [], f"{path.name} cell {i} has outputs: strip them"
+            assert cell.get("execution_count") is None, f"{path.name} cell {i} has an execution count"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_every_exercise_has_a_checked_verdict(path):
+    cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    exercises = sum(src.count("### BEGIN SOLUTION") for src in cells)
+    checks = sum(1 for src in cells if src.startswith("# NBVAL_CHECK_OUTPUT") and "labkit.check." in src)
+    assert checks >= min(exercises, 1), f"{path.name}: an exercise without a labkit.check cell"
