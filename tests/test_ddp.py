@@ -1,0 +1,153 @@
+"""labkit's DDP strategies equal one process on the global batch (cs336-style parity), with
+the awkward cases (tied weight, frozen parameter, unused parameter), no_sync accumulation,
+overlap of bucketed all-reduces with backward, and the replicas-in-sync check."""
+import pytest
+
+import labkit
+import labkit.check
+from labkit.ddp.parity import train_parity, train_skipping
+from labkit.ddp.timeline import overlap_fraction, traced_step, union_length
+from labkit.models import GPTConfig
+
+TOL = 1e-5          # fp32, a few steps of SGD with momentum: observed differences are ~2e-7
+
+CASES = {"plain": {}, "accumulate": {"micro_batches": 3}, "unused": {"with_unused": True}}
+
+
+def _options(strategy, case):
+    kw = dict(CASES[case])
+    if strategy == "bucketed":
+        kw["bucket_cap_mb"] = 0.0005                       # ~131 floats: several buckets
+        if case == "unused":
+            kw["find_unused_parameters"] = True
+    return kw
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("strategy", ["naive", "flat", "bucketed"])
+def test_parity_with_one_process(cluster, strategy, case):
+    results = cluster.run(train_parity, strategy, steps=4, **_options(strategy, case))
+    for rank, res in enumerate(results):
+        assert len(res["diffs"]) == 4
+        assert max(res["diffs"]) < TOL, (rank, res)
+
+
+def test_parity_fails_without_averaging(cluster2):
+    """The harness can fail: a sync that sums instead of averaging is caught."""
+    def summing(model):
+        import torch.distributed as dist
+        for p in model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+    res = cluster2.run(train_parity, summing, steps=2)
+    assert res[0]["diffs"][0] > 1e-3
+
+
+def test_bucketed_default_buckets_and_unused_error(cluster2):
+    def run():
+        import torch
+        from labkit.ddp import BucketedDDP
+        from labkit.models import AwkwardNet
+        ddp = BucketedDDP(AwkwardNet(), bucket_cap_mb=25)
+        return len(ddp.buckets), sum(ddp.bucket_sizes()), ddp.module.head.weight is ddp.module.embed.weight
+    n, size, tied = cluster2.run(run)[0]
+    assert n == 1 and size == 4 * (37 * 13 + 19 * 13 + 19 + 13 * 19 + 13) and tied
+    with pytest.raises(labkit.RankError) as err:
+        cluster2.run(train_parity, "bucketed", with_unused=True, steps=1)
+    msg = str(err.value)
+    assert "'unused' (5 elements)" in msg and "find_unused_parameters=True" in msg
+
+
+def test_two_backwards_without_no_sync_is_an_error(cluster2):
+    def run():
+        from labkit.ddp import BucketedDDP
+        from labkit.models import AwkwardNet, awkward_batch, lm_loss
+        ddp = BucketedDDP(AwkwardNet())
+        x, y = awkward_batch(4)
+        for _ in range(2):                                    # forgot `with ddp.no_sync():`
+            lm_loss(ddp(x), y).backward()
+    with pytest.raises(labkit.RankError, match="no_sync"):
+        cluster2.run(run)
+
+
+def test_no_sync_moves_no_bytes(cluster):
+    def run():
+        import torch.distributed as dist
+        from labkit.comm.traffic import measure
+        from labkit.ddp import BucketedDDP
+        from labkit.models import AwkwardNet, awkward_batch, lm_loss
+        ddp = BucketedDDP(AwkwardNet(), bucket_cap_mb=0.0005)
+        x, y = awkward_batch(4, seed=dist.get_rank())
+        dist.barrier()
+        with measure() as quiet:
+            with ddp.no_sync():
+                lm_loss(ddp(x), y).backward()
+        with measure() as loud:
+            lm_loss(ddp(x), y).backward()
+            ddp.sync_gradients()
+        return quiet.sent, loud.sent
+    for quiet, loud in cluster.run(run):
+        assert quiet == 0 and loud > 4 * 1000
+
+
+def test_overlap_fraction_maths():
+    assert union_length([(0, 2), (1, 3), (5, 6)]) == 4
+    assert overlap_fraction((0, 10), [(8, 12)]) == 0.5
+    assert overlap_fraction((0, 10), [(10, 12)]) == 0.0
+    assert overlap_fraction((0, 10), [(1, 2), (1.5, 3)]) == 1.0
+
+
+SMALL_GPT = GPTConfig(vocab_size=512, block_size=32, n_layer=3, n_head=2, n_embd=64)
+
+
+def test_small_buckets_overlap_backward_large_ones_do_not(cluster2):
+    small = cluster2.run(traced_step, 0.01, cfg=SMALL_GPT, seq=32, warmup=1)
+    large = cluster2.run(traced_step, 1000, cfg=SMALL_GPT, seq=32, warmup=1)
+    for r in small:
+        b0, b1 = r["backward"]
+        assert len(r["buckets"]) > 5
+        assert r["buckets"][0][1] < b1 - 1e-4              # first all-reduce launched mid-backward
+        assert all(a <= b for _, a, b, _ in r["buckets"]) and r["overlap"] > 0
+    for r in large:
+        assert len(r["buckets"]) == 1 and r["overlap"] == 0.0
+        assert r["buckets"][0][1] >= r["backward"][1]        # one bucket: starts after backward
+
+
+def test_replicas_in_sync_catches_a_skipped_all_reduce(cluster, capsys):
+    assert cluster.run(lambda: labkit.check.replicas_in_sync(train_skipping(None))) == \
+        [True] * cluster.world_size
+    out = capsys.readouterr().out
+    assert f"replicas_in_sync: pass (6 parameters bit-identical on {cluster.world_size} ranks)" in out
+    assert cluster.run(lambda: labkit.check.replicas_in_sync(train_skipping("fc2.bias"))) == \
+        [False] * cluster.world_size
+    out = capsys.readouterr().out
+    assert "replicas_in_sync: FAIL ('fc2.bias' differs" in out and "1 of 6 parameters differ" in out
+
+
+def _average(model):
+    import torch.distributed as dist
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+            p.grad /= dist.get_world_size()
+
+
+def _forgets_to_divide(model):
+    import torch.distributed as dist
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+
+
+def _stub(model):
+    raise NotImplementedError("exercise")
+
+
+def test_average_gradients_checker(cluster4, capsys):
+    assert labkit.check.average_gradients(_average, cluster=cluster4)
+    assert not labkit.check.average_gradients(_forgets_to_divide, cluster=cluster4)
+    assert not labkit.check.average_gradients(_stub, cluster=cluster4)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("average_gradients: pass (4 ranks, 3 steps")
+    assert lines[1].startswith("average_gradients: FAIL (rank 0, after step 1: parameter")
+    assert lines[2].startswith("average_gradients: not implemented yet")
