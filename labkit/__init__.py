@@ -6,7 +6,7 @@
 
 Importing labkit does not import torch; the layers are described in DESIGN.md.
 """
-from labkit.runtime.cluster import Cluster
+from labkit.runtime.cluster import Cluster, close_all
 from labkit.runtime.collect import Event
 from labkit.runtime.context import (backend, device, emit, in_cluster, init_process_group,
                                     local_rank, rank, world_size)
@@ -14,7 +14,7 @@ from labkit.runtime.errors import RankError, RankTimeout
 
 __version__ = "0.1.0"
 
-__all__ = ["Cluster", "Event", "RankError", "RankTimeout", "rank", "world_size", "local_rank",
+__all__ = ["Cluster", "close_all", "Event", "RankError", "RankTimeout", "rank", "world_size", "local_rank",
            "device", "backend", "emit", "in_cluster", "init_process_group",
            "load_ipython_extension"]
 

@@ -122,3 +122,40 @@ class live:
     def __exit__(self, *exc):
         self._unsubscribe()
         self._draw()
+
+
+class progress:
+    """One progress bar per rank (ipywidgets), advanced by `labkit.emit(step=...)` events.
+
+    The bars are widgets; when the run ends one plain line with every rank's count is printed,
+    so a headless run (nbval, nbconvert) records where each rank got to.
+    """
+
+    def __init__(self, cluster, total: int, key: str = "step"):
+        self.cluster, self.total, self.key = cluster, total, key
+        self.done = [0] * cluster.world_size
+        self.bars = None
+
+    def _on_event(self, event) -> None:
+        if self.key in event.data:
+            self.done[event.rank] = int(event.data[self.key]) + 1
+            if self.bars is not None:
+                self.bars[event.rank].value = self.done[event.rank]
+
+    def __enter__(self):
+        try:
+            import ipywidgets as widgets
+            from IPython import get_ipython
+            from IPython.display import display
+            if get_ipython() is not None:
+                self.bars = [widgets.IntProgress(value=0, min=0, max=self.total, description=f"rank {r}")
+                             for r in range(self.cluster.world_size)]
+                display(widgets.VBox(self.bars))
+        except ImportError:
+            self.bars = None
+        self._unsubscribe = self.cluster.on_event(self._on_event)
+        return self
+
+    def __exit__(self, *exc):
+        self._unsubscribe()
+        print("progress: " + ", ".join(f"rank {r} {d}/{self.total}" for r, d in enumerate(self.done)))

@@ -213,6 +213,17 @@ def test_unpicklable_things_are_named(cluster2):
     assert cluster2.run(lambda: 2) == [2, 2]
 
 
+def test_a_second_cluster_mentions_the_first_and_close_all(capsys, monkeypatch):
+    import weakref
+    from labkit.runtime import cluster as runtime_cluster
+    monkeypatch.setattr(runtime_cluster, "_open", weakref.WeakSet())   # leave the shared ones open
+    first = labkit.Cluster(1, spares=0)
+    second = labkit.Cluster(1, spares=0)
+    assert "other cluster(s) still open" in capsys.readouterr().err
+    assert labkit.close_all() == 2
+    assert first.closed and second.closed
+
+
 def test_run_on_a_closed_cluster():
     c = labkit.Cluster(1, spares=0)
     c.close()

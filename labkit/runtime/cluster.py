@@ -23,12 +23,21 @@ from labkit.runtime import errors, procs, wire
 from labkit.runtime.collect import Event, collect
 
 _current = None        # weakref to the newest open Cluster, for %%ranks
+_open = weakref.WeakSet()   # every open Cluster of this process, for close_all()
 
 
 def current():
     """The newest open Cluster, or None."""
     c = _current() if _current is not None else None
     return c if c is not None and not c.closed else None
+
+
+def close_all() -> int:
+    """Close every open Cluster of this process (e.g. ones only IPython's Out[] still holds)."""
+    clusters = list(_open)
+    for c in clusters:
+        c.close()
+    return len(clusters)
 
 
 def _resolve_backend(backend: str, world_size: int) -> str:
@@ -100,6 +109,13 @@ class Cluster:
         self.startup_seconds = time.perf_counter() - t0
         global _current
         _current = weakref.ref(self)
+        others = [c for c in _open if not c.closed]
+        if others:
+            procs_held = sum(len(c._workers) for c in others)
+            print(f"labkit: {len(others)} other cluster(s) still open in this kernel, holding "
+                  f"{procs_held} processes; close them with .close() or labkit.close_all() if "
+                  "you no longer need them.", file=sys.stderr)
+        _open.add(self)
         self._top_up()
 
     # -- spares ---------------------------------------------------------------------------
