@@ -23,6 +23,7 @@ from labkit.memory.formulas import (OPTIMIZERS, PRECISIONS, ZERO_PAPER_EXAMPLE, 
 _LAZY = {  # name -> submodule; these import torch or matplotlib, so only on first use
     "measure": "measured", "count_params": "measured", "local_tensor": "measured",
     "gather": "measured", "per_rank": "measured", "table": "measured",
+    "label_ranks": "measured",
     "peak": "peaks", "Peak": "peaks",
     "plot_ranks": "plots", "plot_breakdown": "plots", "explorer_figure": "plots",
     "explorer": "widgets",

@@ -109,14 +109,19 @@ def gather(breakdown: Breakdown) -> list:
 
 def per_rank(cluster, fn, *args, **kwargs) -> list:
     """Run `fn` (returning a Breakdown) on every rank of `cluster`; Breakdowns labelled by rank."""
-    from dataclasses import replace
     results = cluster.run(fn, *args, **kwargs)
     for r, b in enumerate(results):
         if not isinstance(b, Breakdown):
             raise TypeError(f"rank {r} returned {type(b).__name__}, not a Breakdown: make the "
                             "function end with `return labkit.memory.measure(model, optimizer)`")
+    return label_ranks(results)
+
+
+def label_ranks(breakdowns: list) -> list:
+    """The same Breakdowns, labelled 'rank 0', 'rank 1', ... in list order."""
+    from dataclasses import replace
     return [replace(b, label=f"rank {r}" + (f" {b.label}" if b.label and b.label != "measured" else ""))
-            for r, b in enumerate(results)]
+            for r, b in enumerate(breakdowns)]
 
 
 def table(breakdowns: list, formula: Breakdown = None, unit: str = "B") -> str:

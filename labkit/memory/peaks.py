@@ -20,8 +20,8 @@ from labkit.memory.measured import measure
 class Peak:
     """The peak of one training step on this rank."""
     at_peak: Breakdown        # bytes by category at the moment of the highest total
-    forward: int              # highest total while the model's forward ran (CPU tracker only)
-    backward: int             # highest total during backward (CPU tracker only)
+    forward: Breakdown        # by category at the highest point of forward (CPU tracker only)
+    backward: Breakdown       # by category at the highest point of backward (CPU tracker only)
     before: int               # total held before the step started
     after: Breakdown          # `measure(model, optimizer)` after the step
     how: str                  # "MemTracker (CPU)" or "CUDA allocator"
@@ -85,12 +85,13 @@ def peak(step, model: torch.nn.Module, optimizer=None, *inputs, label: str = "pe
     snap = snaps.get(dev, next(iter(snaps.values()), {}))
     stats = mt.memory_tracking.get(model)
 
-    def phase(state) -> int:
-        if stats is None or state not in stats.snapshots:
-            return 0
-        return max((s.get(dev, {}).get("Total", 0) for s in stats.snapshots[state]), default=0)
-    return Peak(at_peak=_from_tracker(snap, after, label), forward=phase(_ModState.PEAK_FW),
-                backward=phase(_ModState.PEAK_BW), before=before, after=after,
+    def phase(state, name) -> Breakdown:
+        snaps = [s.get(dev, {}) for s in (stats.snapshots.get(state, []) if stats else [])]
+        top = max(snaps, key=lambda s: s.get("Total", 0), default={})
+        return _from_tracker(top, after, f"{label} {name}")
+    return Peak(at_peak=_from_tracker(snap, after, label),
+                forward=phase(_ModState.PEAK_FW, "forward"),
+                backward=phase(_ModState.PEAK_BW, "backward"), before=before, after=after,
                 how="MemTracker (CPU)")
 
 
@@ -105,5 +106,6 @@ def _peak_cuda(step, model, optimizer, dev, label) -> Peak:
     after = measure(model, optimizer)
     rest = max(0, top - after.total)          # activations + temporaries, not told apart
     at_peak = replace(after, temporary=rest, label=label)
-    return Peak(at_peak=at_peak, forward=0, backward=0, before=base, after=after,
+    empty = Breakdown(label="not measured on GPU")
+    return Peak(at_peak=at_peak, forward=empty, backward=empty, before=base, after=after,
                 how="CUDA allocator")

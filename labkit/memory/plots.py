@@ -77,23 +77,24 @@ def plot_ranks(measured: list, formula=None, title: str = "memory per rank", ax=
 
 
 def plot_breakdown(breakdowns: list, labels=None, gpu_gb: float = None, title: str = "", ax=None):
-    """Formula (or measured) bars side by side in GB, with an optional GPU memory line."""
+    """Formula (or measured) bars side by side, with an optional GPU memory line (in GB)."""
+    name, div = _unit([b.total for b in breakdowns] + [(gpu_gb or 0) * GB])
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(1.8 + 1.3 * len(breakdowns), 4.2))
     used = set()
     for i, b in enumerate(breakdowns):
-        _stack(ax, i, b, GB, 0.6)
+        _stack(ax, i, b, div, 0.6)
         used |= set(b.nonzero())
-        ax.text(i, b.total / GB, f"{b.total / GB:.1f} GB", ha="center", va="bottom", fontsize=8)
+        ax.text(i, b.total / div, f"{b.total / div:.1f} {name}", ha="center", va="bottom", fontsize=8)
     if gpu_gb:
-        ax.axhline(gpu_gb, color="crimson", linestyle="--", linewidth=1.2)
-        ax.text(len(breakdowns) - 0.5, gpu_gb, f" {gpu_gb:g} GB GPU", color="crimson",
-                va="bottom", ha="right", fontsize=8)
+        ax.axhline(gpu_gb * GB / div, color="crimson", linestyle="--", linewidth=1.2)
+        ax.annotate(f"{gpu_gb:g} GB GPU ", (0.99, gpu_gb * GB / div), color="crimson",
+                    xycoords=("axes fraction", "data"), va="bottom", ha="right", fontsize=8)
     ax.set_xticks(range(len(breakdowns)), labels or [b.label for b in breakdowns], fontsize=8)
-    ax.set_ylabel("GB per GPU")
+    ax.set_ylabel(f"{name} per GPU")
     ax.set_title(title, fontsize=10)
-    top = max([b.total / GB for b in breakdowns] + [gpu_gb or 0])
+    top = max([b.total / div for b in breakdowns] + [(gpu_gb or 0) * GB / div])
     ax.set_ylim(0, 1.15 * top)
     handles = [Patch(color=COLORS[c], label=c) for c in CATEGORIES if c in used]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
