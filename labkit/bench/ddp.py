@@ -17,6 +17,16 @@ from labkit.comm.formulas import ring_bytes_per_rank
 from labkit.ddp import measure, timeline
 
 
+def combine(per_rank: list) -> dict:
+    """bench_ranks' results by rank -> one dict: times are already the slowest rank's (the same
+    on every rank); bytes are averaged over ranks."""
+    out = per_rank[0]
+    for lbl in out:
+        for key in ("sent", "received"):
+            out[lbl][key] = sum(r[lbl][key] for r in per_rank) / len(per_rank)
+    return out
+
+
 def table(res: dict, n: int) -> str:
     grad = next(iter(res.values()))["grad_bytes"]
     ring = ring_bytes_per_rank(grad, n)
@@ -63,12 +73,7 @@ def main(argv) -> int:
     t0 = time.perf_counter()
     with labkit.Cluster(args.ranks, spares=0) as c:
         print(f"{c!r}\n")
-        res = c.run(measure.bench_ranks, steps=args.steps, rounds=args.rounds, timeout=3600)
-        # times are the same on every rank (max over ranks); bytes are this rank's: average them
-        out = res[0]
-        for lbl in out:
-            for key in ("sent", "received"):
-                out[lbl][key] = sum(r[lbl][key] for r in res) / len(res)
+        out = combine(c.run(measure.bench_ranks, steps=args.steps, rounds=args.rounds, timeout=3600))
         print(table(out, args.ranks))
         print()
         print(summary(out))
