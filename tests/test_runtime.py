@@ -119,7 +119,7 @@ def test_push_pull(cluster):
         cluster.pull("nope")
 
 
-def test_ranks_magic_keeps_state_per_rank(cluster2):
+def test_ranks_magic_keeps_state_per_rank(cluster2, capsys):
     from IPython.core.interactiveshell import InteractiveShell
     from labkit.runtime import cluster as runtime_cluster
     shell = InteractiveShell.instance()
@@ -135,6 +135,8 @@ def test_ranks_magic_keeps_state_per_rank(cluster2):
         assert cluster2.pull("y") == [2.0, 12.0]
         r = shell.run_cell("%%ranks -c c2\nraise KeyError('in a cell')", store_history=True)
         assert isinstance(r.error_in_exec, labkit.RankError)
+        shown = capsys.readouterr().out
+        assert "KeyError: 'in a cell'" in shown and "collect.py" not in shown, "no runtime frames shown"
         assert "Cell In[" in str(r.error_in_exec) and "raise KeyError" in str(r.error_in_exec)
         assert cluster2.pull("mine") == [0, 10], "a plain error keeps every rank's variables"
     finally:

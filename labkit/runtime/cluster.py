@@ -116,6 +116,8 @@ class Cluster:
                   f"{procs_held} processes; close them with .close() or labkit.close_all() if "
                   "you no longer need them.", file=sys.stderr)
         _open.add(self)
+        from labkit.runtime.magic import install_traceback_filter
+        install_traceback_filter()
         self._top_up()
 
     # -- spares ---------------------------------------------------------------------------

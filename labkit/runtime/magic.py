@@ -10,9 +10,45 @@ Each rank keeps its namespace between cells (until the cluster restarts after a 
 crash). `cluster.push(name=value)` and `cluster.pull("name")` move values in and out.
 """
 import argparse
+import os
 import shlex
+import types
 
 from labkit.runtime import cluster as _cluster
+from labkit.runtime.errors import RankError
+
+_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _without_runtime_frames(tb):
+    """The traceback minus labkit.runtime's frames: the learner sees their cell, then the
+    ranks' own tracebacks in the message, not the wait loop that raised it."""
+    frames = []
+    while tb is not None:
+        if os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) != _RUNTIME_DIR:
+            frames.append(tb)
+        tb = tb.tb_next
+    new = None
+    for t in reversed(frames):
+        new = types.TracebackType(new, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return new
+
+
+def _show_rank_error(shell, etype, value, tb, tb_offset=None):
+    shell.showtraceback((etype, value, _without_runtime_frames(tb)), tb_offset=tb_offset)
+
+
+def install_traceback_filter(shell=None) -> None:
+    """In IPython, show RankError/RankTimeout without labkit's internal frames (only if no
+    other custom exception handler is installed)."""
+    if shell is None:
+        try:
+            from IPython import get_ipython
+            shell = get_ipython()
+        except ImportError:
+            return
+    if shell is not None and not shell.custom_exceptions:
+        shell.set_custom_exc((RankError,), _show_rank_error)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,6 +90,7 @@ def ranks(line: str, cell: str, shell=None):
 
 
 def load_ipython_extension(ip) -> None:
+    install_traceback_filter(ip)
     def _magic(line, cell):
         __tracebackhide__ = True
         return ranks(line, cell, ip)
