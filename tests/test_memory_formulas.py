@@ -102,6 +102,7 @@ def test_activations_korthikanti_equations():
         assert M.per_layer(s, b, h, a, tp=t, sequence_parallel=True, checkpointing="selective") == \
             pytest.approx(34 * sbh / t)
     assert M.per_layer(s, b, h, a, checkpointing="full") == 2 * sbh
+    assert M.per_layer(s, b, h, a, tp=8, sequence_parallel=True, checkpointing="full") == 2 * sbh / 8
     assert M.per_layer(s, b, h, a, bytes_per_value=4) == sbh * 66 + 9 * a * s * s * b   # fp32 values
     act = M.activations(L, h, a, s, b)
     assert act.stored == L * eq1 and act.peak == L * eq1                        # 30.6 GB

@@ -174,6 +174,19 @@ def test_peak_over_a_step_on_cpu_includes_activations():
     assert p.after.momentum == 4 * sum(TRAINABLE)
 
 
+def test_gather_inside_the_ranks(cluster2):
+    def fn():
+        import torch
+
+        import labkit
+        import labkit.memory as M
+        m = torch.nn.Linear(3 + labkit.rank(), 2)           # a different size on each rank
+        return M.gather(M.measure(m))
+    out = cluster2.run(fn)
+    assert out[0] == out[1]
+    assert [b.params for b in out[0]] == [4 * (3 * 2 + 2), 4 * (4 * 2 + 2)]
+
+
 def test_per_rank_says_what_to_return(cluster2):
     with pytest.raises(TypeError, match="return labkit.memory.measure"):
         M.per_rank(cluster2, lambda: 3)

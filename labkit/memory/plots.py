@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
 from labkit.memory.activations import activations, fits, gpt_shape
-from labkit.memory.breakdown import CATEGORIES, GB, Breakdown, fmt_bytes
+from labkit.memory.breakdown import CATEGORIES, GB, Breakdown
 from labkit.memory.formulas import model_states
 
 COLORS = {"params": "#4C72B0", "grads": "#DD8452", "master": "#55A868", "momentum": "#8172B3",
@@ -138,9 +138,3 @@ def explorer_figure(n_params=7e9, world_size=1, zero_stage=0, precision="mixed",
     fig.tight_layout()
     return fig
 
-
-def diff_text(measured: Breakdown, formula: Breakdown) -> str:
-    """'measured - formula' per category, in bytes, for printing under a figure."""
-    d = measured - formula
-    return ", ".join(f"{c} {v:+,.0f} B" for c, v in d.as_dict().items()
-                     if v or getattr(formula, c)) + f"; total {fmt_bytes(d.total)}"
