@@ -8,7 +8,7 @@ dropout masks:
     no parallelism              s b h (34 + 5 a s / h)                         (eq. 1)
     tensor parallel             s b h (10 + 24 / t + 5 a s / (h t))            (eq. 2)
     tensor + sequence parallel  s b h / t (34 + 5 a s / h)                     (eq. 3)
-    selective recomputation     drops the 5 a s / h attention term              (eq. 6)
+    selective recomputation     drops the 5 a s / h attention term              (sec. 5)
     full recomputation          keeps only each layer's input: 2 s b h (/ t with SP)
 
 Where the 34 comes from, per layer (bytes per s b h): layer-norm inputs 2 x 2, QKV input 2,
@@ -30,7 +30,7 @@ GPU_SIZES_GB = (24, 40, 80, 141)     # RTX 4090 / A100-40G / A100-80G, H100 / H2
 def per_layer(seq: int, micro_batch: int, hidden: int, heads: int, *, tp: int = 1,
               sequence_parallel: bool = False, checkpointing: str = "none",
               bytes_per_value: int = 2) -> float:
-    """Bytes one transformer layer keeps for backward (Korthikanti et al., eqs. 1-3, 6)."""
+    """Bytes one transformer layer keeps for backward (Korthikanti et al., sections 4 and 5)."""
     for name, v in (("seq", seq), ("micro_batch", micro_batch), ("hidden", hidden),
                     ("heads", heads), ("tp", tp), ("bytes_per_value", bytes_per_value)):
         _positive(name, v, whole=True)

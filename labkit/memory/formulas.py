@@ -27,7 +27,8 @@ OPTIMIZERS = {
     "momentum": (("momentum",), None),                # SGD with momentum: one buffer
     "adam": (("momentum", "variance"), None),         # m and v
     "adamw": (("momentum", "variance"), None),        # same state as Adam
-    "adam8bit": (("momentum", "variance"), 1),        # bitsandbytes: m, v quantised to 1 byte
+    "adam8bit": (("momentum", "variance"), 1),        # bitsandbytes: m, v in 1 byte (its per-block
+                                                      # fp32 scales, a few % at most, not counted)
 }
 ZERO_STAGES = (0, 1, 2, 3)
 
@@ -160,14 +161,14 @@ def deepspeed_estimate(n_params: float, zero_stage: int, world_size: int,
 
     ZeRO-2, `deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs`:
         4 Psi + 16 Psi / N      (offload: 2 Psi)
-    The paper's 2 Psi + 14 Psi / N becomes 4 Psi + 16 Psi / N because DeepSpeed's estimate also
-    counts the full fp16 gradients that exist during backward before they are reduce-scattered
-    (+2 Psi) and the fp32 copy of this rank's gradient partition used by the fp32 optimizer step
-    (+4 Psi / N, so 12 -> 16 Psi / N).
     ZeRO-3, `deepspeed.runtime.zero.stage3.estimate_zero3_model_states_mem_needs`:
-        4 x largest_layer + 18 Psi / N   (offload of optimizer: 4 x largest + 2 Psi / N)
-    18 = 2 (fp16 param shard) + 16 (fp32 master, m, v, fp32 grad shard); the largest layer is
-    gathered in fp16 with its fp16 gradient (2 + 2 bytes per parameter).
+        4 x largest_layer + 18 Psi / N   (optimizer offloaded: 4 x largest + 2 Psi / N)
+    DeepSpeed's code gives the coefficients without a breakdown. Against the paper's
+    2 Psi + 14 Psi / N they fit this reading: +2 Psi for the full fp16 gradients that exist in
+    backward before they are reduce-scattered, and +4 Psi / N for the fp32 copy of this rank's
+    gradient shard that the fp32 optimizer step reads; for ZeRO-3, 18 = 2 (fp16 parameter
+    shard) + 16 (fp32 master, m, v, gradient), and one layer is gathered in fp16 with its fp16
+    gradient (2 + 2 bytes per parameter of the largest layer).
     """
     _positive("n_params", n_params)
     _positive("world_size", world_size, whole=True)
