@@ -1,0 +1,125 @@
+"""Pictures of collectives, drawn from measured runs (layer 4: matplotlib, ipywidgets).
+
+    frames = ring_frames(events, n)        # events from measure.record_ring(cluster)
+    draw_ring_steps(frames)                # static grid: one panel per step
+    ring_slider(frames)                    # the same, one step at a time with a slider
+    draw_bytes_vs_n(rows)                  # bytes sent per rank / S, ring vs naive, against N
+"""
+import matplotlib.pyplot as plt
+from matplotlib.colors import LinearSegmentedColormap
+
+_CMAP = LinearSegmentedColormap.from_list("partial", ["#f3f0e7", "#f6c76b", "#e07b39", "#2a9d5c"])
+
+
+def ring_frames(events: list, n: int) -> list:
+    """Replay recorded ring events into frames. Frame 0 is the start; frame f is the state after
+    the f-th step. A state is state[rank][chunk] = the set of ranks whose data that cell sums.
+
+    Each frame: {"title", "state", "moves": [(src, dst, chunk)], "seconds": {rank: t1 - t0}}.
+    Reduce-scatter adds what arrives (set union); all-gather overwrites it (a copy)."""
+    state = [[frozenset([r]) for _ in range(n)] for r in range(n)]
+    frames = [{"title": "start: own data only", "state": state, "moves": [], "seconds": {}}]
+    steps = sorted({(e["phase"], e["step"]) for e in events}, key=lambda k: (k[0] != "reduce-scatter", k[1]))
+    for phase, step in steps:
+        new = [row[:] for row in state]
+        moves, seconds = [], {}
+        for e in (e for e in events if (e["phase"], e["step"]) == (phase, step)):
+            src, dst, c = e["recv_from"], e["rank"], e["recv_chunk"]
+            new[dst][c] = state[dst][c] | state[src][c] if phase == "reduce-scatter" else state[src][c]
+            moves.append((src, dst, c))
+            seconds[dst] = e["t1"] - e["t0"]
+        state = new
+        frames.append({"title": f"{phase} step {step + 1}", "state": state, "moves": moves, "seconds": seconds})
+    return frames
+
+
+def draw_frame(frame: dict, ax, n: int) -> None:
+    """One step: rows are ranks, columns chunks; colour = how many ranks' data a cell sums,
+    text = which ranks; cells that just arrived have a thick border and say where from."""
+    state = frame["state"]
+    arrived = {(dst, c): src for src, dst, c in frame["moves"]}
+    for r in range(n):
+        for c in range(n):
+            k = len(state[r][c])
+            ax.add_patch(plt.Rectangle((c, r), 1, 1, facecolor=_CMAP((k - 1) / max(n - 1, 1)),
+                                       edgecolor="#c0392b" if (r, c) in arrived else "white",
+                                       linewidth=2.5 if (r, c) in arrived else 1))
+            label = "+".join(str(x) for x in sorted(state[r][c])) if k < n else "all"
+            ax.text(c + 0.5, r + 0.45, label, ha="center", va="center",
+                    fontsize=8 if n <= 4 else 6, color="white" if k == n else "black")
+            if (r, c) in arrived:
+                ax.text(c + 0.5, r + 0.82, f"from {arrived[(r, c)]}", ha="center", va="center",
+                        fontsize=6, color="#c0392b")
+    ax.set_xlim(0, n)
+    ax.set_ylim(n, 0)
+    ax.set_xticks([c + 0.5 for c in range(n)], [f"c{c}" for c in range(n)], fontsize=7)
+    ax.set_yticks([r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=7)
+    ax.tick_params(length=0)
+    ms = max(frame["seconds"].values()) * 1e3 if frame["seconds"] else None
+    ax.set_title(frame["title"] + (f"\n(slowest rank {ms:.2f} ms)" if ms is not None else "\n"), fontsize=8)
+
+
+def draw_ring_steps(frames: list, cols: int = None):
+    """All frames of a recorded ring all-reduce as a grid of panels (a static figure)."""
+    n = len(frames[0]["state"])
+    cols = cols or min(len(frames), n + 1)
+    rows = -(-len(frames) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.3 * cols, 2.3 * rows + 0.4), squeeze=False)
+    for ax, frame in zip(axes.flat, frames):
+        draw_frame(frame, ax, n)
+    for ax in list(axes.flat)[len(frames):]:
+        ax.axis("off")
+    fig.suptitle(f"ring all-reduce on {n} ranks, recorded: reduce-scatter ({n - 1} steps), "
+                 f"then all-gather ({n - 1} steps)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def ring_slider(frames: list):
+    """An ipywidgets slider over the frames (needs a live kernel; the static grid is
+    `draw_ring_steps`)."""
+    import ipywidgets as widgets
+    from IPython.display import display
+    n = len(frames[0]["state"])
+    out = widgets.Output()
+    slider = widgets.IntSlider(value=0, min=0, max=len(frames) - 1, description="step",
+                               continuous_update=False)
+
+    def show(change=None):
+        with out:
+            out.clear_output(wait=True)
+            fig, ax = plt.subplots(figsize=(3.6, 3.6))
+            draw_frame(frames[slider.value], ax, n)
+            fig.tight_layout()
+            plt.show()
+    slider.observe(show, names="value")
+    box = widgets.VBox([slider, out])
+    display(box)
+    show()
+    return box
+
+
+def draw_bytes_vs_n(rows: list, ax=None):
+    """Bytes sent per rank divided by S against N: every rank's measurement as a point, the
+    formulas as lines (ring 2(N-1)/N, naive root N-1, naive others 1)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4))
+    ns = sorted({r["world_size"] for r in rows})
+    grid = [x / 10 for x in range(int(min(ns) * 10), int(max(ns) * 10) + 1)]
+    ax.plot(grid, [2 * (x - 1) / x for x in grid], color="#2a9d5c", label="ring formula 2(N-1)/N")
+    ax.plot(grid, [x - 1 for x in grid], color="#c0392b", label="naive root formula N-1")
+    ax.axhline(1, color="#7f8c8d", ls=":", label="naive non-root formula 1")
+    ax.axhline(2, color="#2a9d5c", ls="--", lw=0.8, label="ring limit 2 (N large)")
+    for op, colour, marker, dx in (("ring_all_reduce", "#2a9d5c", "o", -0.12), ("naive_all_reduce", "#c0392b", "s", 0),
+                                   ("torch_all_reduce", "#34495e", "x", 0.12)):
+        pts = [(r["world_size"] + dx + 0.04 * (r["rank"] - 1.5), r["sent"] / r["bytes"]) for r in rows if r["op"] == op]
+        if pts:
+            ax.scatter(*zip(*pts), color=colour, marker=marker, zorder=3, s=26,
+                       label=f"{op}: measured, each rank")
+    ax.set_xticks(ns)
+    ax.set_xlabel("number of ranks N")
+    ax.set_ylabel("bytes sent by a rank / S")
+    ax.set_title("traffic per rank in one all-reduce of S bytes (kernel TCP counters)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return ax

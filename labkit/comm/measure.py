@@ -1,0 +1,88 @@
+"""Measured runs for the course: recorded ring steps, and bytes per rank against the formulas.
+
+    events = record_ring(cluster, length=12)        # per rank: what the ring did, step by step
+    rows = traffic_rows(cluster, nbytes=4 << 20)    # bytes each rank sent, per collective
+
+Both run real collectives on the cluster's ranks; nothing here is simulated.
+"""
+from labkit.comm import formulas
+
+TRAFFIC_OPS = ["ring_all_reduce", "naive_all_reduce", "torch_all_reduce"]
+
+
+def _record_rank(length, fast):
+    import torch
+    import labkit
+    from labkit import comm
+    t = torch.full((length,), float(labkit.rank() + 1), device=labkit.device())
+    expected = t.clone()
+    import torch.distributed as dist
+    dist.all_reduce(expected)
+    with comm.record() as rec:
+        (comm.ring_all_reduce if fast else comm.ring_all_reduce_simple)(t)
+    if not torch.equal(t, expected):
+        raise AssertionError(f"rank {labkit.rank()}: the recorded ring gave a wrong sum")
+    return rec.events
+
+
+def record_ring(cluster, length: int = None, fast: bool = False) -> list:
+    """Run one ring all-reduce of `length` float32 elements (default 3 x world size) on every
+    rank while recording; returns the events of all ranks, sorted by phase, step and rank."""
+    length = 3 * cluster.world_size if length is None else length
+    per_rank = cluster.run(_record_rank, length, fast, timeout=60)
+    order = {"reduce-scatter": 0, "all-gather": 1}
+    return sorted((e for evs in per_rank for e in evs), key=lambda e: (order[e["phase"]], e["step"], e["rank"]))
+
+
+def _traffic_rank(nbytes, ops, repeats):
+    import torch
+    import torch.distributed as dist
+    import labkit
+    from labkit import comm
+    t = torch.ones(nbytes // 4, device=labkit.device())
+    run = {"ring_all_reduce": comm.ring_all_reduce, "ring_all_reduce_simple": comm.ring_all_reduce_simple,
+           "naive_all_reduce": comm.naive_all_reduce, "torch_all_reduce": dist.all_reduce}
+    out = {}
+    for op in ops:
+        best = None
+        for _ in range(repeats):
+            dist.barrier()
+            with comm.traffic.measure() as m:
+                run[op](t)
+            t.fill_(1.0)
+            if best is None or m.sent < best.sent:       # a late barrier byte can only add
+                best = m
+        out[op] = dict(best.__dict__)
+    dist.barrier()
+    return out
+
+
+def traffic_rows(cluster, nbytes: int = 4 << 20, ops=TRAFFIC_OPS, repeats: int = 2) -> list:
+    """Bytes each rank sent and received in each op (measured by the kernel, and labkit's payload
+    counter), next to the formula: 2(N-1)/N x S for the ring, (N-1) x S / S for naive."""
+    n = cluster.world_size
+    nbytes = nbytes // 4 * 4
+    per_rank = cluster.run(_traffic_rank, nbytes, list(ops), repeats, timeout=120)
+    rows = []
+    for rank, res in enumerate(per_rank):
+        for op, m in res.items():
+            if op.startswith("naive"):
+                formula = formulas.naive_bytes(nbytes, n, rank)[0]
+            else:
+                formula = formulas.ring_bytes_exact(nbytes // 4, n, 4, rank)
+            rows.append(dict(m, op=op, rank=rank, world_size=n, bytes=nbytes, formula=formula,
+                             ratio=m["sent"] / nbytes))
+    return rows
+
+
+def traffic_table(rows) -> str:
+    """Measured bytes next to the formula, with the difference, one line per rank and op."""
+    lines = [f"{'N':>2} {'op':>17} {'rank':>4} {'sent/S':>7} {'recv/S':>7} {'formula/S':>9} "
+             f"{'sent - formula':>15} {'msgs':>5}"]
+    for r in rows:
+        S = r["bytes"]
+        msgs = r["messages_sent"] if not r["op"].startswith("torch") else "-"
+        lines.append(f"{r['world_size']:>2} {r['op']:>17} {r['rank']:>4} {r['sent'] / S:7.4f} "
+                     f"{r['received'] / S:7.4f} {r['formula'] / S:9.4f} {r['sent'] - r['formula']:>13} B "
+                     f"{msgs:>5}")
+    return "\n".join(lines)
