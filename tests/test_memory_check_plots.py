@@ -59,3 +59,14 @@ def test_explorer_builds_its_widgets_headless():
                              "checkpointing", "seq", "micro_batch", "gpu_gb"}
     controls["zero_stage"].value = 3                   # redraws through the display handle
     matplotlib.pyplot.close("all")
+
+
+def test_explorer_setting_answers_like_the_formulas():
+    from labkit.memory.plots import configuration
+    full, fit = configuration(n_params=7e9, world_size=1, zero_stage=0, seq=2048, micro_batch=1, gpu_gb=80)
+    layers, hidden, heads = M.gpt_shape(7e9)
+    act = M.activations(layers, hidden, heads, 2048, 1)
+    assert full.model_state == 112e9 and full.activations == act.peak
+    assert not fit.fits and fit.margin == 80e9 - 112e9 - act.peak
+    _, fit = configuration(n_params=70e9, world_size=64, zero_stage=3, checkpointing="full", seq=4096, gpu_gb=80)
+    assert fit.fits and fit.model_state == 16 * 70e9 / 64
