@@ -1,4 +1,4 @@
-"""python -m labkit.bench ddp [--ranks 4] [--steps 3] [--rounds 2] [--timeline out.png]
+"""python -m labkit.bench ddp [--ranks 4] [--steps 5] [--timeline out.png]
 
 labkit's naive, flat and bucketed DDP against torch's DistributedDataParallel on one model
 (TinyGPT, 13.8 M parameters, 55 MB of fp32 gradients) at 4 gloo ranks, in one run: step time
@@ -30,41 +30,47 @@ def combine(per_rank: list) -> dict:
 def table(res: dict, n: int) -> str:
     grad = next(iter(res.values()))["grad_bytes"]
     ring = ring_bytes_per_rank(grad, n)
-    torch_at = {lbl.split("torch DDP ")[1]: r["median"] for lbl, r in res.items()
-                if lbl.startswith("torch DDP") and "view" not in lbl}
+    torch_at = {(r["group"], r["config"][1]): r["median"] for r in res.values()
+                if r["config"][0] == "torch" and not r["config"][2]}
     rows = [f"gradient {grad / 1e6:.1f} MB; ring all-reduce formula 2(N-1)/N x gradient = "
             f"{ring / 1e6:.1f} MB per rank per step (N={n})", "",
-            f"| {'variant':<26} | step ms | vs torch DDP same cap | sent MB/step | sent/formula | "
+            f"| {'variant':<28} | step ms | vs torch DDP same cap | sent MB/step | sent/formula | "
             "grad+bucket MB | / gradient |",
-            f"| {'-' * 26} | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            f"| {'-' * 28} | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for lbl, r in res.items():
-        cap = lbl.split("bucketed ")[1] if "bucketed" in lbl else lbl.split("torch DDP ")[-1].replace(" view", "")
-        vs = f"{r['median'] / torch_at[cap]:.2f}x" if cap in torch_at else ""
+        key = (r["group"], r["config"][1])
+        vs = f"{r['median'] / torch_at[key]:.2f}x" if key in torch_at else ""
         mem = r.get("memory")
-        rows.append(f"| {lbl:<26} | {r['median'] * 1e3:7.1f} | {vs:>8} | {r['sent'] / 1e6:7.1f} | "
+        rows.append(f"| {lbl:<28} | {r['median'] * 1e3:7.1f} | {vs:>8} | {r['sent'] / 1e6:7.1f} | "
                     f"{r['sent'] / ring:5.3f} | " +
                     (f"{mem / 1e6:7.1f} | {mem / grad:4.2f} |" if mem is not None else " | |"))
     return "\n".join(rows)
 
 
 def summary(res: dict) -> str:
+    """The issue's targets, from ratios inside one group (configurations stepped in turn)."""
     lines = []
-    for cap in (1, 5, 25, 100):
-        ours, theirs = res.get(f"labkit bucketed {cap} MB"), res.get(f"torch DDP {cap} MB")
-        if ours and theirs:
-            ratio = ours["median"] / theirs["median"]
+    for lbl, r in res.items():
+        kind, cap, _ = r["config"]
+        same = [t for t in res.values() if t["group"] == r["group"]]
+        theirs = [t for t in same if t["config"] == ("torch", cap, False)]
+        if kind == "bucketed" and theirs:
+            ratio = r["median"] / theirs[0]["median"]
             lines.append(f"bucket_cap_mb={cap}: labkit bucketed / torch DDP step time = {ratio:.2f} "
                          f"({'within' if ratio <= 1.1 else 'OUTSIDE'} the 1.1x target)")
-    if "labkit naive" in res and "labkit bucketed 25 MB" in res:
-        lines.append(f"naive / bucketed 25 MB = {res['labkit naive']['median'] / res['labkit bucketed 25 MB']['median']:.2f}")
+        if kind == "naive":
+            for t in same:
+                if t["config"][0] in ("flat", "bucketed"):
+                    lines.append(f"labkit naive / {t['config'][0]}"
+                                 f"{' %g MB' % t['config'][1] if t['config'][1] else ''} step time = "
+                                 f"{r['median'] / t['median']:.2f}")
     return "\n".join(lines)
 
 
 def main(argv) -> int:
     p = argparse.ArgumentParser(prog="python -m labkit.bench ddp", description=__doc__.split("\n\n")[1])
     p.add_argument("--ranks", type=int, default=4)
-    p.add_argument("--steps", type=int, default=3, help="timed steps per configuration per round")
-    p.add_argument("--rounds", type=int, default=2, help="rounds over all configurations")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per configuration")
     p.add_argument("--timeline", metavar="PNG", help="also draw one step at 1 and 100 MB buckets")
     args = p.parse_args(argv)
     load = os.getloadavg()[0]
@@ -73,7 +79,7 @@ def main(argv) -> int:
     t0 = time.perf_counter()
     with labkit.Cluster(args.ranks, spares=0) as c:
         print(f"{c!r}\n")
-        out = combine(c.run(measure.bench_ranks, steps=args.steps, rounds=args.rounds, timeout=3600))
+        out = combine(c.run(measure.bench_ranks, steps=args.steps, timeout=3600))
         print(table(out, args.ranks))
         print()
         print(summary(out))

@@ -117,7 +117,8 @@ class _Bucket:
 
 
 class BucketedDDP(_DataParallel):
-    """Buckets of `bucket_cap_mb` MiB in reverse order of use, all-reduced during backward.
+    """Buckets of `bucket_cap_mb` MiB (the first `first_bucket_cap_mb`) in reverse order of use,
+    all-reduced during backward.
 
     A post-accumulate-grad hook on each parameter copies its finished gradient (a tied
     weight's hook fires once, after both uses are summed) into its bucket; when a bucket is
@@ -131,9 +132,14 @@ class BucketedDDP(_DataParallel):
     """
 
     def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0,
-                 find_unused_parameters: bool = False, process_group=None):
+                 find_unused_parameters: bool = False, process_group=None,
+                 first_bucket_cap_mb: float = 1.0):
         super().__init__(module, process_group)
         self.cap_bytes = bucket_cap_mb * MB
+        # torch DDP's default too (dist._DEFAULT_FIRST_BUCKET_BYTES): a small first bucket so
+        # that communication starts early in backward; None: every bucket gets bucket_cap_mb
+        self.first_cap_bytes = min(first_bucket_cap_mb * MB, self.cap_bytes) \
+            if first_bucket_cap_mb is not None else self.cap_bytes
         self.find_unused = find_unused_parameters
         self.trace = None                           # a list to record timings into (timeline)
         self._seen, self._order_fixed = [], False
@@ -145,7 +151,8 @@ class BucketedDDP(_DataParallel):
         """Cut `order` into buckets: close one when it reaches the cap or the dtype changes."""
         self.buckets, cur, size = [], [], 0
         for p in order:
-            if cur and (size >= self.cap_bytes or p.dtype != cur[0].dtype):
+            cap = self.first_cap_bytes if not self.buckets else self.cap_bytes
+            if cur and (size >= cap or p.dtype != cur[0].dtype):
                 self.buckets.append(_Bucket(cur))
                 cur, size = [], 0
             cur.append(p)

@@ -2,8 +2,9 @@
 
 Every configuration trains a fresh TinyGPT (same seed) with one wrapper: labkit's naive,
 flat or bucketed DDP, or torch's DistributedDataParallel with a bucket_cap_mb and
-gradient_as_bucket_view. Configurations are interleaved round by round so that a load
-change on the machine hits them all alike; a step's time is the slowest rank's.
+gradient_as_bucket_view. Configurations compared with each other live together and step in
+turn, so that a load change on the machine hits them all alike; a step's time is the slowest
+rank's.
 
 - bytes: `labkit.comm.traffic.measure()` around one step (the kernel's TCP counters on the
   process-group sockets, gloo's headers included), against the ring's 2(N-1)/N x gradient.
@@ -20,11 +21,14 @@ import torch.distributed as dist
 from labkit.ddp.data_parallel import STRATEGIES, trainable
 from labkit.ddp.timeline import BENCH_GPT
 
-# (label, kind, bucket_cap_mb, gradient_as_bucket_view)
-CONFIGS = [("labkit naive", "naive", None, False), ("labkit flat", "flat", None, False)] + \
-    [(f"labkit bucketed {c} MB", "bucketed", c, False) for c in (1, 5, 25, 100)] + \
-    [(f"torch DDP {c} MB{' view' if v else ''}", "torch", c, v) for c in (1, 5, 25, 100)
-     for v in (False, True)]
+# (label, kind, bucket_cap_mb, gradient_as_bucket_view). The configurations of a group live
+# together and take their steps in turn (A B C A B C ...), so a change in the machine's load
+# hits each alike; ratios are taken inside a group.
+GROUPS = [[("labkit naive", "naive", None, False), ("labkit flat", "flat", None, False),
+           ("labkit bucketed 25 MB", "bucketed", 25, False), ("torch DDP 25 MB", "torch", 25, False),
+           ("torch DDP 25 MB view", "torch", 25, True)]] + \
+    [[(f"labkit bucketed {c} MB", "bucketed", c, False), (f"torch DDP {c} MB", "torch", c, False),
+      (f"torch DDP {c} MB view", "torch", c, True)] for c in (1, 5, 100)]
 
 
 def wrap(kind: str, model, cap=None, view=False):
@@ -78,46 +82,52 @@ def grad_memory(kind: str, cap=None, view=False, cfg=BENCH_GPT, batch=2, seq=64)
     return total
 
 
-def bench_ranks(configs=CONFIGS, cfg=BENCH_GPT, batch: int = 2, seq: int = 64, steps: int = 3,
-                warmup: int = 2, rounds: int = 2, memory: bool = True) -> dict:
-    """On every rank: {label: {"times": slowest rank's step seconds, "sent": bytes this rank
-    sent in one step, "received": ..., "memory": gradient+bucket bytes}}."""
+def bench_ranks(groups=GROUPS, cfg=BENCH_GPT, batch: int = 2, seq: int = 64, steps: int = 5,
+                warmup: int = 2, memory: bool = True) -> dict:
+    """On every rank: {label: {"times": slowest rank's step seconds, "median", "sent": bytes
+    this rank sent in one step, "received", "memory": gradient+bucket bytes, "group"}}.
+    A label that appears in two groups is measured in each ("label #2" the second time)."""
     from labkit.comm.traffic import measure
     from labkit.models import lm_loss, token_batch
     x, y = token_batch(batch, seq, cfg.vocab_size, seed=dist.get_rank())
-    out = {label: {"times": []} for label, *_ in configs}
-    for rnd in range(rounds):
-        for label, kind, cap, view in configs:
+    out = {}
+    for g, group in enumerate(groups):
+        live = []
+        for label, kind, cap, view in group:
             model = _fresh(cfg)
             w, sync = wrap(kind, model, cap, view)
             opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+            label = label if label not in out else f"{label} #2"
+            out[label] = {"times": [], "group": g, "config": (kind, cap, view)}
+            live.append((label, w, sync, opt))
 
-            def step():
-                lm_loss(w(x), y).backward()
-                sync()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            for _ in range(warmup):
-                step()
-            for _ in range(steps):
+        def step(w, sync, opt):
+            lm_loss(w(x), y).backward()
+            sync()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        for _ in range(warmup):
+            for _, *rest in live:
+                step(*rest)
+        for _ in range(steps):
+            for label, *rest in live:
                 dist.barrier()
                 t0 = time.perf_counter()
-                step()
+                step(*rest)
                 t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
                 dist.all_reduce(t, op=dist.ReduceOp.MAX)      # the slowest rank sets the pace
                 out[label]["times"].append(t.item())
-            if rnd == 0:
-                dist.barrier()
-                with measure() as m:
-                    step()
-                    dist.barrier()                            # all traffic of the step has arrived
-                out[label]["sent"], out[label]["received"] = m.sent, m.received
-            del w, model, opt
+        for label, *rest in live:
+            dist.barrier()
+            with measure() as m:
+                step(*rest)
+                dist.barrier()                                # all traffic of the step has arrived
+            out[label]["sent"], out[label]["received"] = m.sent, m.received
+        del live, w, model, opt
     grad_bytes = sum(p.numel() * p.element_size() for _, p in trainable(_fresh(cfg)))
-    for label, kind, cap, view in configs:
-        r = out[label]
+    for label, r in out.items():
         r["median"] = statistics.median(r["times"])
         r["grad_bytes"] = grad_bytes
         if memory:
-            r["memory"] = grad_memory(kind, cap, view, cfg, batch, seq)
+            r["memory"] = grad_memory(*r["config"], cfg=cfg, batch=batch, seq=seq)
     return out

@@ -36,7 +36,8 @@ def overlap_fraction(backward: tuple, comms: list) -> float:
 
 def traced_step(bucket_cap_mb: float = 25.0, cfg: GPTConfig = BENCH_GPT, batch: int = 2,
                 seq: int = 64, warmup: int = 2) -> dict:
-    """On every rank: `warmup` steps of BucketedDDP(TinyGPT), then one recorded step.
+    """On every rank: `warmup` steps of BucketedDDP(TinyGPT), then one recorded step. Every
+    bucket is `bucket_cap_mb` (no small first bucket), to show the cap's effect alone.
 
     Returns times in seconds on the machine's monotonic clock: forward (start, end), backward
     (start, end), synced (when sync_gradients returned), grads [(name, t)], buckets
@@ -46,7 +47,7 @@ def traced_step(bucket_cap_mb: float = 25.0, cfg: GPTConfig = BENCH_GPT, batch: 
     from labkit.ddp.data_parallel import BucketedDDP
     from labkit.models import TinyGPT, lm_loss, token_batch
     torch.manual_seed(0)
-    ddp = BucketedDDP(TinyGPT(cfg), bucket_cap_mb=bucket_cap_mb)
+    ddp = BucketedDDP(TinyGPT(cfg), bucket_cap_mb=bucket_cap_mb, first_bucket_cap_mb=None)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     x, y = token_batch(batch, seq, cfg.vocab_size, seed=dist.get_rank())
     for step in range(warmup + 1):
