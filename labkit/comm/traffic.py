@@ -16,9 +16,9 @@ What is not counted: the rendezvous store's socket (the TCPStore at the store's 
 port) and labkit's control connection to the notebook. /proc/self/io is no substitute: its
 wchar/rchar also count pipes and files, and miss sendmsg/recvmsg traffic.
 
-gloo frames each message with a header, so ``sent`` exceeds the payload by a fixed number
-of bytes per message (`overhead_per_message` measures it; tests/test_comm_traffic.py
-checks it). On NCCL the bytes go over NVLink or InfiniBand, not these sockets, and `sent`
+gloo frames each message with a header and the receiver announces each receive it posts,
+so ``sent`` = payload + 96 B x messages sent + 48 B x messages received (gloo in torch 2.13;
+`overhead_per_message` measures both numbers, tests/test_comm_traffic.py checks the sum). On NCCL the bytes go over NVLink or InfiniBand, not these sockets, and `sent`
 stays near 0: use the payload counters there (untested: no GPU on the course machines).
 
 labkit's own collectives also add their payload (tensor bytes, no headers) and message
@@ -154,22 +154,24 @@ def measure():
             setattr(m, field, getattr(d, field))
 
 
-def overhead_per_message(sizes=(0, 1 << 10, 1 << 16), repeats: int = 8) -> float:
-    """Bytes gloo adds to each send, measured: rank 0 sends to rank 1 (call on every rank).
+def overhead_per_message(sizes=(1 << 10, 1 << 16, 1 << 20), repeats: int = 4) -> dict:
+    """Bytes gloo puts on the wire beyond the payload, measured (call on every rank).
 
-    Sends `repeats` messages of each size; returns (wire bytes - payload) / messages on rank
-    0, and the same figure seen as received on rank 1 (other ranks return 0.0).
-    """
+    Rank 0 sends `repeats` messages of each size to rank 1. Returns, on ranks 0 and 1,
+    {"per_send": extra bytes rank 0 sent per message (the message header),
+     "per_recv": bytes rank 1 sent per message it received (its "ready to receive" notice)};
+    other ranks return {}. With gloo in torch 2.13 these are 96 and 48 bytes, so a rank's
+    wire bytes are payload + 96 x messages sent + 48 x messages received."""
     import torch
     import torch.distributed as dist
     r = dist.get_rank()
-    if dist.get_world_size() < 2 or r > 1:
-        dist.barrier()
-        return 0.0
+    if dist.get_world_size() < 2:
+        return {}
     payload = messages = 0
+    dist.barrier()
     with measure() as m:
-        for n in sizes:
-            t = torch.zeros(max(n // 4, 0), dtype=torch.float32)
+        for n in sizes if r < 2 else ():
+            t = torch.zeros(n // 4, dtype=torch.float32)
             for _ in range(repeats):
                 if r == 0:
                     dist.send(t, 1)
@@ -177,6 +179,9 @@ def overhead_per_message(sizes=(0, 1 << 10, 1 << 16), repeats: int = 8) -> float
                     dist.recv(t, 0)
                 payload += t.numel() * 4
                 messages += 1
+    extra = torch.zeros(2, dtype=torch.float64)    # [per_send, per_recv], filled by ranks 0 and 1
+    if r < 2:
+        extra[r] = (m.sent - (payload if r == 0 else 0)) / messages
     dist.barrier()
-    wire = m.sent if r == 0 else m.received
-    return (wire - payload) / messages
+    dist.all_reduce(extra)
+    return {"per_send": extra[0].item(), "per_recv": extra[1].item()} if r < 2 else {}
