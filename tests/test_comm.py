@@ -1,0 +1,187 @@
+"""labkit.comm: every collective against torch.distributed on 1-4 gloo ranks, the byte
+counter against the formulas, recorded runs, the benchmark's arithmetic."""
+import pytest
+import torch
+
+import labkit
+from labkit.comm import formulas, measure
+
+LENGTHS = [0, 1, 2, 3, 5, 7, 1001, 65537]
+DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"]
+
+
+@pytest.fixture(scope="module")
+def cluster1():
+    with labkit.Cluster(1, backend="gloo", spares=0, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def cluster3():
+    with labkit.Cluster(3, backend="gloo", spares=0, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(params=[1, 2, 3, 4], ids=lambda n: f"{n}ranks")
+def any_cluster(request):
+    return request.getfixturevalue(f"cluster{request.param}")
+
+
+# -- layer 1: formulas ------------------------------------------------------------------
+def test_chunk_bounds_cover_the_tensor():
+    for length in range(0, 30):
+        for parts in range(1, 6):
+            b = formulas.chunk_bounds(length, parts)
+            assert b[0][0] == 0 and b[-1][1] == length and len(b) == parts
+            sizes = [y - x for x, y in b]
+            assert max(sizes) - min(sizes) <= 1 and all(b[i][1] == b[i + 1][0] for i in range(parts - 1))
+
+
+def test_ring_traffic_formulas():
+    for n in range(1, 9):
+        S = 4 * n * 1000
+        exact = [formulas.ring_bytes_exact(S // 4, n, 4, r) for r in range(n)]
+        assert exact == [formulas.ring_bytes_per_rank(S, n)] * n          # 2(N-1)/N x S
+        assert formulas.naive_bytes(S, n, 0) == ((n - 1) * S, (n - 1) * S) or n == 1
+    assert sum(formulas.ring_bytes_exact(7, 4, 4, r) for r in range(4)) == 2 * 3 * 7 * 4  # uneven
+    assert formulas.step_traffic(70e9, 2) == 280e9                       # the notes' 70B example
+    assert formulas.busbw("ring", 1e6, 1e-3, 4) == (1e9, 1.5e9)
+    assert formulas.busbw("broadcast", 1e6, 1e-3, 4)[1] == 1e9
+
+
+# -- layer 3: collectives against torch.distributed --------------------------------------
+def _compare_all(lengths, dtypes):
+    import torch.distributed as dist
+    from labkit import comm
+    r, n = labkit.rank(), labkit.world_size()
+    bad = []
+
+    def check(name, got, want, dt, k):
+        if dt.is_floating_point:
+            tol = 4 * n * torch.finfo(dt).eps
+            ok = torch.allclose(got.double(), want.double(), rtol=tol, atol=tol * 50)
+        else:
+            ok = torch.equal(got, want)
+        if not ok:
+            bad.append(f"{name} length {k} {dt} rank {r}")
+
+    for k in lengths:
+        for name in dtypes:
+            dt = getattr(torch, name)
+            g = torch.Generator().manual_seed(k * 101 + r)
+            x = (torch.randn(k, generator=g) * 10).to(dt) if dt.is_floating_point \
+                else torch.randint(0, 100, (k,), generator=g).to(dt)
+            want = x.clone()
+            dist.all_reduce(want)
+            for fname, fn in [("ring", comm.ring_all_reduce), ("simple", comm.ring_all_reduce_simple),
+                              ("naive", comm.naive_all_reduce),
+                              ("ring-pieces", lambda t: comm.ring_all_reduce(t, piece_bytes=4096))]:
+                t = x.clone()
+                assert fn(t) is t
+                check(fname, t, want, dt, k)
+            a, b = comm.chunk_bounds(k, n)[r]
+            t = x.clone()
+            check("reduce_scatter", comm.ring_reduce_scatter(t), want[a:b], dt, k)
+            t = torch.zeros_like(x)
+            t[a:b] = want[a:b]
+            check("all_gather", comm.ring_all_gather(t), want, dt, k)
+    x = torch.arange(12.0).reshape(3, 4).t() + r                # not contiguous, 2-D
+    want = x.clone()
+    dist.all_reduce(want)
+    for fn in (comm.ring_all_reduce, comm.ring_all_reduce_simple, comm.naive_all_reduce):
+        t = x.clone()
+        fn(t)
+        check(fn.__name__ + " 2-D transposed", t, want, torch.float32, 12)
+    return bad
+
+
+def test_collectives_match_torch(any_cluster):
+    results = any_cluster.run(_compare_all, LENGTHS, DTYPES, timeout=120)
+    assert results == [[]] * any_cluster.world_size
+
+
+def _on_subgroup(ranks):
+    import torch.distributed as dist
+    from labkit import comm
+    group = dist.new_group(ranks)
+    if labkit.rank() not in ranks:
+        return True
+    x = torch.arange(10, dtype=torch.int64) * (labkit.rank() + 1)
+    want = x.clone()
+    dist.all_reduce(want, group=group)
+    out = []
+    for fn in (comm.ring_all_reduce, comm.ring_all_reduce_simple, comm.naive_all_reduce):
+        t = x.clone()
+        fn(t, group=group)
+        out.append(torch.equal(t, want))
+    return all(out)
+
+
+def test_collectives_on_a_subgroup(cluster4):
+    assert all(cluster4.run(_on_subgroup, [0, 2, 3], timeout=60))
+
+
+# -- layer 4: traffic against the formulas ------------------------------------------------
+def _overhead():
+    from labkit.comm import traffic
+    return traffic.overhead_per_message()
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_bytes_on_the_wire_match_the_formulas(request, n):
+    c = request.getfixturevalue(f"cluster{n}")
+    ovh = c.run(_overhead, timeout=60)[0]
+    S = (1 << 20) + 12                                        # not divisible by 3 or 8 chunks
+    rows = measure.traffic_rows(c, S, ops=["ring_all_reduce", "ring_all_reduce_simple",
+                                           "naive_all_reduce", "torch_all_reduce"])
+    for row in rows:
+        what = f"N={n} {row['op']} rank {row['rank']}"
+        if row["op"] == "torch_all_reduce":                   # gloo's own ring, not counted by labkit
+            assert row["payload_sent"] == 0, what
+            assert abs(row["sent"] - formulas.ring_bytes_per_rank(row["bytes"], n)) < 0.01 * row["bytes"], what
+            continue
+        assert row["payload_sent"] == row["formula"], what    # labkit's counter: exact
+        if row["op"] == "naive_all_reduce":
+            assert row["payload_received"] == ((n - 1) * S if row["rank"] == 0 else S), what
+        else:                                                 # what the left-hand neighbour sent
+            assert row["payload_received"] == formulas.ring_bytes_exact(S // 4, n, 4, (row["rank"] - 1) % n), what
+        wire = row["formula"] + ovh["per_send"] * row["messages_sent"] + ovh["per_recv"] * row["messages_received"]
+        assert abs(row["sent"] - wire) <= 2 * ovh["per_send"], (what, row["sent"], wire)
+        assert abs(row["received"] - row["payload_received"]
+                   - ovh["per_send"] * row["messages_received"] - ovh["per_recv"] * row["messages_sent"]) \
+            <= 2 * ovh["per_send"], what
+    ring = [r["sent"] / S for r in rows if r["op"] == "ring_all_reduce"]
+    assert max(ring) - min(ring) < 0.01 and abs(ring[0] - 2 * (n - 1) / n) < 0.01
+    root = [r for r in rows if r["op"] == "naive_all_reduce" and r["rank"] == 0][0]
+    assert abs(root["sent"] / S - (n - 1)) < 0.01 and abs(root["received"] / S - (n - 1)) < 0.01
+
+
+def test_single_rank_moves_nothing(cluster1):
+    rows = measure.traffic_rows(cluster1, 4096, ops=["ring_all_reduce", "naive_all_reduce"])
+    assert [(r["sent"], r["received"], r["payload_sent"]) for r in rows] == [(0, 0, 0)] * 2
+
+
+# -- recorded runs --------------------------------------------------------------------------
+@pytest.mark.parametrize("fast", [False, True], ids=["simple", "fast"])
+def test_recorded_ring_replays_to_the_sum(cluster3, fast):
+    from labkit.comm import draw
+    events = measure.record_ring(cluster3, length=10, fast=fast)
+    frames = draw.ring_frames(events, 3)
+    assert len(frames) == 1 + 2 * 2
+    assert all(cell == frozenset({0, 1, 2}) for row in frames[-1]["state"] for cell in row)
+    after_rs = frames[2]["state"]                              # rank r owns chunk r after reduce-scatter
+    assert [after_rs[r][r] for r in range(3)] == [frozenset({0, 1, 2})] * 3
+    for e in events:
+        assert e["recv_from"] == (e["rank"] - 1) % 3 and e["send_to"] == (e["rank"] + 1) % 3
+        assert e["t1"] >= e["t0"]
+
+
+def test_bench_sweep_table_and_ratio(cluster2):
+    from labkit.bench import collectives as bench
+    rows = bench.sweep(cluster2, sizes=[4096, 65536], iters=2, warmup=1)
+    assert {r["op"] for r in rows} == set(bench.OPS) and len(rows) == 2 * len(bench.OPS)
+    for r in rows:
+        assert r["busbw"] == pytest.approx(r["algbw"] * formulas.BUSBW_FACTOR[
+            bench.FACTOR_OP.get(r["op"], r["op"])](2))
+    assert "labkit ring / gloo all_reduce busbw" in bench.table(rows)
+    assert bench.ratio(rows, 65536) > 0
