@@ -64,7 +64,7 @@ def _execute(kc, code: str, timeout: float = 120):
 START = ("import labkit\n"
          "c = labkit.Cluster(2, spares=2)\n"
          "assert c.wait_for_spares(60)\n"
-         "print('PIDS', ([w.pid for w in c._ranks], [w.pid for w in c._spares]))")
+         "print('PIDS', ([w.pid for w in c._ranks], [w.pid for w in c._pool.spares]))")
 
 
 def _pids(out: str):

@@ -12,15 +12,14 @@ already imported torch, so the next `run` works within a second.
 import datetime
 import itertools
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 import weakref
 
 from labkit.runtime import errors, procs, wire
 from labkit.runtime.collect import Event, collect
+from labkit.runtime.pool import WorkerPool, shutdown
 
 _current = None        # weakref to the newest open Cluster, for %%ranks
 _open = weakref.WeakSet()   # every open Cluster of this process, for close_all()
@@ -54,17 +53,6 @@ def _resolve_backend(backend: str, world_size: int) -> str:
     return backend
 
 
-def _shutdown(workers: dict, server, store_sock, stack_dir) -> None:
-    for w in list(workers.values()):
-        w.kill()
-    for w in list(workers.values()):
-        w.reap(1.0)
-    workers.clear()
-    server.close()
-    store_sock.close()
-    shutil.rmtree(stack_dir, ignore_errors=True)
-
-
 class Cluster:
     """A pool of `world_size` ranks. See the module docstring; DESIGN.md has the contract."""
 
@@ -80,26 +68,20 @@ class Cluster:
         self.threads_per_rank = procs.fair_threads(world_size)
         self.events = []                          # Event(rank, time, data) of the last run
         self._callbacks = []
-        self._spare_target = world_size if spares is None else int(spares)
-        self._cond = threading.Condition()
-        self._workers = {}                        # pid -> Worker: every process we started
-        self._spares = []                         # said hello, no rank yet (oldest first)
+        self._pool = WorkerPool(self.threads_per_rank, world_size if spares is None else int(spares))
         self._ranks = []                          # Worker by rank
         self._needs_restart = False
         self._closed = False
         self._gen = 0
         self._task_ids = itertools.count(1)
         self._run_lock = threading.Lock()
-        self._stack_dir = tempfile.mkdtemp(prefix="labkit-")
-        self._server = procs.ControlServer(self._on_hello)
         self._store_sock = procs.loopback_listen_socket()
         self._store_port = self._store_sock.getsockname()[1]
         self._store = dist.TCPStore("127.0.0.1", self._store_port, None, True,
                                     timeout=datetime.timedelta(seconds=start_timeout),
                                     wait_for_workers=False, master_listen_fd=self._store_sock.fileno(),
                                     use_libuv=True)
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._server,
-                                           self._store_sock, self._stack_dir)
+        self._finalizer = weakref.finalize(self, shutdown, self._pool, self._store_sock)
         t0 = time.perf_counter()
         try:
             self._promote(start_timeout)
@@ -111,77 +93,19 @@ class Cluster:
         _current = weakref.ref(self)
         others = [c for c in _open if not c.closed]
         if others:
-            procs_held = sum(len(c._workers) for c in others)
+            procs_held = sum(len(c._pool.workers) for c in others)
             print(f"labkit: {len(others)} other cluster(s) still open in this kernel, holding "
                   f"{procs_held} processes; close them with .close() or labkit.close_all() if "
                   "you no longer need them.", file=sys.stderr)
         _open.add(self)
         from labkit.runtime.magic import install_traceback_filter
         install_traceback_filter()
-        self._top_up()
-
-    # -- spares ---------------------------------------------------------------------------
-    def _launch(self, n: int) -> None:
-        for _ in range(n):
-            w = procs.launch(self._server, self._stack_dir, self.threads_per_rank)
-            self._workers[w.pid] = w
-
-    def _on_hello(self, pid, conn, main_ident, stack_path) -> None:
-        with self._cond:
-            w = self._workers.get(pid)
-            if w is None or self._closed:
-                conn.close()
-                return
-            w.conn, w.main_ident, w.stack_path = conn, main_ident, stack_path
-            self._spares.append(w)
-            self._cond.notify_all()
-
-    def _top_up(self) -> None:
-        """Start spares (standby workers that have imported torch) up to the target."""
-        with self._cond:
-            if self._closed:
-                return
-            starting = sum(1 for w in self._workers.values() if w.conn is None and w.alive())
-            missing = self._spare_target - len(self._spares) - starting
-            if missing > 0:
-                self._launch(missing)
-
-    def wait_for_spares(self, timeout: float = 60.0) -> bool:
-        """Block until every spare has started (so the next recovery is fast)."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while len(self._spares) < self._spare_target and not self._closed:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.2))
-        return True
-
-    def _take_spares(self, n: int, deadline: float) -> list:
-        with self._cond:
-            self._spares = [w for w in self._spares if w.alive()]
-            starting = [w for w in self._workers.values() if w.conn is None and w.alive()]
-            if len(self._spares) + len(starting) < n:
-                self._launch(n - len(self._spares) - len(starting))
-            while len(self._spares) < n:
-                for w in list(self._workers.values()):
-                    if w.conn is None and not w.alive():
-                        out = "\n".join(w.read_lines(final=True)[-30:])
-                        del self._workers[w.pid]
-                        raise RuntimeError(f"a rank's process could not start ({w.how_it_died()}). "
-                                           f"Its output:\n{out}")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"ranks did not start within the start timeout "
-                                       f"({len(self._spares)} of {n} ready)")
-                self._cond.wait(min(left, 0.2))
-            taken, self._spares = self._spares[:n], self._spares[n:]
-            return taken
+        self._pool.top_up()
 
     def _promote(self, timeout: float) -> None:
         """Turn `world_size` spares into ranks 0..n-1 of a fresh process group."""
         deadline = time.monotonic() + timeout
-        ranks = self._take_spares(self.world_size, deadline)
+        ranks = self._pool.take(self.world_size, deadline)
         self._gen += 1
         sys_path = [p or os.getcwd() for p in sys.path]
         for r, w in enumerate(ranks):
@@ -221,7 +145,7 @@ class Cluster:
         for w in self._ranks:
             w.reap(1.0)
             self._print_lines(w, w.read_lines(final=True))
-            self._workers.pop(w.pid, None)
+            self._pool.forget(w)
         self._ranks = []
         self._needs_restart = True
 
@@ -263,7 +187,7 @@ class Cluster:
             try:
                 if self._needs_restart:
                     self._promote(120.0)
-                    self._top_up()
+                    self._pool.top_up()
                 for w in self._ranks:
                     self._print_lines(w, w.read_lines())
                 task_id = next(self._task_ids)
@@ -277,7 +201,7 @@ class Cluster:
                 outcome = collect(self, task_id, timeout)
             except KeyboardInterrupt:
                 self._kill_ranks()
-                self._top_up()
+                self._pool.top_up()
                 raise KeyboardInterrupt(f"interrupted: the {self.world_size} ranks were stopped; "
                                         "the next run starts fresh ones") from None
         return outcome.result(self, label, timeout)
@@ -312,14 +236,16 @@ class Cluster:
         with self._run_lock:
             self._kill_ranks()
             self._promote(120.0)
-        self._top_up()
+        self._pool.top_up()
+
+    def wait_for_spares(self, timeout: float = 60.0) -> bool:
+        """Block until every spare has started (so the next recovery is fast)."""
+        return self._pool.wait_for_spares(timeout)
 
     def close(self) -> None:
         """Stop every rank and spare. Safe to call twice."""
-        with self._cond:
-            self._closed = True
+        self._closed = True
         self._ranks = []
-        self._spares = []
         self._finalizer()
 
     def __enter__(self):
@@ -329,6 +255,6 @@ class Cluster:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{len(self._ranks)} ranks ready, {len(self._spares)} spares"
+        state = "closed" if self._closed else f"{len(self._ranks)} ranks ready, {len(self._pool.spares)} spares"
         return (f"Cluster(world_size={self.world_size}, backend={self.backend!r}, "
                 f"device={self.device_type!r}, threads_per_rank={self.threads_per_rank}; {state})")

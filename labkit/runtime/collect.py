@@ -124,7 +124,7 @@ def collect(cluster, task_id: int, timeout: float) -> Outcome:
         out.stuck = _dump_stacks(ranks, sorted(out.pending))
     if out.pending or out.dead:
         cluster._kill_ranks()
-        cluster._top_up()
+        cluster._pool.top_up()
     return out
 
 

@@ -20,7 +20,6 @@ import queue
 import signal
 import sys
 import threading
-import time
 import traceback
 from multiprocessing.connection import Client
 

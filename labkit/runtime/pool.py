@@ -1,0 +1,102 @@
+"""The worker processes of one Cluster: spares that wait for a rank, and all the others.
+
+A spare has imported torch and said hello on the control socket but has no rank yet.
+`take(n)` hands spares to the Cluster (starting more if too few are on the way); `top_up()`
+starts replacements in the background, so that recovering from a hang costs a process-group
+init, not an `import torch`.
+"""
+import shutil
+import tempfile
+import threading
+import time
+
+from labkit.runtime import procs
+
+
+class WorkerPool:
+    def __init__(self, threads: int, spare_target: int):
+        self.threads = threads                    # torch threads per rank, set before import
+        self.spare_target = spare_target
+        self.cond = threading.Condition()
+        self.workers = {}                         # pid -> Worker: every live process we started
+        self.spares = []                          # said hello, no rank yet (oldest first)
+        self.closed = False
+        self.stack_dir = tempfile.mkdtemp(prefix="labkit-")
+        self.server = procs.ControlServer(self._on_hello)
+
+    def launch(self, n: int) -> None:
+        for _ in range(n):
+            w = procs.launch(self.server, self.stack_dir, self.threads)
+            self.workers[w.pid] = w
+
+    def _on_hello(self, pid, conn, main_ident, stack_path) -> None:
+        with self.cond:
+            w = self.workers.get(pid)
+            if w is None or self.closed:
+                conn.close()
+                return
+            w.conn, w.main_ident, w.stack_path = conn, main_ident, stack_path
+            self.spares.append(w)
+            self.cond.notify_all()
+
+    def _starting(self) -> list:
+        return [w for w in self.workers.values() if w.conn is None and w.alive()]
+
+    def top_up(self) -> None:
+        """Start spares up to the target (they import torch in the background)."""
+        with self.cond:
+            if not self.closed:
+                missing = self.spare_target - len(self.spares) - len(self._starting())
+                if missing > 0:
+                    self.launch(missing)
+
+    def wait_for_spares(self, timeout: float = 60.0) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while len(self.spares) < self.spare_target and not self.closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(min(left, 0.2))
+        return True
+
+    def take(self, n: int, deadline: float) -> list:
+        """n spares, oldest first; starts what is missing and says why a start failed."""
+        with self.cond:
+            self.spares = [w for w in self.spares if w.alive()]
+            missing = n - len(self.spares) - len(self._starting())
+            if missing > 0:
+                self.launch(missing)
+            while len(self.spares) < n:
+                for w in list(self.workers.values()):
+                    if w.conn is None and not w.alive():
+                        out = "\n".join(w.read_lines(final=True)[-30:])
+                        del self.workers[w.pid]
+                        raise RuntimeError(f"a rank's process could not start ({w.how_it_died()}). "
+                                           f"Its output:\n{out}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"ranks did not start within the start timeout "
+                                       f"({len(self.spares)} of {n} ready)")
+                self.cond.wait(min(left, 0.2))
+            taken, self.spares = self.spares[:n], self.spares[n:]
+            return taken
+
+    def forget(self, w) -> None:
+        self.workers.pop(w.pid, None)
+
+
+def shutdown(pool: WorkerPool, store_sock) -> None:
+    """Kill every process of the pool and free its sockets and files (also at exit)."""
+    with pool.cond:
+        pool.closed = True
+        pool.spares = []
+    workers = list(pool.workers.values())
+    for w in workers:
+        w.kill()
+    for w in workers:
+        w.reap(1.0)
+    pool.workers.clear()
+    pool.server.close()
+    store_sock.close()
+    shutil.rmtree(pool.stack_dir, ignore_errors=True)
