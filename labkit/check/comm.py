@@ -60,17 +60,20 @@ def _schedule(r, n, convention):
     return [(r - s - shift) % n for s in range(n - 1)] + [(r - s + 1 - shift) % n for s in range(n - 1)]
 
 
-def _diagnose_schedule(log, r, n, sizes):
-    """First step where rank r's sends leave the ring schedule, as a sentence, or ''."""
+def _diagnose_schedule(log, r, n, sizes, partial=False):
+    """First step where rank r's sends leave the ring schedule, as a sentence, or ''.
+    partial: the rank stopped early (crashed), so missing sends are not a finding."""
     sends = [e for e in log if e[0] == "send"]
     right = (r + 1) % n
     wants = [[c for c in _schedule(r, n, conv) if sizes[c]] for conv in (0, 1)]
     first = sends[0][2] if sends else None
-    want = next((w for w in wants if w and w[0] == first), wants[0])   # the learner's convention
+    want = next((w for w in wants if w and w[0] == first), wants[1])   # the learner's convention
     for s, expected in enumerate(want):
         phase = "reduce-scatter" if s < n - 1 else "all-gather"
         where = f"rank {r}, send {s + 1} ({phase})"
         if s >= len(sends):
+            if partial:
+                return ""
             return (f"{where} is missing: the ring needs {len(want)} non-empty sends per rank here, "
                     f"rank {r} made {len(sends)}")
         _, peer, chunk, _ = sends[s]
@@ -174,6 +177,59 @@ def _describe_hang(exc, events):
         ". Every send needs a matching recv: post them with isend/irecv before waiting."
 
 
+def _case_logs(events):
+    """The last case each rank started and the p2p calls it made in it, from emitted events."""
+    case, logs = {}, {}
+    for e in events:
+        if "case" in e.data:
+            case[e.rank], logs[e.rank] = e.data["case"], []
+        elif "p2p" in e.data:
+            logs.setdefault(e.rank, []).append(tuple(e.data["p2p"]))
+    return case, logs
+
+
+def _size_clash(logs, k):
+    """The first message whose size differs from the recv it met (i-th send from a to b
+    meets the i-th recv posted by b from a), as a sentence, or ''."""
+    def what(chunk, numel):
+        return f"chunk {chunk} ({numel} elements)" if chunk is not None else f"a buffer of {numel} elements"
+    for dst in range(k):
+        for src in range(k):
+            sends = [e for e in logs.get(src, []) if e[0] == "send" and e[1] == dst]
+            recvs = [e for e in logs.get(dst, []) if e[0] == "recv" and e[1] == src]
+            for i, (a, b) in enumerate(zip(sends, recvs)):
+                if a[3] != b[3]:
+                    return (f"rank {src} sent {what(a[2], a[3])} to rank {dst}, whose matching recv "
+                            f"(its message {i + 1} from rank {src}) was into {what(b[2], b[3])}")
+    return ""
+
+
+def _describe_crash(exc, events):
+    """A rank's process died inside the learner's ring (gloo aborts when a message and the
+    receive it matched differ in size): say which, where, and what its schedule got wrong."""
+    from labkit.comm.formulas import chunk_bounds
+    dead = sorted(r for r, f in exc.failures.items() if f.type == "RankDied")
+    r = dead[0]
+    lines = exc.failures[r].message.splitlines()
+    frames = [ln.strip() for ln in lines[2:] if ln.startswith("  ") and not ln.startswith("    ")]
+    case, logs = _case_logs(events)
+    k, length, dtype = case.get(r, (None, None, None))
+    text = f"rank {r} crashed ({lines[0]})" + (f" in {frames[0]}" if frames else "")
+    if k is not None:
+        text = f"world size {k}, length {length}, {dtype}: {text}"
+        clash = _size_clash(logs, k)
+        if clash:
+            text += f"; {clash}"
+        sizes = [b - a for a, b in chunk_bounds(length, k)]
+        for q in sorted(logs):
+            why = _diagnose_schedule(logs[q], q, k, sizes, partial=True)
+            if why:
+                text += f"; {why}"
+                break
+    return text + (". gloo aborts when a send and the recv it meets differ in size: check "
+                   "which neighbour each rank sends to and receives from")
+
+
 @checker("ring_all_reduce")
 def ring_all_reduce(fn, cluster, timeout: float = _TIMEOUT):
     """fn(tensor, group=None) must sum `tensor` over the ranks of `group`, in place."""
@@ -182,6 +238,10 @@ def ring_all_reduce(fn, cluster, timeout: float = _TIMEOUT):
         results = cluster.run(_drive, fn, timeout=timeout)
     except labkit.RankTimeout as exc:
         return False, _describe_hang(exc, cluster.events)
+    except labkit.RankError as exc:
+        if any(f.type == "RankDied" for f in exc.failures.values()):
+            return False, _describe_crash(exc, cluster.events)
+        raise
     problems = [p for p in results if p]
     if problems:
         p = min(problems, key=lambda p: p["rank"])

@@ -18,7 +18,10 @@ wchar/rchar also count pipes and files, and miss sendmsg/recvmsg traffic.
 
 gloo frames each message with a header and the receiver announces each receive it posts,
 so ``sent`` = payload + 96 B x messages sent + 48 B x messages received (gloo in torch 2.13;
-`overhead_per_message` measures both numbers, tests/test_comm_traffic.py checks the sum). On NCCL the bytes go over NVLink or InfiniBand, not these sockets, and `sent`
+`overhead_per_message` measures both numbers, tests/test_comm.py checks the sum). On the
+receiving side the same bytes show up, except that a peer's 48-byte notices for this rank's
+last sends may arrive just after the block ends: ``received`` can be short by up to
+48 B x messages sent. On NCCL the bytes go over NVLink or InfiniBand, not these sockets, and `sent`
 stays near 0: use the payload counters there (untested: no GPU on the course machines).
 
 labkit's own collectives also add their payload (tensor bytes, no headers) and message
