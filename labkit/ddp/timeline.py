@@ -86,15 +86,16 @@ def plot_timelines(runs: dict, path: str = None):
             y = r["rank"]
             f0, f1 = r["forward"]
             b0, b1 = r["backward"]
-            ax.broken_barh([(ms(f0), ms(f1) - ms(f0))], (y + 0.55, 0.35), color="#9ecae1")
-            ax.broken_barh([(ms(b0), ms(b1) - ms(b0))], (y + 0.55, 0.35), color="#3182bd")
-            cmap, prev = plt.get_cmap("tab20"), float("-inf")
+            ax.broken_barh([(ms(f0), ms(f1) - ms(f0))], (y + 0.55, 0.35), color="#c7e9c0")
+            ax.broken_barh([(ms(b0), ms(b1) - ms(b0))], (y + 0.55, 0.35), color="#31a354")
+            palette = [plt.get_cmap("tab20")(i) for i in range(20) if i not in (4, 5)]  # no greens
+            prev = float("-inf")
             for i, a, b, _ in r["buckets"]:
                 # all-reduces complete in launch order: a bar runs from launch (or the previous
                 # completion) to completion; a tick marks the launch
                 start = max(a, prev)
                 ax.broken_barh([(ms(start), max(ms(b) - ms(start), 0.05))], (y + 0.1, 0.35),
-                               color=cmap(i % 20), edgecolor="k", linewidth=0.3)
+                               color=palette[i % len(palette)], edgecolor="k", linewidth=0.3)
                 ax.plot([ms(a)] * 2, [y + 0.05, y + 0.12], color="k", lw=0.6)
                 prev = max(prev, b)
             ax.plot([ms(r["synced"])] * 2, [y + 0.05, y + 0.95], "k:", lw=1)
@@ -102,7 +103,7 @@ def plot_timelines(runs: dict, path: str = None):
         n = len(r["buckets"])
         mean = sum(r["overlap"] for r in ranks) / len(ranks)
         ax.set_title(f"{label}: {n} bucket{'s' * (n != 1)}, mean overlap {mean:.0%} "
-                     f"(forward light, backward dark blue; below: each bucket's all-reduce, ticks at launch)",
+                     f"(forward light green, backward green; below: each bucket's all-reduce, ticks at launch)",
                      fontsize=9)
         ax.set_yticks([r["rank"] + 0.5 for r in ranks], [f"rank {r['rank']}" for r in ranks])
         ax.set_ylim(0, len(ranks))
