@@ -58,6 +58,9 @@ class Cluster:
 
     def __init__(self, world_size: int = 4, backend: str = "auto", *, timeout: float = 120.0,
                  spares: int = None, start_timeout: float = 120.0):
+        """timeout: default seconds a run may take before RankTimeout (the process group's own
+        timeout is max(600 s, 2 x this), so labkit, not gloo/NCCL, reports a hang first).
+        spares: standby workers kept ready for recovery (default: world_size)."""
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size must be a whole number of ranks >= 1, got {world_size!r}")
         import torch.distributed as dist
@@ -114,7 +117,7 @@ class Cluster:
                 "rank": r, "world_size": self.world_size, "backend": self.backend,
                 "store_host": "127.0.0.1", "store_port": self._store_port,
                 "prefix": f"labkit/{self._gen}/", "threads": self.threads_per_rank,
-                "pg_timeout": 1800, "sys_path": sys_path}))
+                "pg_timeout": max(600.0, 2 * self.timeout), "sys_path": sys_path}))
         self._ranks = ranks
         waiting = set(range(self.world_size))
         while waiting:
