@@ -74,8 +74,8 @@ def _diagnose_schedule(log, r, n, sizes, partial=False):
         if s >= len(sends):
             if partial:
                 return ""
-            return (f"{where} is missing: the ring needs {len(want)} non-empty sends per rank here, "
-                    f"rank {r} made {len(sends)}")
+            return (f"rank {r} made {len(sends)} non-empty sends, the ring needs {len(want)} here "
+                    f"({n - 1} reduce-scatter + {n - 1} all-gather steps): a step is missing")
         _, peer, chunk, _ = sends[s]
         if peer != right:
             return f"{where}: sent to rank {peer}, the ring sends to the right-hand neighbour {right}"

@@ -34,11 +34,12 @@ def record_ring(cluster, length: int = None, fast: bool = False) -> list:
     return sorted((e for evs in per_rank for e in evs), key=lambda e: (order[e["phase"]], e["step"], e["rank"]))
 
 
-def _traffic_rank(nbytes, ops, repeats):
+def _traffic_rank(nbytes, ops, repeats, group_size):
     import torch
     import torch.distributed as dist
     import labkit
     from labkit import comm
+    group = None if group_size == labkit.world_size() else dist.new_group(list(range(group_size)))
     t = torch.ones(nbytes // 4, device=labkit.device())
     run = {"ring_all_reduce": comm.ring_all_reduce, "ring_all_reduce_simple": comm.ring_all_reduce_simple,
            "naive_all_reduce": comm.naive_all_reduce, "torch_all_reduce": dist.all_reduce}
@@ -47,22 +48,31 @@ def _traffic_rank(nbytes, ops, repeats):
         best = None
         for _ in range(repeats):
             dist.barrier()
+            if labkit.rank() >= group_size:                  # not in the group: idle, like a spare GPU
+                continue
             with comm.traffic.measure() as m:
-                run[op](t)
+                run[op](t, group=group)
             t.fill_(1.0)
             if best is None or m.sent < best.sent:       # a late barrier byte can only add
                 best = m
-        out[op] = dict(best.__dict__)
+        if best is not None:
+            out[op] = dict(best.__dict__)
     dist.barrier()
     return out
 
 
-def traffic_rows(cluster, nbytes: int = 4 << 20, ops=TRAFFIC_OPS, repeats: int = 2) -> list:
+def traffic_rows(cluster, nbytes: int = 4 << 20, ops=TRAFFIC_OPS, repeats: int = 2,
+                 world_size: int = None) -> list:
     """Bytes each rank sent and received in each op (measured by the kernel, and labkit's payload
-    counter), next to the formula: 2(N-1)/N x S for the ring, (N-1) x S / S for naive."""
-    n = cluster.world_size
+    counter), next to the formula: 2(N-1)/N x S for the ring, (N-1) x S / S for naive.
+
+    world_size=k < cluster.world_size runs the ops in a process group of ranks 0..k-1 (the
+    others wait), so N = 2, 3, 4 can be measured on one cluster of 4."""
+    n = cluster.world_size if world_size is None else world_size
+    if not 1 <= n <= cluster.world_size:
+        raise ValueError(f"world_size must be between 1 and the cluster's {cluster.world_size}, got {n}")
     nbytes = nbytes // 4 * 4
-    per_rank = cluster.run(_traffic_rank, nbytes, list(ops), repeats, timeout=120)
+    per_rank = cluster.run(_traffic_rank, nbytes, list(ops), repeats, n, timeout=120)[:n]
     rows = []
     for rank, res in enumerate(per_rank):
         for op, m in res.items():
