@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from labkit.bench.ddp import combine, summary, table
 from labkit.ddp import lr_scaling, measure, sampler
 from labkit.models import GPTConfig, TinyGPT
 
@@ -67,16 +68,19 @@ def test_notes_minimal_example_under_torchrun():
 
 def test_bench_measures_bytes_and_bucket_memory(cluster2):
     cfg = GPTConfig(vocab_size=512, block_size=32, n_layer=2, n_head=2, n_embd=64)
-    groups = [[("labkit bucketed", "bucketed", 1, False), ("labkit flat", "flat", None, False)],
-              [("torch", "torch", 1, False), ("torch view", "torch", 1, True)]]
-    res = cluster2.run(measure.bench_ranks, groups, cfg, batch=2, seq=32, steps=1, warmup=1)[0]
+    groups = [[("labkit bucketed", "bucketed", 1, False), ("torch", "torch", 1, False),
+               ("torch view", "torch", 1, True)], [("labkit flat", "flat", None, False)]]
+    res = combine(cluster2.run(measure.bench_ranks, groups, cfg, batch=2, seq=32, steps=2, warmup=1))
     grad = res["torch"]["grad_bytes"]
     assert grad == 4 * TinyGPT(cfg).num_params()
     for label, r in res.items():
         ring = 2 * (2 - 1) / 2 * grad
         assert 1.0 <= r["sent"] / ring < 1.05, (label, r["sent"], ring)   # + gloo headers
-        assert r["median"] > 0 and len(r["times"]) == 1
+        assert r["median"] > 0 and len(r["times"]) == 2
     assert res["torch"]["memory"] == 2 * grad                # grads + a copy in the buckets
     assert res["torch view"]["memory"] == grad               # grads are views of the buckets
     assert res["labkit bucketed"]["memory"] == 2 * grad
     assert res["labkit flat"]["memory"] == grad              # its flat buffer is freed after sync
+    text = table(res, 2) + "\n" + summary(res)
+    assert "| labkit flat " in text and "| torch view " in text
+    assert "bucket_cap_mb=1: labkit bucketed / torch DDP step time = " in text
