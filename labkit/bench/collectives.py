@@ -81,15 +81,21 @@ def sweep(cluster, sizes=DEFAULT_SIZES, ops=OPS, iters=0, warmup=2, timeout=600)
         slowest = [max(ts) for ts in zip(*(r[(op, size)] for r in per_rank))]
         t = statistics.median(slowest)
         alg, bus = busbw(FACTOR_OP.get(op, op), size, t, n)
-        rows.append({"op": op, "bytes": size, "seconds": t, "algbw": alg, "busbw": bus, "world_size": n})
+        rows.append({"op": op, "bytes": size, "seconds": t, "algbw": alg, "busbw": bus, "world_size": n,
+                     "best_seconds": min(slowest), "samples": slowest})
     return rows
 
 
-def ratio(rows, size=None, num="ring_all_reduce", den="all_reduce") -> float:
-    """busbw of `num` over busbw of `den` at `size` (default: the largest size)."""
+def ratio(rows, size=None, num="ring_all_reduce", den="all_reduce", paired=False) -> float:
+    """busbw of `num` over busbw of `den` at `size` (default: the largest size): the ratio of
+    median times, or with paired=True the median over iterations of each iteration's ratio
+    (the two ops ran back to back, so a busy moment of the machine slows both alike)."""
     size = size or max(r["bytes"] for r in rows)
-    get = {(r["op"], r["bytes"]): r["busbw"] for r in rows}
-    return get[(num, size)] / get[(den, size)]
+    get = {(r["op"], r["bytes"]): r for r in rows}
+    a, b = get[(den, size)], get[(num, size)]
+    if paired:
+        return statistics.median(x / y for x, y in zip(a["samples"], b["samples"]))
+    return a["seconds"] / b["seconds"]
 
 
 def table(rows) -> str:
@@ -104,8 +110,10 @@ def table(rows) -> str:
     sizes = sorted({r["bytes"] for r in rows})
     have = {r["op"] for r in rows}
     if {"ring_all_reduce", "all_reduce"} <= have:
-        lines.append("# labkit ring / gloo all_reduce busbw: " +
+        lines.append("# labkit ring / gloo all_reduce busbw, ratio of median times: " +
                      ", ".join(f"{human(s)} {ratio(rows, s):.2f}" for s in sizes))
+        lines.append("# labkit ring / gloo all_reduce busbw, median of paired ratios: " +
+                     ", ".join(f"{human(s)} {ratio(rows, s, paired=True):.2f}" for s in sizes))
     return "\n".join(lines)
 
 
