@@ -35,6 +35,7 @@ def record_ring(cluster, length: int = None, fast: bool = False) -> list:
 
 
 def _traffic_rank(nbytes, ops, repeats, group_size):
+    import time
     import torch
     import torch.distributed as dist
     import labkit
@@ -48,20 +49,22 @@ def _traffic_rank(nbytes, ops, repeats, group_size):
         best = None
         for _ in range(repeats):
             dist.barrier()
+            time.sleep(0.005)                                # let the barrier's last bytes land
             if labkit.rank() >= group_size:                  # not in the group: idle, like a spare GPU
                 continue
             with comm.traffic.measure() as m:
                 run[op](t, group=group)
             t.fill_(1.0)
-            if best is None or m.sent < best.sent:       # a late barrier byte can only add
-                best = m
+            got = dict(m.__dict__)
+            # a late byte of the barrier before the block can only add: keep each count's minimum
+            best = got if best is None else {k: min(v, got[k]) for k, v in best.items()}
         if best is not None:
-            out[op] = dict(best.__dict__)
+            out[op] = best
     dist.barrier()
     return out
 
 
-def traffic_rows(cluster, nbytes: int = 4 << 20, ops=TRAFFIC_OPS, repeats: int = 2,
+def traffic_rows(cluster, nbytes: int = 4 << 20, ops=TRAFFIC_OPS, repeats: int = 3,
                  world_size: int = None) -> list:
     """Bytes each rank sent and received in each op (measured by the kernel, and labkit's payload
     counter), next to the formula: 2(N-1)/N x S for the ring, (N-1) x S / S for naive.
