@@ -154,7 +154,7 @@ def test_two_clusters_at_once_do_not_collide(cluster2):
         assert other._store_port != cluster2._store_port
         for c in (other, cluster2):
             assert c._pool.server.address[0] == "127.0.0.1"
-            assert c._store_sock.getsockname()[0] == "127.0.0.1"
+            assert c._store_address[0] == "127.0.0.1"
         results = {}
 
         def go(name, c):
@@ -224,6 +224,17 @@ def test_a_second_cluster_mentions_the_first_and_close_all(capsys, monkeypatch):
     assert "other cluster(s) still open" in capsys.readouterr().err
     assert labkit.close_all() == 2
     assert first.closed and second.closed
+
+
+def test_opening_and_closing_clusters_leaves_the_others_working(cluster2):
+    """Closing a cluster frees exactly its own sockets (it once closed another cluster's)."""
+    import os
+    fds = len(os.listdir("/proc/self/fd"))
+    for n in (1, 2, 1):
+        with labkit.Cluster(n, spares=0) as c:
+            assert c.run(lambda: 1) == [1] * n
+        assert cluster2.run(lambda: 2) == [2, 2]
+    assert len(os.listdir("/proc/self/fd")) <= fds + 2, "file descriptors leak per cluster"
 
 
 def test_run_on_a_closed_cluster():

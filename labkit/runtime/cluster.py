@@ -78,13 +78,17 @@ class Cluster:
         self._gen = 0
         self._task_ids = itertools.count(1)
         self._run_lock = threading.Lock()
-        self._store_sock = procs.loopback_listen_socket()
-        self._store_port = self._store_sock.getsockname()[1]
-        self._store = dist.TCPStore("127.0.0.1", self._store_port, None, True,
-                                    timeout=datetime.timedelta(seconds=start_timeout),
-                                    wait_for_workers=False, master_listen_fd=self._store_sock.fileno(),
-                                    use_libuv=True)
-        self._finalizer = weakref.finalize(self, shutdown, self._pool, self._store_sock)
+        # The rendezvous store listens on a loopback socket we bind (TCPStore's own port=0 would
+        # listen on every interface). TCPStore takes the fd over and closes it when destroyed,
+        # so the Python socket object lets go of it (closing it twice closed a later socket).
+        sock = procs.loopback_listen_socket()
+        self._store_address = sock.getsockname()
+        self._store_port = self._store_address[1]
+        self._store = [dist.TCPStore("127.0.0.1", self._store_port, None, True,
+                                     timeout=datetime.timedelta(seconds=start_timeout),
+                                     wait_for_workers=False, master_listen_fd=sock.detach(),
+                                     use_libuv=True)]
+        self._finalizer = weakref.finalize(self, shutdown, self._pool, self._store)
         t0 = time.perf_counter()
         try:
             self._promote(start_timeout)

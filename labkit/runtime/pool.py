@@ -86,8 +86,9 @@ class WorkerPool:
         self.workers.pop(w.pid, None)
 
 
-def shutdown(pool: WorkerPool, store_sock) -> None:
-    """Kill every process of the pool and free its sockets and files (also at exit)."""
+def shutdown(pool: WorkerPool, store: list) -> None:
+    """Kill every process of the pool and free its sockets and files (also at exit).
+    `store` holds the cluster's TCPStore; emptying it destroys the store and its socket."""
     with pool.cond:
         pool.closed = True
         pool.spares = []
@@ -98,5 +99,5 @@ def shutdown(pool: WorkerPool, store_sock) -> None:
         w.reap(1.0)
     pool.workers.clear()
     pool.server.close()
-    store_sock.close()
+    store.clear()
     shutil.rmtree(pool.stack_dir, ignore_errors=True)
