@@ -10,18 +10,6 @@ LENGTHS = [0, 1, 2, 3, 5, 7, 1001, 65537]
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"]
 
 
-@pytest.fixture(scope="module")
-def cluster1():
-    with labkit.Cluster(1, backend="gloo", spares=0, timeout=120) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def cluster3():
-    with labkit.Cluster(3, backend="gloo", spares=0, timeout=120) as c:
-        yield c
-
-
 @pytest.fixture(params=[1, 2, 3, 4], ids=lambda n: f"{n}ranks")
 def any_cluster(request):
     return request.getfixturevalue(f"cluster{request.param}")

@@ -52,7 +52,7 @@ def _traffic_rank(nbytes, ops, repeats, group_size):
             time.sleep(0.005)                                # let the barrier's last bytes land
             if labkit.rank() >= group_size:                  # not in the group: idle, like a spare GPU
                 continue
-            with comm.traffic.measure() as m:
+            with comm.traffic.measure(sync=True, group=group) as m:   # nobody sends before all look
                 run[op](t, group=group)
             t.fill_(1.0)
             got = dict(m.__dict__)

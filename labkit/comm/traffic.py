@@ -144,11 +144,34 @@ def difference(before: tuple, after: tuple) -> Traffic:
                    t1 - t0)
 
 
+_sync_calls = {}          # group ranks -> how many synchronised measures they have started
+
+
+def _store_barrier(group=None) -> None:
+    """Wait until every rank of `group` got here, talking only through the rendezvous store,
+    whose socket the counters leave out, so the barrier itself adds no counted byte."""
+    import torch.distributed as dist
+    ranks = tuple(dist.get_process_group_ranks(group) if group is not None
+                  else range(dist.get_world_size()))
+    n = _sync_calls[ranks] = _sync_calls.get(ranks, 0) + 1
+    key = f"labkit-traffic/{'-'.join(map(str, ranks))}/{n}"
+    store = dist.distributed_c10d._get_default_store()
+    if store.add(key, 1) == len(ranks):
+        store.set(key + "/all", b"1")
+    store.wait([key + "/all"])
+
+
 @contextmanager
-def measure():
-    """Measure this rank's traffic inside the block; the Traffic is filled in at exit."""
+def measure(sync: bool = False, group=None):
+    """Measure this rank's traffic inside the block; the Traffic is filled in at exit.
+
+    sync=True (every rank of `group` must call it then): after its snapshot each rank waits
+    for the others at a barrier through the rendezvous store, so no byte of the block can reach
+    a rank before it took its snapshot (a fast peer otherwise sends before a slow rank looks)."""
     m = Traffic()
     before = snapshot()
+    if sync:
+        _store_barrier(group)
     try:
         yield m
     finally:
