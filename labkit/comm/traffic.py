@@ -101,7 +101,8 @@ def _tcp_counters() -> dict:
                 peer = s.getpeername()
             except OSError:
                 continue                       # listening or unconnected
-            if (peer[0], peer[1]) in skip_peers:
+            host = peer[0][7:] if peer[0].startswith("::ffff:") else peer[0]   # IPv4-mapped IPv6
+            if (host, peer[1]) in skip_peers:
                 continue
             raw = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
         finally:
