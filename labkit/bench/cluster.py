@@ -28,7 +28,8 @@ def _tiny():
 def _per_call_worker(rank: int, world_size: int, port: int) -> None:
     """What a launch-per-call tool does each time: a process group from nothing, then the task."""
     import torch.distributed as dist
-    store = dist.TCPStore("127.0.0.1", port, world_size, False, timeout=datetime.timedelta(seconds=60))
+    store = dist.TCPStore("127.0.0.1", port, world_size, rank == 0,    # rank 0 hosts the store
+                          timeout=datetime.timedelta(seconds=60))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
     _tiny()
     dist.destroy_process_group()
@@ -42,14 +43,12 @@ def _free_port() -> int:
 
 def per_call(method: str, world_size: int) -> float:
     """Seconds for one task when every call starts its own processes."""
-    import torch.distributed as dist
     import torch.multiprocessing as mp
     port = _free_port()
     t0 = time.perf_counter()
-    store = dist.TCPStore("127.0.0.1", port, world_size + 1, True, wait_for_workers=False)
+    # No store in this process: a forked child must not inherit a running store thread.
     mp.start_processes(_per_call_worker, args=(world_size, port), nprocs=world_size,
                        start_method=method, join=True)
-    del store
     return time.perf_counter() - t0
 
 
