@@ -95,7 +95,8 @@ def test_interrupting_the_kernel_stops_every_rank(kernel):
     while reply["parent_header"].get("msg_id") != msg_id:
         reply = kc.get_shell_msg(timeout=30)
     assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
-    assert _wait_gone(ranks, 2.0) + (time.monotonic() - t0) < 4.0
+    _wait_gone(ranks, 2.0)
+    assert time.monotonic() - t0 < 2.0, "every rank stops within 2 s of the interrupt"
     content, out = _execute(kc, "print('NEXT', c.run(lambda: labkit.rank() + 7))")
     assert content["status"] == "ok" and "NEXT [7, 8]" in out
 
