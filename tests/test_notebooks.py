@@ -24,3 +24,12 @@ def test_every_exercise_has_a_checked_verdict(path):
     exercises = sum(src.count("### BEGIN SOLUTION") for src in cells)
     checks = sum(1 for src in cells if src.startswith("# NBVAL_CHECK_OUTPUT") and "labkit.check." in src)
     assert checks >= min(exercises, 1), f"{path.name}: an exercise without a labkit.check cell"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_deliberate_errors_do_not_stop_run_all(path):
+    """A cell that fails on purpose carries the `raises-exception` tag, so JupyterLab's Run All
+    (and nbconvert) go on past it as nbval does."""
+    for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+        if cell["cell_type"] == "code" and "".join(cell["source"]).lstrip().startswith("# NBVAL_RAISES_EXCEPTION"):
+            assert "raises-exception" in cell["metadata"].get("tags", []), f"{path.name} cell {i}"
