@@ -8,6 +8,7 @@ With a GPU per process this is the notes' code exactly: NCCL and torch.cuda.set_
 `labkit.init_process_group()` makes that choice; everything else is plain torch.
 """
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -68,4 +69,11 @@ for epoch in range(3):
               f"{int(total[1].item())} rank-batches on {dist.get_world_size()} ranks")
 
 replicas_in_sync(model)                                # prints one line on rank 0
+dist.barrier()                                         # nobody closes its sockets while a peer still reads
 dist.destroy_process_group()
+# With torch 2.13 + gloo + DDP on this CPU machine, about 1 run in 4 under load aborts *after*
+# this line, at interpreter exit, in a C++ destructor ("terminate called without an active
+# exception"), on one or both ranks. All work is done by then; leave without running C++
+# static destructors so torchrun does not report a failure. (Root cause not found yet.)
+sys.stdout.flush()
+os._exit(0)

@@ -24,6 +24,7 @@ def hello():
 if "TORCHELASTIC_RUN_ID" in os.environ:          # started by torchrun: one process per rank
     labkit.init_process_group()
     print(hello())
+    dist.barrier()                               # nobody closes its sockets while a peer still reads
     dist.destroy_process_group()
 else:                                            # started by hand: a Cluster does the ranks
     with labkit.Cluster(world_size=2, spares=0) as cluster:
