@@ -67,7 +67,7 @@ def where(filename: str, lineno: int) -> str:
     return f"{_short_path(filename)}, line {lineno}"
 
 
-def _is_runtime(filename: str) -> bool:
+def is_runtime(filename: str) -> bool:
     """The worker's own frames (and the interpreter's start-up) are not the learner's."""
     if filename.startswith("<frozen "):
         return True
@@ -76,7 +76,7 @@ def _is_runtime(filename: str) -> bool:
 
 def format_frames(frames, innermost_first: bool = False, limit: int = None) -> str:
     """Render (filename, lineno, name, line) frames; the runtime's own frames are left out."""
-    frames = [f for f in frames if not _is_runtime(f[0])]
+    frames = [f for f in frames if not is_runtime(f[0])]
     if limit:
         frames = frames[:limit] if innermost_first else frames[-limit:]
     out = []
@@ -121,7 +121,7 @@ def parse_dump(text: str, main_ident: Optional[int]) -> list:
 
 def describe_stack(frames: list, limit: int = 4) -> str:
     """'stuck in recv' plus the innermost frames, the learner's lines with their source."""
-    shown = [f for f in frames if not _is_runtime(f[0])]
+    shown = [f for f in frames if not is_runtime(f[0])]
     if not shown:
         return "idle (waiting for work)"
     head = f"in {shown[0][2]}()"

@@ -10,14 +10,11 @@ Each rank keeps its namespace between cells (until the cluster restarts after a 
 crash). `cluster.push(name=value)` and `cluster.pull("name")` move values in and out.
 """
 import argparse
-import os
 import shlex
 import types
 
 from labkit.runtime import cluster as _cluster
-from labkit.runtime.errors import RankError
-
-_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
+from labkit.runtime.errors import RankError, is_runtime
 
 
 def _without_runtime_frames(tb):
@@ -25,7 +22,7 @@ def _without_runtime_frames(tb):
     ranks' own tracebacks in the message, not the wait loop that raised it."""
     frames = []
     while tb is not None:
-        if os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) != _RUNTIME_DIR:
+        if not is_runtime(tb.tb_frame.f_code.co_filename):
             frames.append(tb)
         tb = tb.tb_next
     new = None
