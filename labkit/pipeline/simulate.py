@@ -7,7 +7,8 @@ Times are per action, in any unit: with v chunks per rank an action runs 1/v of 
 layers, so divide the times by v to compare with v = 1. A fused B costs backward + weight; a
 zero-bubble schedule's I costs `backward` and its W `weight`. Each value may be one number, a
 list by stage (an unequal pipeline), or a function (rank, action) -> time. `send` is the time
-from a producer's end to its consumer's start on another rank.
+from a producer's end to its consumer's start on another rank: one number, or a function
+(producer rank, producer action) -> time.
 """
 from dataclasses import dataclass, field
 
@@ -93,13 +94,13 @@ def simulate(schedule, forward=1.0, backward=1.0, weight=1.0, send=0.0) -> Timel
     if it cannot run (validate() says why)."""
     s = ensure_valid(schedule)
     f, b, w = _cost(forward, "forward"), _cost(backward, "backward"), _cost(weight, "weight")
-    if isinstance(send, (list, tuple)) or callable(send) or send < 0:
-        raise ValueError(f"send must be one time >= 0, got {send!r}")
+    if not callable(send) and (isinstance(send, (list, tuple)) or send < 0):
+        raise ValueError(f"send must be a time >= 0 or a function (producer rank, action), got {send!r}")
 
     def cost(r, a):
         return {"F": f, "I": b, "W": w}[a.kind](r, a) if a.kind != "B" else b(r, a) + w(r, a)
 
-    intervals, stuck = play(s, cost, send=float(send))
+    intervals, stuck = play(s, cost, send=send if callable(send) else float(send))
     if stuck:                                   # cannot happen after ensure_valid, but say so
         raise ScheduleError(f"stages {sorted(stuck)} got stuck")
     intervals = [[iv for iv in ivs if iv[2].is_compute] for ivs in intervals]

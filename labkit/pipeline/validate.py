@@ -154,10 +154,12 @@ def play(s: Schedule, cost=lambda r, a: 1.0, send: float = 0.0, blocking_sends: 
     """Run the schedule as a dataflow, every action as early as its inputs allow.
 
     cost(rank, action) -> seconds of compute; `send`: seconds from the producer's end to the
-    consumer's start when they are on different ranks. Returns (intervals, stuck):
+    consumer's start when they are on different ranks (or a function (producer rank, producer
+    action) -> seconds). Returns (intervals, stuck):
     intervals[r] = [(start, end, action)], stuck = {rank: (step, action, waits_for)}."""
     explicit = any(not a.is_compute for acts in s.actions for a in acts)
     split = {(r, a.mb, a.chunk) for r, acts in enumerate(s.actions) for a in acts if a.kind == "I"}
+    lag = send if callable(send) else (lambda r, a: send)
     done, clock, pc = {}, [0.0] * s.stages, [0] * s.stages
     out = [[] for _ in range(s.stages)]
 
@@ -175,14 +177,14 @@ def play(s: Schedule, cost=lambda r, a: 1.0, send: float = 0.0, blocking_sends: 
                 deps = _needs(s, r, a, explicit, split)
                 if any((dr, da) not in done for dr, da, _ in deps):
                     break
-                ready = max([clock[r]] + [done[(dr, da)] + (send if x else 0.0) for dr, da, x in deps])
+                ready = max([clock[r]] + [done[(dr, da)] + (lag(dr, da) if x else 0.0) for dr, da, x in deps])
                 if a.kind.startswith("SEND") and blocking_sends:
                     pr, peer = _peer_recv(s, r, a)
                     if pc[pr] >= len(s.actions[pr]) or s.actions[pr][pc[pr]] != peer:
                         break                                        # rendezvous: wait for the RECV
                     t0 = max(ready, clock[pr])
-                    finish(r, a, t0, t0 + send)
-                    finish(pr, peer, t0, t0 + send)
+                    finish(r, a, t0, t0 + lag(r, a))
+                    finish(pr, peer, t0, t0 + lag(r, a))
                 elif a.kind.startswith("SEND"):
                     finish(r, a, ready, ready)                       # posted, returns at once
                 else:
