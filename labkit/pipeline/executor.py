@@ -156,12 +156,13 @@ def _step(s, rank, parts, xs, ys, pad, record, live, prefetch):
 
 def run_schedule(schedule, layers: int = 8, width: int = 64, microbatch_size: int = 4, sizes=None,
                  pad: float = None, warmup: int = 1, live: bool = True, check: bool = True,
-                 prefetch: int = 2) -> dict:
+                 prefetch: int = 2, repeats: int = 1) -> dict:
     """Run one training step of `schedule` on this rank (call on every rank: cluster.run).
 
     The model is `mlp(layers, width)` cut into stages x chunks parts (`sizes`: layers per part,
-    for an unequal cut); the batch is m micro-batches of `microbatch_size` rows. `warmup` unrecorded, unpadded steps come first. With check=True each rank
-    compares its gradients with one process's on the whole batch.
+    for an unequal cut); the batch is m micro-batches of `microbatch_size` rows. `warmup` unrecorded, unpadded steps come first,
+    then `repeats` timed steps (each between barriers, the slowest rank's), the last recorded.
+    With check=True each rank compares its gradients with one process's on the whole batch.
 
     Returns this rank's intervals [(t0, t1, kind, mb, chunk)] on the machine's monotonic clock,
     receive waits, peak saved-activation bytes, the loss (last stage), the largest gradient
@@ -178,13 +179,20 @@ def run_schedule(schedule, layers: int = 8, width: int = 64, microbatch_size: in
     parts = {c: cut[s.vstage(rank, c)] for c in range(s.chunks)}
     x, y = batch(microbatch_size * s.microbatches, width)
     xs, ys = x.chunk(s.microbatches), y.chunk(s.microbatches)
-    for step in range(warmup + 1):
+    times = []
+    for step in range(warmup + repeats):
         model.zero_grad(set_to_none=True)
         dist.barrier()
         start = time.perf_counter()
-        log, waits, peak, loss = _step(s, rank, parts, xs, ys, pad if step == warmup else None,
-                                       step == warmup, live, prefetch)
+        log, waits, peak, loss = _step(s, rank, parts, xs, ys, pad if step >= warmup else None,
+                                       step == warmup + repeats - 1, live, prefetch)
+        dist.barrier()
+        if step >= warmup:
+            took = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+            times.append(float(took))
     out = {"rank": rank, "start": start, "intervals": log, "waits": waits, "peak_bytes": peak,
+           "times": times,
            "loss": loss, "pad": pad, "sizes": [len(cut[s.vstage(rank, c)]) for c in range(s.chunks)],
            "grad_diff": 0.0, "grad_mismatch": []}
     if check:
