@@ -83,7 +83,7 @@ class live_gantt:
     def __init__(self, cluster, schedule, fps: float = 3.0):
         self.cluster, self.schedule, self.fps = cluster, schedule, fps
         self.intervals = [[] for _ in range(schedule.stages)]
-        self._last, self._handle = 0.0, None
+        self._last, self._cost, self._handle = 0.0, 0.0, None
 
     def timeline(self) -> Timeline:
         s = self.schedule
@@ -96,7 +96,7 @@ class live_gantt:
         d = event.data
         if "pipeline" in d and event.rank < len(self.intervals):
             self.intervals[event.rank].append((d["t0"], d["t1"], Action(d["kind"], d["mb"], d["chunk"])))
-            if time.monotonic() - self._last > 1.0 / self.fps:
+            if time.monotonic() - self._last > max(1.0 / self.fps, 3 * self._cost):
                 self._draw()
 
     def figure(self):
@@ -113,7 +113,7 @@ class live_gantt:
         return fig
 
     def _draw(self) -> None:
-        self._last = time.monotonic()
+        start = time.monotonic()
         fig = self.figure()
         try:
             from IPython.display import display
@@ -123,6 +123,9 @@ class live_gantt:
                 self._handle.update(fig)
         finally:
             plt.close(fig)
+            # drawing must not fall behind the events: at most a quarter of the time goes to it
+            self._last = time.monotonic()
+            self._cost = self._last - start
 
     def __enter__(self):
         self._unsubscribe = self.cluster.on_event(self._on_event)
