@@ -137,6 +137,7 @@ def test_right_answers_pass(fn):
     assert judge_1f1b(fn) == (True, "valid with 1F1B's bubble and memory on 4 shapes")
 
 
+@pytest.mark.cluster
 def test_checker_on_the_cluster(cluster4, capsys):
     assert schedule_1f1b(right, cluster=cluster4)
     assert not schedule_1f1b(no_warmup, cluster=cluster4)

@@ -6,6 +6,8 @@ from labkit.pipeline.executor import run_schedule
 from labkit.pipeline.timeline import simulated_twin, timeline_of
 from labkit.pipeline.torch_pp import torch_step
 
+pytestmark = pytest.mark.cluster
+
 PAD = 0.01      # seconds of padded compute per layer per forward (B: twice); timings need it on 2 cores
 TOL = 0.05      # the bench holds 0.03 on a quiet machine; tests run beside other jobs
 

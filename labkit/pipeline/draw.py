@@ -44,9 +44,10 @@ def gantt(t: Timeline, ax=None, title: str = None, unit: str = None, formula: bo
                   [f"stage {r}" for r in range(t.stages)])
     ax.set_ylim(0, t.stages)
     ax.set_xlim(0, span)
-    ax.set_xlabel(unit or ("seconds since the step started" if t.measured else
-                           "time (units of one forward)"))
-    head = title or f"{t.name}: {'measured' if t.measured else 'simulated'}"
+    seconds = t.measured or t.extra.get("seconds")
+    ax.set_xlabel(unit or ("seconds since the step started" if seconds else "time (units of one forward)"))
+    head = title or f"{t.name}: " + ("measured" if t.measured else
+                                     "simulated with the measured times" if seconds else "simulated")
     line = f"bubble {t.bubble:.1%}"
     if formula and t.name.split(" (")[0] != "ZB-H1":
         line += f", formula (p-1)/(vm+p-1) = {bubble_ratio(t.stages, t.microbatches, t.chunks):.1%}"

@@ -5,8 +5,9 @@
 
 Rank r holds chunks c = 0..v-1, i.e. virtual stages c*p + r of `mlp(layers)` cut into p*v
 parts. Activations go forward and gradients backward with point-to-point calls: each send is
-posted with `isend` and waited for at the end of the step, each receive is an `irecv` waited
-posted `prefetch` actions ahead and waited for when its action needs the tensor. A blocking `send` would wait for the peer's receive, and
+posted with `isend` and waited for at the end of the step, each receive is an `irecv` posted
+`prefetch` actions ahead and waited for when its action needs the tensor. A blocking `send`
+would wait for the peer's receive, and
 on gloo two ranks that both send first (1F1B's steady state) would wait for ever.
 
 `pad` makes compute time uniform: each action computes for real, then sleeps until `pad`
@@ -66,7 +67,7 @@ def _step(s, rank, parts, xs, ys, pad, record, live, prefetch):
     import torch
     import torch.distributed as dist
     import labkit
-    p, m, nv = s.stages, s.microbatches, s.virtual_stages
+    m, nv = s.microbatches, s.virtual_stages
     last = nv - 1
     shape = xs[0].shape
     box, inp, out, grad, pending, log, waits = {}, {}, {}, {}, [], [], []
@@ -160,8 +161,8 @@ def run_schedule(schedule, layers: int = 8, width: int = 64, microbatch_size: in
     """Run one training step of `schedule` on this rank (call on every rank: cluster.run).
 
     The model is `mlp(layers, width)` cut into stages x chunks parts (`sizes`: layers per part,
-    for an unequal cut); the batch is m micro-batches of `microbatch_size` rows. `warmup` unrecorded, unpadded steps come first,
-    then `repeats` timed steps (each between barriers, the slowest rank's), the last recorded.
+    for an unequal cut); the batch is m micro-batches of `microbatch_size` rows. `warmup`
+    unrecorded, unpadded steps come first, then `repeats` timed steps (each between barriers, the slowest rank's), the last recorded.
     With check=True each rank compares its gradients with one process's on the whole batch.
 
     Returns this rank's intervals [(t0, t1, kind, mb, chunk)] on the machine's monotonic clock,

@@ -76,4 +76,6 @@ def simulated_twin(t: Timeline, schedule, exact: bool = True) -> Timeline:
         c["forward"] = c["backward"] = lambda r, a: took[(r, a)]
         c["weight"] = lambda r, a: 0.0 if a.kind == "B" else took[(r, a)]
         c["send"] = lambda r, a: lag.get((r, a), median)
-    return simulate(as_schedule(schedule), **c)
+    twin = simulate(as_schedule(schedule), **c)
+    twin.extra["seconds"] = True
+    return twin
