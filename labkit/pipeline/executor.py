@@ -1,14 +1,14 @@
 """Run any valid schedule on real ranks (layer 3: needs torch and a process group).
 
     results = cluster.run(run_schedule, one_f_one_b(4, 8), pad=0.01)   # on every rank
-    t = timeline_of(results)          # in the notebook: a measured Timeline, like simulate()'s
+    t = timeline_of(results, s)       # in the notebook: a measured Timeline, like simulate()'s
 
 Rank r holds chunks c = 0..v-1, i.e. virtual stages c*p + r of `mlp(layers)` cut into p*v
 parts. Activations go forward and gradients backward with point-to-point calls: each send is
 posted with `isend` and waited for at the end of the step, each receive is an `irecv` posted
 `prefetch` actions ahead and waited for when its action needs the tensor. A blocking `send`
-would wait for the peer's receive, and
-on gloo two ranks that both send first (1F1B's steady state) would wait for ever.
+would wait for the peer's receive, and on gloo two ranks that both send first (1F1B's steady
+state) would wait for ever.
 
 `pad` makes compute time uniform: each action computes for real, then sleeps until `pad`
 seconds per layer have passed (forward and I and W: 1 x, B: 2 x), so four ranks sharing two
