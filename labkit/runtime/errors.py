@@ -176,7 +176,8 @@ def _short(message: str) -> str:
 
 
 def _pg_timeout_hint(f: Failure) -> str:
-    if "timed out" in f.message.lower() or "timeout" in f.type.lower():
+    text = f.message.lower()
+    if "timed out" in text or "monitoredbarrier" in text or "timeout" in f.type.lower():
         return (" (the process group's timeout: a collective or recv waited for a rank that never "
                 "joined it; Cluster(pg_timeout=...) sets how long)")
     return ""
