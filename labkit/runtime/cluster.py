@@ -9,9 +9,7 @@ back as `RankError` (a traceback per rank) and hangs as `RankTimeout` (where eac
 stuck). After a hang, a crash or an interrupt the ranks are replaced by spares that have
 already imported torch, so the next `run` works within a second.
 """
-import datetime
 import itertools
-import math
 import os
 import sys
 import threading
@@ -20,7 +18,8 @@ import weakref
 
 from labkit.runtime import errors, interrupts, procs, wire
 from labkit.runtime.collect import Event, collect
-from labkit.runtime.output import RankOutput, Screen
+from labkit.runtime.options import check_env, check_world_size, resolve_backend, seconds
+from labkit.runtime.output import Outputs
 from labkit.runtime.pool import WorkerPool, shutdown
 
 _current = None        # weakref to the newest open Cluster, for %%ranks
@@ -41,40 +40,6 @@ def close_all() -> int:
     return len(clusters)
 
 
-def _resolve_backend(backend: str, world_size: int) -> str:
-    import torch
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if backend == "auto":
-        return "nccl" if gpus >= world_size else "gloo"
-    if backend == "nccl" and gpus < world_size:
-        raise ValueError(f"backend='nccl' needs one GPU per rank: world_size={world_size} but this "
-                         f"machine has {gpus} GPU(s) visible (torch.cuda.device_count()). Use "
-                         f"backend='gloo' (CPU) or world_size<={gpus}.")
-    if backend not in ("nccl", "gloo"):
-        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {backend!r}")
-    return backend
-
-
-def seconds(value, name: str, none_ok: bool = True):
-    """A positive, finite number of seconds (or None where allowed), else a clear ValueError."""
-    if value is None and none_ok:
-        return None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value <= 0:
-        allowed = "a positive number of seconds" + (" or None" if none_ok else "")
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-    return float(value)
-
-
-def _check_env(env) -> dict:
-    env = dict(env or {})
-    for k, v in env.items():
-        if not isinstance(k, str) or not isinstance(v, str):
-            raise TypeError(f"env= maps names to strings, like {{'TORCH_DISTRIBUTED_DEBUG': "
-                            f"'DETAIL'}}; got {k!r}: {v!r}")
-    return env
-
-
 class Cluster:
     """A pool of `world_size` ranks. See the module docstring; docs/architecture.md has how a run flows."""
 
@@ -93,22 +58,18 @@ class Cluster:
         output_lines, output_bytes: at most this much output per rank per run reaches the cell
             (None: no limit); the rest is read and counted ("... N lines not shown"). Change
             them later as ``cluster.output_lines = ...``."""
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise ValueError(f"world_size must be a whole number of ranks >= 1, got {world_size!r}")
-        import torch.distributed as dist
-        self.world_size = world_size
-        self.backend = _resolve_backend(backend, world_size)
+        self.world_size = check_world_size(world_size)
+        self.backend = resolve_backend(backend, world_size)
         self.device_type = "cuda" if self.backend == "nccl" else "cpu"
         self.timeout = seconds(timeout, "timeout", none_ok=False)
         pg_timeout = seconds(pg_timeout, "pg_timeout")
         self.pg_timeout = pg_timeout if pg_timeout else max(600.0, 2 * self.timeout)
-        self.env = _check_env(env)
+        self.env = check_env(env)
         self.output_lines, self.output_bytes = output_lines, output_bytes
         self.threads_per_rank = procs.fair_threads(world_size)
         self.events = []                          # Event(rank, time, data) of the last run
         self._callbacks = []
-        self._screen = Screen()
-        self._outputs = {}                        # worker pid -> RankOutput
+        self._outputs = Outputs()                 # what each rank printed, on its way to the cell
         self._pool = WorkerPool(self.threads_per_rank, world_size if spares is None else int(spares),
                                 self.env)
         self._ranks = []                          # Worker by rank
@@ -118,16 +79,8 @@ class Cluster:
         self._gen = 0
         self._task_ids = itertools.count(1)
         self._run_lock = threading.Lock()
-        # The rendezvous store listens on a loopback socket we bind (TCPStore's own port=0 would
-        # listen on every interface). TCPStore takes the fd over and closes it when destroyed,
-        # so the Python socket object lets go of it (closing it twice closed a later socket).
-        sock = procs.loopback_listen_socket()
-        self._store_address = sock.getsockname()
-        self._store_port = self._store_address[1]
-        self._store = [dist.TCPStore("127.0.0.1", self._store_port, None, True,
-                                     timeout=datetime.timedelta(seconds=start_timeout),
-                                     wait_for_workers=False, master_listen_fd=sock.detach(),
-                                     use_libuv=True)]
+        store, self._store_address = procs.rendezvous_store(start_timeout)
+        self._store, self._store_port = [store], self._store_address[1]
         self._finalizer = weakref.finalize(self, shutdown, self._pool, self._store)
         t0 = time.perf_counter()
         try:
@@ -205,7 +158,7 @@ class Cluster:
         for w in self._ranks:
             w.reap(1.0)
             self.show_output(w, final=True)
-            self._outputs.pop(w.pid, None)
+            self._outputs.forget(w)
             self._pool.forget(w)
         self._ranks = []
         self._needs_restart = True
@@ -254,7 +207,7 @@ class Cluster:
                     self._pool.top_up()
                 for w in self._ranks:
                     self.show_output(w)
-                    self._output(w).reset(self.output_lines, self.output_bytes)
+                    self._outputs.new_run(w, self.output_lines, self.output_bytes)
                 task_id = next(self._task_ids)
                 self.events = []
                 self._in_flight = True
@@ -293,21 +246,10 @@ class Cluster:
         """The worker processes by rank (procs.Worker), for the run loop."""
         return list(self._ranks)
 
-    def _output(self, w) -> RankOutput:
-        o = self._outputs.get(w.pid)
-        if o is None:
-            o = self._outputs[w.pid] = RankOutput(w.rank, self._screen, self.output_lines,
-                                                  self.output_bytes)
-        return o
-
     def show_output(self, w, final: bool = False) -> None:
         """Move what rank `w` printed into the cell (all of it, its last partial line too, if
         final); within the output budget of the run."""
-        o = self._output(w)
-        o.rank = w.rank
-        o.feed(w.read_output())
-        if final:
-            o.finish()
+        self._outputs.show(w, final)
 
     def deliver_event(self, event: Event) -> None:
         """Add one labkit.emit(...) event to `events` and call every `on_event` callback."""

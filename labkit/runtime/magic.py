@@ -13,7 +13,7 @@ import argparse
 import shlex
 
 from labkit.runtime import cluster as _cluster
-from labkit.runtime.errors import install_traceback_filter, without_runtime_frames  # noqa: F401
+from labkit.runtime.errors import install_traceback_filter  # noqa: F401 - kept importable from here
 
 
 def _parser() -> argparse.ArgumentParser:

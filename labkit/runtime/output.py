@@ -138,3 +138,30 @@ class RankOutput:
                                         f"{' or '.join(limits)} per rank per run; change "
                                         "cluster.output_lines / cluster.output_bytes)")
         self.reset()
+
+
+class Outputs:
+    """The output of every worker of a Cluster, by process."""
+
+    def __init__(self):
+        self.screen = Screen()
+        self._by_pid = {}
+
+    def _of(self, w) -> RankOutput:
+        o = self._by_pid.get(w.pid)
+        if o is None:
+            o = self._by_pid[w.pid] = RankOutput(w.rank, self.screen)
+        o.rank = w.rank
+        return o
+
+    def new_run(self, w, max_lines, max_bytes) -> None:
+        self._of(w).reset(max_lines, max_bytes)
+
+    def show(self, w, final: bool = False) -> None:
+        o = self._of(w)
+        o.feed(w.read_output())
+        if final:
+            o.finish()
+
+    def forget(self, w) -> None:
+        self._by_pid.pop(w.pid, None)

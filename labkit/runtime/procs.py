@@ -8,21 +8,18 @@ next spares, which is why recovery costs a process-group init, not an `import to
 """
 import fcntl
 import os
-import pickle
 import queue
 import re
-import select
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 import labkit
+from labkit.runtime import frames
 from labkit.runtime.control import ControlServer
 
 _LABKIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(labkit.__file__)))
@@ -41,55 +38,17 @@ class Worker:
         self.out_fd = proc.stdout.fileno()
         os.set_blocking(self.out_fd, False)
         self._partial = b""
-        self._inbox = bytearray()    # bytes read from the control connection, not yet a message
+        self._inbox = frames.Inbox()  # messages from the rank, read without blocking
         self.eof = False             # the control connection closed
         self.garbled = None          # why a message could not be decoded, once one could not
         self.stopped_by = None       # why labkit stopped this process, if it did
 
     # -- messages -----------------------------------------------------------------------
-    def read_messages(self, limit: int = 64 << 20) -> list:
-        """The whole messages that have arrived, without ever blocking.
-
-        Connection.recv blocks until a whole message is in, with no deadline, so a rank that
-        sent half a message (or garbage) would hang the notebook. Here the bytes are read only
-        while the socket has some, framed as multiprocessing frames them, and unpickled; a
-        message that cannot be decoded sets `garbled` (the rank has failed), a closed
-        connection sets `eof`."""
-        fd = self.conn.fileno()
-        got = 0
-        while got < limit and not self.eof:
-            try:
-                ready, _, _ = select.select([fd], [], [], 0)
-                if not ready:
-                    break
-                data = os.read(fd, 1 << 20)
-            except (OSError, ValueError):
-                data = b""
-            if not data:
-                self.eof = True
-                break
-            self._inbox += data
-            got += len(data)
-        msgs = []
-        buf = self._inbox
-        while self.garbled is None and len(buf) >= 4:
-            n, = struct.unpack("!i", buf[:4])
-            head = 4
-            if n == -1:
-                if len(buf) < 12:
-                    break
-                n, = struct.unpack("!Q", buf[4:12])
-                head = 12
-            if n < 0 or n > MAX_MESSAGE:
-                self.garbled = f"a message header announced {n} bytes"
-                break
-            if len(buf) < head + n:
-                break
-            try:
-                msgs.append(pickle.loads(bytes(buf[head:head + n])))
-            except Exception as exc:          # noqa: BLE001 - any decoding error
-                self.garbled = f"{type(exc).__name__}: {exc}"
-            del buf[:head + n]
+    def read_messages(self) -> list:
+        """The whole messages that have arrived, without ever blocking (see frames.Inbox);
+        sets `eof` when the connection closed and `garbled` when a message cannot be decoded."""
+        msgs = self._inbox.read(self.conn.fileno())
+        self.eof, self.garbled = self._inbox.eof, self._inbox.garbled
         return msgs
 
     # -- output -------------------------------------------------------------------------
@@ -293,9 +252,6 @@ def remove_stale_dirs(root: str = None) -> list:
     return removed
 
 
-MAX_MESSAGE = 1 << 40          # a header announcing more than this is garbage, not a message
-
-
 def fair_threads(world_size: int) -> int:
     """Cores available to this process divided among the ranks, at least one each."""
     try:
@@ -303,6 +259,20 @@ def fair_threads(world_size: int) -> int:
     except AttributeError:
         cores = os.cpu_count() or 1
     return max(1, cores // world_size)
+
+
+def rendezvous_store(timeout: float):
+    """The TCPStore ranks rendezvous through, on a loopback socket we bind (TCPStore's own
+    port=0 would listen on every interface); returns (store, port). TCPStore takes the fd
+    over and closes it when destroyed, so the Python socket object lets go of it (closing it
+    twice closed a later socket). Returns (store, (host, port))."""
+    import datetime
+    import torch.distributed as dist
+    sock = loopback_listen_socket()
+    address = sock.getsockname()
+    store = dist.TCPStore("127.0.0.1", address[1], None, True, timeout=datetime.timedelta(seconds=timeout),
+                          wait_for_workers=False, master_listen_fd=sock.detach(), use_libuv=True)
+    return store, address
 
 
 def loopback_listen_socket() -> socket.socket:
