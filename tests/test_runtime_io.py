@@ -159,6 +159,15 @@ def test_partial_lines_and_carriage_returns(monkeypatch):
     assert s.calls[-1][1:3] == (1, "x" * 10)
 
 
+def test_a_print_split_in_two_writes_stays_plain_text():
+    from labkit.runtime import output
+    s = _Screen()
+    o = output.RankOutput(0, s)
+    o.feed(b"working on 5")                  # print() writes the text, then the newline
+    o.feed(b"\n")
+    assert s.calls == [("line", 0, "working on 5")]
+
+
 LIVE = r"""
 import time, labkit
 c = labkit.Cluster(2, backend="gloo", spares=0)

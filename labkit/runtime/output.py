@@ -2,9 +2,11 @@
 
 Lines reach the cell as ``[rank N] ...`` as soon as they are printed. A line still being
 written (``print(..., end="")``, a progress bar redrawn with ``\\r``) shows live too: in a
-notebook each rank's unfinished line gets a display of its own (``display_id``) that is
-redrawn in place at most every 0.1 s, so the bars of several ranks never write over each
-other; when the line ends, that display keeps its final text. Outside a notebook an unfinished
+notebook each rank's line that stays unfinished for 0.1 s gets a display of its own
+(``display_id``) that is redrawn in place at most every 0.1 s, so the bars of several ranks
+never write over each other; when the line ends, that display keeps its final text. (A plain
+``print`` writes its text and its newline separately, microseconds apart: the 0.1 s keeps
+such lines ordinary text.) Outside a notebook an unfinished
 line shows when it ends (or when the run ends). Carriage returns are applied as a terminal
 would: ``"10%\\r20%"`` shows ``20%``.
 
@@ -65,6 +67,7 @@ class RankOutput:
         self.screen = screen
         self.max_lines, self.max_bytes = max_lines, max_bytes
         self._buf = b""
+        self._since = 0.0          # when the unfinished line began
         self.reset()
 
     def reset(self, max_lines=..., max_bytes=...) -> None:
@@ -105,10 +108,13 @@ class RankOutput:
         if not data:
             self.tick()
             return
+        had_partial = bool(self._buf)
         buf = self._buf + data
         *lines, self._buf = buf.split(b"\n")
         for ln in lines:
             self._finish_line(ln.decode("utf-8", "replace"))
+        if self._buf and (lines or not had_partial):
+            self._since = time.monotonic()       # when the unfinished line began
         self.tick()
 
     def tick(self, force: bool = False) -> None:
@@ -116,7 +122,7 @@ class RankOutput:
         if not self.screen.live or not self._buf or self.hidden:
             return
         now = time.monotonic()
-        if not force and now - self._drawn_at < LIVE_EVERY_S:
+        if not force and (now - self._drawn_at < LIVE_EVERY_S or now - self._since < LIVE_EVERY_S):
             return
         text = overwrite(self._buf.decode("utf-8", "replace"))
         if text != self._drawn and not self._over(text):
