@@ -74,37 +74,25 @@ def test_emit_from_several_threads_at_once(c):
     assert c.run(lambda: labkit.rank() + 10, timeout=20) == [10, 11]
 
 
-def test_garbage_on_the_control_connection_is_a_rank_error(c):
-    def fn():
-        import os
-        from labkit.runtime import context
-        if labkit.rank() == 1:
-            os.write(context.control_fd(), b"\x00\x00\x00\x08notapickle")
-        return labkit.rank()
-
-    t0 = time.monotonic()
-    with pytest.raises(labkit.RankError) as info:
-        c.run(fn, timeout=20)
-    assert time.monotonic() - t0 < 10
-    assert info.value.ranks == [1] and info.value.restarted
-    assert "rank 1 sent the notebook a message it cannot decode" in str(info.value)
-    assert _works(c) < 30
-
-
-def test_a_half_message_never_blocks_past_the_timeout(c):
+def test_garbage_or_half_a_message_on_the_control_connection(c):
     def fn():
         import os
         import time
         from labkit.runtime import context
         if labkit.rank() == 0:
             os.write(context.control_fd(), b"\x00\x10\x00\x00half")   # announces 1 MB
+        else:
+            os.write(context.control_fd(), b"\x00\x00\x00\x08notapickle")
         time.sleep(0.2)
-        return 1
+        return labkit.rank()
 
     t0 = time.monotonic()
-    with pytest.raises(labkit.RankTimeout):
+    with pytest.raises(labkit.RankError) as info:
         c.run(fn, timeout=1.5)
-    assert time.monotonic() - t0 < 8
+    assert time.monotonic() - t0 < 8, "never blocked past the timeout"
+    err = info.value
+    assert err.ranks == [1] and sorted(err.stuck) == [0] and err.restarted
+    assert "rank 1 sent the notebook a message it cannot decode" in str(err)
     assert _works(c) < 30
 
 
@@ -151,7 +139,7 @@ def test_forked_children_neither_answer_for_the_rank_nor_survive(c, tmp_path):
 
 
 # -- fault 6: double Ctrl-C ------------------------------------------------------------------
-@pytest.mark.parametrize("gap_ms", [5, 20])
+@pytest.mark.parametrize("gap_ms", [10])
 def test_a_quick_double_ctrl_c_leaves_the_cluster_consistent(c, gap_ms):
     assert c.wait_for_spares(60)
     pid = os.getpid()
