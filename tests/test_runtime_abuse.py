@@ -291,8 +291,7 @@ def test_a_recursion_error_is_collapsed(c):
     assert "RecursionError" in text and "more times]" in text and len(text) < 3000, len(text)
 
 
-def test_close_from_another_thread_says_closed(c):
-    """Last in this file: it closes the module's cluster."""
+def test_close_from_another_thread_says_closed(c):   # last here: it closes the module's cluster
     cl = c
     threading.Timer(1.0, cl.close).start()
     with pytest.raises(RuntimeError) as info:

@@ -145,8 +145,8 @@ class Cluster:
                 time.sleep(0.005)
 
     def _rejoin(self, timeout: float = 60.0) -> None:
-        """Every rank leaves its process group and joins a new one; namespaces are kept (after
-        dist.destroy_process_group() in a rank, or a collective that failed half-way)."""
+        """All ranks join a new process group, namespaces kept (after destroy_process_group()
+        in a rank, or a collective that failed half-way)."""
         self._gen += 1
         for w in self._ranks:
             w.conn.send(("rejoin", f"labkit/{self._gen}/"))
@@ -280,8 +280,7 @@ class Cluster:
         self._pool.top_up()
 
     def wait_for_spares(self, timeout: float = 60.0) -> bool:
-        """Block until every spare has started (so the next recovery is fast)."""
-        return self._pool.wait_for_spares(timeout)
+        return self._pool.wait_for_spares(timeout)   # every spare started: recovery is fast
 
     def close(self) -> None:
         """Stop every rank and spare. Safe to call twice."""
