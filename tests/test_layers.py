@@ -20,6 +20,11 @@ PURE = [
     "labkit.pipeline.schedules",
     "labkit.pipeline.validate",
     "labkit.pipeline.simulate",
+    "labkit.diagnose",
+    "labkit.diagnose.verdict",
+    "labkit.diagnose.knobs",
+    "labkit.doctor",
+    "labkit.doctor.pitfalls",
 ]
 
 # Importing any of these from a pure module is a layering error.

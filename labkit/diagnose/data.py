@@ -1,0 +1,86 @@
+"""The third bottleneck, data: slow items, DataLoader workers, a stream sharded correctly.
+
+    SlowDataset(n, width, wait_s=0.01)            # each item "reads a file": it waits wait_s
+    loader_throughput(workers=(0, 1, 2, 4))      # items per second for each worker count
+    ShardedStream(n)                             # IterableDataset: rank x worker sharding
+    stream_items(n, num_workers=2)               # on each rank: the items it saw
+
+Reading and decoding files mostly waits (disk, network, decompression in C with the GIL
+released), so an item's cost here is `time.sleep`: with 2 CPU cores a CPU-bound item could
+not show several workers helping, while waiting items overlap in any number of workers.
+"""
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+
+
+class SlowDataset(Dataset):
+    """n items (x, y); each takes `wait_s` seconds to produce, as a file read would.
+    x is `width` floats, or, with `ids`, `width` token ids below `ids`; y is a class of 10.
+    With rows > 0 an item is a sequence: x is (rows, width) and y holds a class per row."""
+
+    def __init__(self, n: int = 256, width: int = 32, wait_s: float = 0.01, ids: int = 0, seed: int = 0,
+                 rows: int = 0):
+        self.n, self.wait_s = n, wait_s
+        g = torch.Generator().manual_seed(seed)       # the "files' contents", made once
+        shape = (n, rows, width) if rows else (n, width)
+        self.x = torch.randint(0, ids, shape, generator=g) if ids else torch.randn(shape, generator=g)
+        self.y = torch.randint(0, 10, (n, rows) if rows else (n,), generator=g)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self.wait_s:
+            time.sleep(self.wait_s)                   # the read: waiting, not computing
+        return self.x[i], self.y[i]
+
+
+def loader_throughput(workers=(0, 1, 2, 4), n: int = 64, batch: int = 8, wait_s: float = 0.01,
+                      prefetch_factor: int = 2, pin_memory: bool = False) -> dict:
+    """Items per second through a DataLoader over SlowDataset for each worker count, one pass
+    each, worker start-up included. Workers fork from this process: call it on a rank (whose
+    torch uses one thread), not in a notebook that has run threaded torch ops.
+    pin_memory only matters with a GPU (page-locked buffers make host-to-device copies
+    asynchronous); on CPU it does nothing useful and is left off."""
+    data = SlowDataset(n=n, wait_s=wait_s)
+    out = {}
+    for w in workers:
+        kw = dict(num_workers=w, prefetch_factor=prefetch_factor) if w else {}
+        t0 = time.perf_counter()
+        seen = sum(len(x) for x, _ in DataLoader(data, batch_size=batch, pin_memory=pin_memory, **kw))
+        out[w] = seen / (time.perf_counter() - t0)
+    return out
+
+
+class ShardedStream(IterableDataset):
+    """A stream of items 0..n-1 (say, lines of files read in order), split so that every item
+    reaches exactly one (rank, worker) pair: shard k of world_size x num_workers takes items
+    k, k + S, k + 2S, ... with S = world_size x num_workers and k = rank x num_workers + worker.
+
+    by="rank" shards by rank only, the common mistake: each DataLoader worker gets a copy of the
+    dataset object and replays the rank's whole shard, so with 2 workers every item comes twice."""
+
+    def __init__(self, n: int, rank: int, world_size: int, by: str = "rank_and_worker"):
+        if by not in ("rank_and_worker", "rank"):
+            raise ValueError(f"by must be 'rank_and_worker' or 'rank', got {by!r}")
+        self.n, self.rank, self.world_size, self.by = n, rank, world_size, by
+
+    def __iter__(self):
+        info = get_worker_info()                      # None in the main process (num_workers=0)
+        workers, worker = (info.num_workers, info.id) if info else (1, 0)
+        if self.by == "rank":
+            workers, worker = 1, 0
+        shards = self.world_size * workers
+        k = self.rank * workers + worker
+        for i in range(k, self.n, shards):
+            yield i
+
+
+def stream_items(n: int = 50, num_workers: int = 2, by: str = "rank_and_worker") -> list:
+    """On every rank: the item numbers this rank's DataLoader delivers from a ShardedStream."""
+    import torch.distributed as dist
+    ds = ShardedStream(n, dist.get_rank(), dist.get_world_size(), by=by)
+    kw = dict(num_workers=num_workers, prefetch_factor=2) if num_workers else {}
+    return [int(i) for batch in DataLoader(ds, batch_size=4, **kw) for i in batch]

@@ -1,0 +1,51 @@
+"""Pictures for notebook 10: where each rank's step goes, and DataLoader throughput."""
+import matplotlib.pyplot as plt
+
+from labkit.diagnose.verdict import COMM_SHARE, PHASES
+
+COLOURS = {"data": "#e6a23c", "forward": "#4c8bf5", "backward": "#2c5aa0", "comm": "#d9534f",
+           "optimizer": "#6aa84f"}
+LABELS = {"data": "data wait", "forward": "forward", "backward": "backward", "comm": "communication",
+          "optimizer": "optimizer"}
+
+
+def phase_shares(runs: dict, verdicts: dict = None):
+    """One horizontal bar per (run, rank): the share of the step in each phase, on one 0-100 %
+    scale so runs compare; the notes' 30 % communication line dashed. `runs`: name -> [Phases]."""
+    rows = [(name, r, p) for name, ranks in runs.items() for r, p in enumerate(ranks)]
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.6))
+    for y, (name, r, p) in enumerate(rows):
+        left = 0.0
+        for ph in PHASES:
+            w = 100 * p.share(ph)
+            ax.barh(y, w, left=left, color=COLOURS[ph], label=LABELS[ph] if y == 0 else None)
+            left += w
+        ax.text(101, y, f"{1e3 * p.total:.0f} ms", va="center", fontsize=8)
+    ax.set_yticks(range(len(rows)),
+                  [f"{name}, rank {r}" + (f"  -> {verdicts[name]}" if verdicts and r == 0 else "")
+                   for name, r, _ in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(100 * COMM_SHARE, color="k", ls="--", lw=1, label="30 % (the notes' communication line)")
+    ax.set_xlim(0, 112)
+    ax.set_xlabel("share of one training step (%); the time per step is printed at the right")
+    ax.set_title("Where each rank's step goes")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def throughput_bars(rates: dict, wait_s: float):
+    """Items per second for each worker count, next to the ideal (workers x 1 / wait_s)."""
+    ws = list(rates)
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.bar([str(w) for w in ws], [rates[w] for w in ws], color="#4c8bf5", label="measured")
+    ideal = [max(w, 1) / wait_s for w in ws]
+    ax.plot([str(w) for w in ws], ideal, "k_", ms=30, mew=2, label=f"ideal: max(workers, 1) / {wait_s * 1e3:.0f} ms")
+    for i, w in enumerate(ws):
+        ax.text(i, rates[w], f"{rates[w] / rates[ws[0]]:.1f}x", ha="center", va="bottom", fontsize=9)
+    ax.set_xlabel("DataLoader num_workers")
+    ax.set_ylabel("items per second")
+    ax.set_title("Workers overlap items that wait (ratio to the first bar)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,134 @@
+"""The notes' diagnosis order for slow training, as plain arithmetic on measured step times.
+
+    吞吐诊断顺序 (the notes):
+    1. GPU utilisation low  -> data loading or communication is the bottleneck
+    2. communication share > 30 %  -> cut communication (sharding strategy, overlap)
+    3. memory peak near the limit  -> checkpointing or a smaller batch
+    4. DataLoader workers saturated -> more workers, streaming reads
+
+`diagnose(ranks, peak_bytes=..., budget_bytes=...)` takes each rank's seconds per phase
+(data wait, forward, backward, communication, optimizer) and returns the four checks in that
+order; `bottleneck(findings)` names the first one that fires. No torch, no processes: the
+timers that fill `Phases` live in `labkit.diagnose.steps`.
+
+"Utilisation" here is the share of the step spent computing (forward + backward + optimizer),
+what `nvidia-smi` shows as busy on a GPU. A rank that waits for a slower rank inside a
+collective counts that wait as communication, as a profiler does.
+"""
+from dataclasses import dataclass, fields
+
+BUSY_LOW = 0.60        # compute share below this: the device idles (step 1; the notes give no number)
+COMM_SHARE = 0.30      # the notes' 30 % (step 2)
+MEMORY_NEAR = 0.90     # peak above 90 % of the budget is "near the limit" (step 3)
+DATA_WAIT = 0.10       # waiting > 10 % of the step for the next batch: loader starved (step 4)
+PHASES = ("data", "forward", "backward", "comm", "optimizer")
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Mean seconds per training step in each phase, on one rank."""
+    data: float = 0.0        # waiting for the next batch from the DataLoader
+    forward: float = 0.0
+    backward: float = 0.0
+    comm: float = 0.0        # gradient all-reduce (and any wait for slower ranks)
+    optimizer: float = 0.0
+
+    def __post_init__(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, (int, float)) or v < 0:
+                raise ValueError(f"Phases.{f.name} must be seconds >= 0, got {v!r}")
+
+    @property
+    def total(self) -> float:
+        return sum(getattr(self, p) for p in PHASES)
+
+    def share(self, phase: str) -> float:
+        """Fraction of the step spent in `phase` ("compute" = forward + backward + optimizer)."""
+        if phase == "compute":
+            return (self.forward + self.backward + self.optimizer) / self.total if self.total else 0.0
+        return getattr(self, phase) / self.total if self.total else 0.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check of the diagnosis order, with the number behind it."""
+    step: int            # 1..4, the notes' order
+    check: str
+    value: float         # the measured share or fraction
+    threshold: float
+    flagged: bool
+    cause: str           # "data", "communication", "memory" or "" when not flagged
+    detail: str
+
+    def __str__(self) -> str:
+        mark = "!!" if self.flagged else "ok"
+        return f"{self.step}. [{mark}] {self.check}: {self.detail}"
+
+
+def _as_phases(r) -> Phases:
+    return r if isinstance(r, Phases) else Phases(**r)
+
+
+def diagnose(ranks, peak_bytes: float = None, budget_bytes: float = None) -> list:
+    """The notes' four checks, in order, for one run.
+
+    ranks: one `Phases` (or dict of phase -> seconds) per rank. The worst rank counts: the
+    slowest step paces every rank. peak_bytes / budget_bytes: the highest peak over the ranks
+    and the device's memory; without both, check 3 reports "not measured" and never fires.
+    """
+    ranks = [_as_phases(r) for r in ranks]
+    if not ranks:
+        raise ValueError("diagnose needs the phase times of at least one rank")
+    busy = min(r.share("compute") for r in ranks)
+    comm = max(r.share("comm") for r in ranks)
+    data = max(r.share("data") for r in ranks)
+    idle_cause = "data" if data >= comm else "communication"
+    out = [Finding(1, "utilisation (compute share of the step)", busy, BUSY_LOW, busy < BUSY_LOW,
+                   idle_cause if busy < BUSY_LOW else "",
+                   f"{busy:.0%} computing (low means below {BUSY_LOW:.0%})" +
+                   (f"; the rest is mostly {'waiting for data' if idle_cause == 'data' else 'communication'}"
+                    f" (data {data:.0%}, communication {comm:.0%})" if busy < BUSY_LOW else ""))]
+    out.append(Finding(2, "communication share", comm, COMM_SHARE, comm > COMM_SHARE,
+                       "communication" if comm > COMM_SHARE else "",
+                       f"{comm:.0%} of the step (notes: above {COMM_SHARE:.0%}, cut communication: "
+                       f"sharding strategy, overlap, bigger buckets, accumulation)"))
+    if peak_bytes is None or not budget_bytes:
+        out.append(Finding(3, "memory peak against the budget", 0.0, MEMORY_NEAR, False, "",
+                           "not measured (give peak_bytes and budget_bytes)"))
+    else:
+        frac = peak_bytes / budget_bytes
+        out.append(Finding(3, "memory peak against the budget", frac, MEMORY_NEAR, frac > MEMORY_NEAR,
+                           "memory" if frac > MEMORY_NEAR else "",
+                           f"peak {peak_bytes / 2**20:.1f} MiB of {budget_bytes / 2**20:.1f} MiB "
+                           f"= {frac:.0%} (near the limit above {MEMORY_NEAR:.0%}: checkpointing, "
+                           f"smaller micro-batch)"))
+    out.append(Finding(4, "data loader keeps up", data, DATA_WAIT, data > DATA_WAIT,
+                       "data" if data > DATA_WAIT else "",
+                       f"waiting for the next batch {data:.0%} of the step (starved above "
+                       f"{DATA_WAIT:.0%}: the workers are saturated, add workers or prefetch)"))
+    return out
+
+
+def bottleneck(findings) -> str:
+    """The first flagged check's cause in the notes' order ("data", "communication",
+    "memory"), or "none" when nothing fires."""
+    for f in sorted(findings, key=lambda f: f.step):
+        if f.flagged:
+            return f.cause
+    return "none"
+
+
+def report(findings, title: str = "") -> str:
+    """The verdict list as text, the bottleneck last."""
+    lines = ([title] if title else []) + [str(f) for f in findings]
+    return "\n".join(lines + [f"bottleneck: {bottleneck(findings)}"])
+
+
+def breakdown_table(ranks) -> list:
+    """Rows [rank, ms per phase..., total ms, comm share] for a table."""
+    rows = []
+    for i, r in enumerate(_as_phases(r) for r in ranks):
+        rows.append([i] + [round(1e3 * getattr(r, p), 1) for p in PHASES] +
+                    [round(1e3 * r.total, 1), f"{r.share('comm'):.0%}"])
+    return rows

@@ -1,0 +1,97 @@
+"""labkit.diagnose: the notes' diagnosis order (pure), three slow runs on ranks, data loading."""
+import pytest
+
+from labkit.diagnose import (COMM_SHARE, Phases, bottleneck, breakdown_table, diagnose, knob_table,
+                             report)
+
+
+# --- the verdict, pure ----------------------------------------------------------------------
+def test_phases_total_and_shares():
+    p = Phases(data=1, forward=2, backward=3, comm=3, optimizer=1)
+    assert p.total == 10 and p.share("comm") == 0.3 and p.share("compute") == 0.6
+    with pytest.raises(ValueError, match="comm"):
+        Phases(comm=-1)
+
+
+@pytest.mark.parametrize("ranks, peak, budget, expected", [
+    # data wait dominates: step 1 fires and names data
+    ([Phases(data=0.08, forward=0.005, backward=0.005, comm=0.005, optimizer=0.001)] * 2, 1, 10, "data"),
+    # all-reduce dominates: step 1 fires and names communication
+    ([Phases(data=0.001, forward=0.002, backward=0.003, comm=0.05, optimizer=0.003)] * 2, 1, 10,
+     "communication"),
+    # busy enough (65 %) but communication 35 %: step 1 passes, step 2 fires
+    ([Phases(forward=0.3, backward=0.2, comm=0.35, optimizer=0.15)], 1, 10, "communication"),
+    # compute-bound, peak at 95 % of the budget: step 3
+    ([Phases(data=0.001, forward=0.04, backward=0.08, comm=0.01, optimizer=0.01)] * 4, 95, 100, "memory"),
+    # nothing wrong
+    ([Phases(data=0.001, forward=0.04, backward=0.08, comm=0.01, optimizer=0.01)], 50, 100, "none"),
+    # busy enough, communication low, but the loader waits 15 %: step 4
+    ([Phases(data=0.15, forward=0.4, backward=0.3, comm=0.05, optimizer=0.1)], None, None, "data"),
+])
+def test_bottleneck_follows_the_notes_order(ranks, peak, budget, expected):
+    findings = diagnose(ranks, peak_bytes=peak, budget_bytes=budget)
+    assert [f.step for f in findings] == [1, 2, 3, 4]
+    assert bottleneck(findings) == expected, report(findings)
+
+
+def test_the_worst_rank_decides_and_the_threshold_is_strict():
+    fine = Phases(forward=0.5, backward=0.2, comm=0.3)            # exactly 30 %: not above it
+    assert not diagnose([fine])[1].flagged and COMM_SHARE == 0.30
+    slow = Phases(forward=0.5, backward=0.1, comm=0.4)
+    f = diagnose([fine, slow])
+    assert f[1].flagged and abs(f[1].value - 0.4) < 1e-12
+    assert "not measured" in diagnose([fine])[2].detail           # no budget: step 3 silent
+
+
+def test_report_and_tables_are_readable():
+    f = diagnose([{"data": 0.1, "forward": 0.01, "comm": 0.0}])
+    text = report(f, "run A")
+    assert text.splitlines()[0] == "run A" and text.endswith("bottleneck: data")
+    assert breakdown_table([Phases(forward=0.001, comm=0.001)]) == [[0, 0.0, 1.0, 0.0, 1.0, 0.0, 2.0, "50%"]]
+    table = knob_table()
+    assert table.count("\n") == 8 and "`bucket_cap_mb`" in table and "NCCL_SOCKET_IFNAME" in table
+    with pytest.raises(ValueError, match="at least one rank"):
+        diagnose([])
+
+
+# --- on ranks -------------------------------------------------------------------------------
+def _three(name):
+    from labkit.diagnose import scenario
+    return scenario(name)
+
+
+def test_three_slow_runs_get_the_right_verdict(cluster2):
+    """Robust to load: sleeps for data, an 8 MB all-reduce against tiny compute, and an exact
+    (storage-counted) peak against a 16 MiB budget."""
+    got = {}
+    for name, expected in [("slow data", "data"), ("communication", "communication"),
+                           ("memory", "memory")]:
+        res = cluster2.run(_three, name)
+        findings = diagnose([r["phases"] for r in res], peak_bytes=max(r["peak_bytes"] for r in res),
+                            budget_bytes=res[0]["budget_bytes"])
+        got[name] = bottleneck(findings)
+        assert got[name] == expected, f"{name}:\n{report(findings)}"
+
+
+def _streams(by, workers):
+    from labkit.diagnose import stream_items
+    return stream_items(50, num_workers=workers, by=by)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stream_sharded_across_ranks_and_workers(cluster2, workers):
+    from labkit.ddp.sampler import shard_report
+    rep = shard_report(cluster2.run(_streams, "rank_and_worker", workers), 50)
+    assert not rep["overlap"] and not rep["missing"] and not rep["duplicated"], rep
+    bad = shard_report(cluster2.run(_streams, "rank", 2), 50)      # sharded by rank only
+    assert len(bad["duplicated"]) == 50 and not bad["missing"]     # every item twice
+
+
+def _throughput():
+    from labkit.diagnose import loader_throughput
+    return loader_throughput((0, 4), n=48, wait_s=0.02)
+
+
+def test_workers_overlap_waiting_items(cluster2):
+    rates = cluster2.run(_throughput)[0]
+    assert rates[4] > 2.0 * rates[0], rates     # ideal 4x; worker start-up and load eat some
