@@ -89,9 +89,9 @@ def test_stream_sharded_across_ranks_and_workers(cluster2, workers):
 
 def _throughput():
     from labkit.diagnose import loader_throughput
-    return loader_throughput((0, 4), n=48, wait_s=0.02)
+    return loader_throughput((0, 4), n=64, wait_s=0.02)
 
 
 def test_workers_overlap_waiting_items(cluster2):
-    rates = cluster2.run(_throughput)[0]
-    assert rates[4] > 2.0 * rates[0], rates     # ideal 4x; worker start-up and load eat some
+    got = cluster2.run(_throughput)[0]
+    assert got[4][0] > 2.0 * got[0][0], got     # ideal 4x; the load of the machine eats some
