@@ -1,22 +1,28 @@
 """Pictures for notebook 10: where each rank's step goes, and DataLoader throughput."""
 import matplotlib.pyplot as plt
 
-from labkit.diagnose.verdict import COMM_SHARE, PHASES
+from labkit.diagnose.verdict import COMM_SHARE
 
-COLOURS = {"data": "#e6a23c", "forward": "#4c8bf5", "backward": "#2c5aa0", "comm": "#d9534f",
+# communication first, so that its bar starts at 0 and reads against the 30 % line
+ORDER = ("comm", "wait", "data", "forward", "backward", "optimizer")
+
+COLOURS = {"data": "#e6a23c", "forward": "#4c8bf5", "backward": "#2c5aa0", "wait": "#bbbbbb",
+           "comm": "#d9534f",
            "optimizer": "#6aa84f"}
-LABELS = {"data": "data wait", "forward": "forward", "backward": "backward", "comm": "communication",
+LABELS = {"data": "data wait", "forward": "forward", "backward": "backward",
+          "wait": "waiting for other ranks", "comm": "communication",
           "optimizer": "optimizer"}
 
 
 def phase_shares(runs: dict, verdicts: dict = None):
     """One horizontal bar per (run, rank): the share of the step in each phase, on one 0-100 %
-    scale so runs compare; the notes' 30 % communication line dashed. `runs`: name -> [Phases]."""
+    scale so runs compare; communication first, against the notes' 30 % line (dashed).
+    `runs`: name -> [Phases]."""
     rows = [(name, r, p) for name, ranks in runs.items() for r, p in enumerate(ranks)]
     fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.6))
     for y, (name, r, p) in enumerate(rows):
         left = 0.0
-        for ph in PHASES:
+        for ph in ORDER:
             w = 100 * p.share(ph)
             ax.barh(y, w, left=left, color=COLOURS[ph], label=LABELS[ph] if y == 0 else None)
             left += w
@@ -42,10 +48,12 @@ def throughput_bars(rates: dict, wait_s: float):
     ideal = [max(w, 1) / wait_s for w in ws]
     ax.plot([str(w) for w in ws], ideal, "k_", ms=30, mew=2, label=f"ideal: max(workers, 1) / {wait_s * 1e3:.0f} ms")
     for i, w in enumerate(ws):
-        ax.text(i, rates[w], f"{rates[w] / rates[ws[0]]:.1f}x", ha="center", va="bottom", fontsize=9)
+        ax.text(i, rates[w] / 2, f"{rates[w] / rates[ws[0]]:.1f}x", ha="center", va="center",
+                fontsize=10, color="white", fontweight="bold")
     ax.set_xlabel("DataLoader num_workers")
     ax.set_ylabel("items per second")
     ax.set_title("Workers overlap items that wait (ratio to the first bar)")
-    ax.legend(fontsize=8)
+    ax.set_ylim(0, 1.25 * max(max(ideal), max(rates.values())))
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig

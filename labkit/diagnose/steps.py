@@ -4,8 +4,10 @@
     result = scenario("slow data")                    # on each rank -> dict for `diagnose`
 
 Timers (`time.perf_counter`) wrap each phase: waiting on the DataLoader, forward + loss,
-backward, the gradient all-reduce (one flat all-reduce, `labkit.ddp.FlatDDP`, so that
-communication is a phase of its own and not hidden inside backward), and the optimizer step.
+backward, waiting for the other ranks (a barrier: the time a faster rank would otherwise
+spend inside the all-reduce waiting for a slower one), the gradient all-reduce (one flat
+all-reduce, `labkit.ddp.FlatDDP`, so that communication is a phase of its own and not hidden
+inside backward), and the optimizer step. The barrier costs one tiny collective per step.
 On a GPU each timer would need `torch.cuda.synchronize()` first (kernels run asynchronously);
 `timed_run` does it when the model is on CUDA. That path is untested on this CPU machine.
 
@@ -46,7 +48,7 @@ def timed_run(model: nn.Module, loader, steps: int = 6, lr: float = 0.01, warmup
     ddp = FlatDDP(model)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     device = next(model.parameters()).device
-    times = {k: [] for k in ("data", "forward", "backward", "comm", "optimizer")}
+    times = {k: [] for k in ("data", "forward", "backward", "wait", "comm", "optimizer")}
     it = iter(loader)
     for i in range(warmup + steps):
         t = [time.perf_counter()]
@@ -61,6 +63,8 @@ def timed_run(model: nn.Module, loader, steps: int = 6, lr: float = 0.01, warmup
         _sync(device); t.append(time.perf_counter())
         loss.backward()
         _sync(device); t.append(time.perf_counter())
+        dist.barrier()                            # wait: until the slowest rank is here too
+        t.append(time.perf_counter())
         ddp.sync_gradients()
         _sync(device); t.append(time.perf_counter())
         opt.step()
@@ -142,9 +146,23 @@ def profiled_scenario(name: str = "communication", steps: int = 3, seed: int = 0
     def step():
         x, y = next(it)
         _loss(ddp(x), y).backward()
+        dist.barrier()                            # as in timed_run: waiting is not communication
         ddp.sync_gradients()
         opt.step()
         opt.zero_grad(set_to_none=True)
     step()                                        # warm-up outside the profile
     prof = profiled_comm_share(step, steps=steps)
     return {"timers": timers.share("comm"), "profiler": prof["share"], "ops": prof["ops"]}
+
+
+def warm_up() -> None:
+    """On every rank: import what the runs use and make one collective, so that the first
+    timed run does not pay for it."""
+    import torch.distributed._tools.mem_tracker  # noqa: F401  (labkit.memory.peak on CPU)
+    from labkit.memory import peaks  # noqa: F401
+    loader = DataLoader(SlowDataset(n=4, wait_s=0.0), batch_size=2)
+    for _ in loader:
+        pass
+    dist.barrier()
+    timed_run(nn.Linear(4, 10), DataLoader(SlowDataset(n=8, width=4, wait_s=0.0), batch_size=4),
+              steps=1)

@@ -7,13 +7,15 @@
     4. DataLoader workers saturated -> more workers, streaming reads
 
 `diagnose(ranks, peak_bytes=..., budget_bytes=...)` takes each rank's seconds per phase
-(data wait, forward, backward, communication, optimizer) and returns the four checks in that
-order; `bottleneck(findings)` names the first one that fires. No torch, no processes: the
+(data wait, forward, backward, waiting for the other ranks, communication, optimizer) and
+returns the four checks in that order; `bottleneck(findings)` names the first one that fires:
+"data", "communication", "imbalance" (ranks idle waiting for a slower one), "memory" or "none". No torch, no processes: the
 timers that fill `Phases` live in `labkit.diagnose.steps`.
 
 "Utilisation" here is the share of the step spent computing (forward + backward + optimizer),
-what `nvidia-smi` shows as busy on a GPU. A rank that waits for a slower rank inside a
-collective counts that wait as communication, as a profiler does.
+what `nvidia-smi` shows as busy on a GPU. Waiting for a slower rank would count as
+communication in a profiler (the wait happens inside the collective); the timers separate it
+with a barrier just before the all-reduce, so that communication means moving bytes.
 """
 from dataclasses import dataclass, fields
 
@@ -21,7 +23,7 @@ BUSY_LOW = 0.60        # compute share below this: the device idles (step 1; the
 COMM_SHARE = 0.30      # the notes' 30 % (step 2)
 MEMORY_NEAR = 0.90     # peak above 90 % of the budget is "near the limit" (step 3)
 DATA_WAIT = 0.10       # waiting > 10 % of the step for the next batch: loader starved (step 4)
-PHASES = ("data", "forward", "backward", "comm", "optimizer")
+PHASES = ("data", "forward", "backward", "wait", "comm", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,8 @@ class Phases:
     data: float = 0.0        # waiting for the next batch from the DataLoader
     forward: float = 0.0
     backward: float = 0.0
-    comm: float = 0.0        # gradient all-reduce (and any wait for slower ranks)
+    wait: float = 0.0        # waiting for the slowest rank to reach the all-reduce (imbalance)
+    comm: float = 0.0        # the gradient all-reduce itself
     optimizer: float = 0.0
 
     def __post_init__(self):
@@ -73,22 +76,26 @@ def _as_phases(r) -> Phases:
 def diagnose(ranks, peak_bytes: float = None, budget_bytes: float = None) -> list:
     """The notes' four checks, in order, for one run.
 
-    ranks: one `Phases` (or dict of phase -> seconds) per rank. The worst rank counts: the
-    slowest step paces every rank. peak_bytes / budget_bytes: the highest peak over the ranks
-    and the device's memory; without both, check 3 reports "not measured" and never fires.
+    ranks: one `Phases` (or dict of phase -> seconds) per rank. Shares are averaged over the
+    ranks, as a dashboard of every GPU's utilisation would show them (the per-rank numbers are
+    in `breakdown_table`). peak_bytes / budget_bytes: the highest peak over the ranks and the
+    device's memory; without both, check 3 reports "not measured" and never fires.
     """
     ranks = [_as_phases(r) for r in ranks]
     if not ranks:
         raise ValueError("diagnose needs the phase times of at least one rank")
-    busy = min(r.share("compute") for r in ranks)
-    comm = max(r.share("comm") for r in ranks)
-    data = max(r.share("data") for r in ranks)
-    idle_cause = "data" if data >= comm else "communication"
+    def mean(phase):
+        return sum(r.share(phase) for r in ranks) / len(ranks)
+    busy, comm, data, wait = mean("compute"), mean("comm"), mean("data"), mean("wait")
+    idle_cause = max([("data", data), ("communication", comm), ("imbalance", wait)], key=lambda kv: kv[1])[0]
+    words = {"data": "waiting for data", "communication": "communication",
+             "imbalance": "waiting for a slower rank"}
     out = [Finding(1, "utilisation (compute share of the step)", busy, BUSY_LOW, busy < BUSY_LOW,
                    idle_cause if busy < BUSY_LOW else "",
                    f"{busy:.0%} computing (low means below {BUSY_LOW:.0%})" +
-                   (f"; the rest is mostly {'waiting for data' if idle_cause == 'data' else 'communication'}"
-                    f" (data {data:.0%}, communication {comm:.0%})" if busy < BUSY_LOW else ""))]
+                   (f"; the rest is mostly {words[idle_cause]} (data {data:.0%}, "
+                    f"waiting for other ranks {wait:.0%}, communication {comm:.0%})"
+                    if busy < BUSY_LOW else ""))]
     out.append(Finding(2, "communication share", comm, COMM_SHARE, comm > COMM_SHARE,
                        "communication" if comm > COMM_SHARE else "",
                        f"{comm:.0%} of the step (notes: above {COMM_SHARE:.0%}, cut communication: "
@@ -112,7 +119,7 @@ def diagnose(ranks, peak_bytes: float = None, budget_bytes: float = None) -> lis
 
 def bottleneck(findings) -> str:
     """The first flagged check's cause in the notes' order ("data", "communication",
-    "memory"), or "none" when nothing fires."""
+    "imbalance", "memory"), or "none" when nothing fires."""
     for f in sorted(findings, key=lambda f: f.step):
         if f.flagged:
             return f.cause
