@@ -155,11 +155,16 @@ def profiled_scenario(name: str = "communication", steps: int = 3, seed: int = 0
     return {"timers": timers.share("comm"), "profiler": prof["share"], "ops": prof["ops"]}
 
 
-def warm_up() -> None:
-    """On every rank: import what the runs use and make one collective, so that the first
-    timed run does not pay for it."""
-    import torch.distributed._tools.mem_tracker  # noqa: F401  (labkit.memory.peak on CPU)
+def load_memory_tracker() -> None:
+    """On every rank: import torch's MemTracker (used by labkit.memory.peak on CPU). It loads
+    sympy and torch's fake tensors: seconds, paid once per rank."""
+    import torch.distributed._tools.mem_tracker  # noqa: F401
     from labkit.memory import peaks  # noqa: F401
+
+
+def warm_up() -> None:
+    """On every rank: start a DataLoader, make a collective and time one step, so that the
+    first timed run does not pay for it."""
     loader = DataLoader(SlowDataset(n=4, wait_s=0.0), batch_size=2)
     for _ in loader:
         pass
