@@ -123,6 +123,11 @@ def checker(name: str):
             try:
                 ok, detail = body(fn, get_cluster(cluster), *args, **kwargs)
             except Exception as exc:          # noqa: BLE001 - a checker never raises at the learner
+                ran_on = cluster if cluster is not None else _cluster.current()
+                raised = [e.data for e in getattr(ran_on, "events", None) or []
+                          if "learner_raised" in e.data]
+                if raised and not _not_implemented(exc):   # raised on some ranks, others stuck
+                    return report(name, False, caught_verdict([d["learner_raised"] for d in raised]))
                 if _not_implemented(exc):
                     print(f"{name}: not implemented yet (replace the `raise NotImplementedError` "
                           "line with your code, then run this cell again)")

@@ -20,7 +20,7 @@ import datetime
 import time
 import traceback
 
-PATIENCE_S = 3.0        # seconds a rank waits for the others once its own call is over
+PATIENCE_S = 5.0        # seconds a rank waits for the others once its own call is over
 
 
 class PeersStuck(RuntimeError):
@@ -40,11 +40,9 @@ class Caught:
         frames = traceback.extract_tb(exc.__traceback__)
         mine = [f for f in frames if "/labkit/" not in f.filename.replace("\\", "/")
                 and "/torch/" not in f.filename.replace("\\", "/")]
-        self.where = ""
-        if mine:
-            f = mine[-1]
-            from labkit.runtime.errors import where
-            self.where = where(f.filename, f.lineno) + (f": {f.line.strip()}" if f.line else "")
+        # the learner's innermost frame, put into words in the notebook (describe), where a
+        # cell's file name can be turned into "Cell In[7]"
+        self.frame = (mine[-1].filename, mine[-1].lineno, (mine[-1].line or "").strip()) if mine else None
         self.hint = ""                  # a sentence the checker adds when it knows the cause
         self.exception = exc            # dropped when pickled (see __getstate__)
 
@@ -58,7 +56,10 @@ class Caught:
         return self.message.splitlines()[0] if self.message else ""
 
     def describe(self) -> str:
-        at = f" at {self.where}" if self.where else ""
+        at = ""
+        if self.frame:
+            from labkit.runtime.errors import where
+            at = f" at {where(self.frame[0], self.frame[1])}" + (f": {self.frame[2]}" if self.frame[2] else "")
         hint = f" - {self.hint}" if self.hint else ""
         return f"failed on rank {self.rank}: {self.type}: {self.first_line}{at}{hint}"
 
@@ -93,6 +94,8 @@ def settle(token: str, key: str, flag=None, patience: float = PATIENCE_S) -> lis
     except Exception:                   # noqa: BLE001 - a store timeout: someone is stuck
         missing = [r for r, k in enumerate(keys) if not store.check([k])]
         if getattr(flag, "exception", None) is not None:
+            import labkit
+            labkit.emit(learner_raised=flag)        # so the checker can still say what it was
             raise flag.exception
         raise PeersStuck(f"rank {rank} finished its call, rank{'s' if len(missing) > 1 else ''} "
                          f"{', '.join(map(str, missing))} did not within {patience:g} s") from None
