@@ -17,6 +17,9 @@ def _what_is_wrong(got, t, expected, biggest, n) -> str:
     if _close(got, t) and not _close(t, expected):
         return ("returned its own values unchanged: nothing was averaged (all-reduce the tensor "
                 "over the ranks, then divide by the world size)")
+    if _close(got, t / n) and not _close(t / n, expected):
+        return (f"returned its own values divided by {n}: they were never summed over the ranks "
+                "(dist.reduce leaves the sum on one rank; all_reduce gives it to every rank)")
     if _close(got, expected * n):
         return (f"the values are exactly {n} x the mean, the sum over ranks: divide by the "
                 f"world size ({n})")
@@ -73,12 +76,18 @@ def _drive_mean(fn, token):
 @checker("mean_over_ranks")
 def mean_over_ranks(fn, cluster, timeout: float = 15):
     """fn(t) must return the element-wise mean of t over all ranks, on every rank."""
-    results = cluster.run(_drive_mean, fn, new_token(), timeout=timeout)
+    results = cluster.run(_drive_mean, fn, new_token(timeout), timeout=timeout)
     if any(isinstance(res, dict) for res in results):
         return False, caught_verdict([res["raised"] for res in results])
-    for rank, rows in enumerate(results):
-        for k, problem in rows:
-            if problem:
-                shape, dtype = _CASES[k]
-                return False, f"rank {rank}, case {k} (shape {shape}, {dtype}): {problem}"
+    for k, (shape, dtype) in enumerate(_CASES):
+        wrong = [(rank, rows[k][1]) for rank, rows in enumerate(results) if rows[k][1]]
+        if not wrong:
+            continue
+        rank, problem = wrong[0]
+        right = [r for r, rows in enumerate(results) if not rows[k][1]]
+        if right and problem.startswith("values differ"):
+            problem += (f"; rank{'s' if len(right) > 1 else ''} {', '.join(map(str, right))} got "
+                        "the mean, so the sum reached only some ranks: dist.reduce leaves it on "
+                        "one rank, all_reduce on every rank")
+        return False, f"rank {rank}, case {k} (shape {shape}, {dtype}): {problem}"
     return True, f"{cluster.world_size} ranks, {len(_CASES)} tensors of different shapes and dtypes"

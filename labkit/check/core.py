@@ -45,8 +45,7 @@ def first_failure(failures: dict):
     (not "Connection reset by peer", which only says that another rank went first), else the
     lowest rank."""
     order = sorted(failures.items(), key=lambda kv: (kv[1].type != "RankDied",
-                                                      lost_a_peer(kv[1].message),
-                                                      kv[1].type == "PeersStuck", kv[0]))
+                                                      lost_a_peer(kv[1].message), kv[0]))
     return order[0]
 
 
@@ -74,12 +73,11 @@ def describe_hang(stuck: dict, returned=()) -> str:
 def describe_failure(exc: BaseException) -> str:
     """One line about a failure of the learner's code: which rank, what, where."""
     if isinstance(exc, RankTimeout):
-        return describe_hang(exc.stuck)
+        returned = sorted(r for r, where in exc.stuck.items() if "in settle()" in where)
+        inside = {r: where for r, where in exc.stuck.items() if r not in returned}
+        return describe_hang(inside or exc.stuck, returned if inside else ())
     if isinstance(exc, RankError):
         r, f = first_failure(exc.failures)
-        if f.type == "PeersStuck" and exc.stuck:
-            return describe_hang(exc.stuck, sorted(q for q, g in exc.failures.items()
-                                                   if g.type == "PeersStuck"))
         last = [ln.strip() for ln in f.traceback.splitlines() if ln.strip().startswith(("Cell", "<", "/"))]
         at = f" at {last[-1]}" if last else ""
         return f"failed on rank {r}: {f.type}: {_first_line(f.message)}{at}"
@@ -101,10 +99,12 @@ def caught_verdict(caught: list) -> str:
     return first.describe()
 
 
-def new_token() -> str:
-    """A name unique to one checker call, for the keys its ranks leave in the store."""
+def new_token(timeout: float) -> tuple:
+    """(a name unique to one checker call, for the keys its ranks leave in the store; how long
+    a rank waits for the others at guard.settle: at most half the checker's timeout)."""
     import uuid
-    return uuid.uuid4().hex[:12]
+    from labkit.check.guard import PATIENCE_S
+    return uuid.uuid4().hex[:12], min(PATIENCE_S, timeout / 2)
 
 
 def get_cluster(cluster=None):

@@ -119,8 +119,7 @@ def _drive_average(fn, token, steps: int, batch: int = 3, lr: float = 0.1):
     model = AwkwardNet(with_unused=True)
     torch.manual_seed(0)
     ref = AwkwardNet(with_unused=True)                     # the same initial weights
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=lr, momentum=0.9)
+    bufs, ref_bufs = {}, {}                                # momentum buffers
     for step in range(steps):
         x, y = awkward_batch(n * batch, seed=1000 + step)
         lm_loss(ref(x), y).backward()                      # one process, global batch
@@ -141,11 +140,24 @@ def _drive_average(fn, token, steps: int, batch: int = 3, lr: float = 0.1):
         flags = guard.settle(token, str(step), caught or problem)
         if any(flags):
             return {"raised": caught, "problem": problem, "step": step + 1}
-        opt.step()
-        ref_opt.step()
-        opt.zero_grad(set_to_none=True)
-        ref_opt.zero_grad(set_to_none=True)
+        _sgd(model, bufs, lr)
+        _sgd(ref, ref_bufs, lr)
     return {"ok": True}
+
+
+def _sgd(model, bufs, lr=0.1, momentum=0.9) -> None:
+    """One SGD step with momentum, as torch.optim.SGD takes it (written out: torch's optimizers
+    import their compiler on first use, seconds on a busy machine, which the learner's
+    timeout must not pay). Parameters without a gradient do not move."""
+    import torch
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.grad is None:
+                continue
+            buf = bufs.get(name)
+            bufs[name] = buf = p.grad.clone() if buf is None else buf.mul_(momentum).add_(p.grad)
+            p.add_(buf, alpha=-lr)
+            p.grad = None
 
 
 @checker("average_gradients")
@@ -154,7 +166,7 @@ def average_gradients(fn, cluster, steps: int = 3, timeout: float = 30):
     .grad the mean of that gradient over ranks (and None where there is none). Checked by
     training AwkwardNet (tied weight, frozen and unused parameters) for `steps` SGD steps
     against one process on the global batch, comparing every gradient after each step."""
-    results = cluster.run(_drive_average, fn, new_token(), steps, timeout=timeout)
+    results = cluster.run(_drive_average, fn, new_token(timeout), steps, timeout=timeout)
     if any(res.get("raised") for res in results):
         return False, caught_verdict([res.get("raised") for res in results])
     problems = [res["problem"] for res in results if res.get("problem")]

@@ -11,21 +11,17 @@ through. Two things follow:
   the checker's reference) would be taken for stuck and replaced.
 - When only some ranks raise, the others are usually waiting for them inside a collective and
   never come back. The ranks that raised wait `patience` seconds for them, then raise what
-  they caught (the runtime stops the stuck ranks and reports both), so even that is quick.
+  they caught (and emit it, for the checker's line); the runtime stops the stuck ranks.
 
-A rank that did not raise also waits at most `patience` seconds for the others after its own
-call returned; then it raises `PeersStuck`, and the checker reports where the others wait.
+A rank whose call went through waits for the others as long as the run may last: a slow rank
+on a busy machine is not a hang. If the others never come, the run's timeout reports where
+each rank waits (this one "in settle()": it had returned from the learner's function).
 """
 import datetime
 import time
 import traceback
 
-PATIENCE_S = 5.0        # seconds a rank waits for the others once its own call is over
-
-
-class PeersStuck(RuntimeError):
-    """This rank's call returned but some others' did not (they wait for a message or a
-    collective that will not come)."""
+PATIENCE_S = 5.0        # seconds a rank that raised waits for the others before it gives up
 
 
 class Caught:
@@ -79,24 +75,25 @@ def _store():
     return dist.distributed_c10d._get_default_store()
 
 
-def settle(token: str, key: str, flag=None, patience: float = PATIENCE_S) -> list:
+def settle(token: tuple, key: str, flag=None) -> list:
     """Tell every rank whether this one's call raised or went wrong (`flag`: a Caught, a
     problem, or None when all is well); return each rank's answer (True = flagged), by rank.
-    If some rank does not arrive within `patience` s: raise what this rank caught, or
-    PeersStuck. `token` is unique to one checker call, `key` to one call of the learner's fn."""
+    A rank that caught an exception waits at most the patience (seconds) that `token` =
+    (name, patience) carries, then raises it. The name is unique to one checker call
+    (core.new_token), `key` to one call of the learner's function."""
     import torch.distributed as dist
+    token, patience = token
     rank, n = dist.get_rank(), dist.get_world_size()
     store = _store()
     keys = [f"labkit-check/{token}/{key}/{r}" for r in range(n)]
     store.set(keys[rank], "1" if flag is not None else "0")
+    raised = getattr(flag, "exception", None)
     try:
-        store.wait(keys, datetime.timedelta(seconds=patience))
+        store.wait(keys, datetime.timedelta(seconds=patience if raised is not None else 24 * 3600))
     except Exception:                   # noqa: BLE001 - a store timeout: someone is stuck
-        missing = [r for r, k in enumerate(keys) if not store.check([k])]
-        if getattr(flag, "exception", None) is not None:
-            import labkit
-            labkit.emit(learner_raised=flag)        # so the checker can still say what it was
-            raise flag.exception
-        raise PeersStuck(f"rank {rank} finished its call, rank{'s' if len(missing) > 1 else ''} "
-                         f"{', '.join(map(str, missing))} did not within {patience:g} s") from None
+        if raised is None:
+            raise
+        import labkit
+        labkit.emit(learner_raised=flag)            # so the checker can still say what it was
+        raise raised from None
     return [store.get(k) == b"1" for k in keys]

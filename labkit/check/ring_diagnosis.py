@@ -36,9 +36,12 @@ def uncovered(log, length):
 
 
 def dropped_remainder(log, rank, k, length) -> str:
-    """'elements 6..6 never sent' when the chunks were cut with numel // n, or ''."""
+    """'elements 6..6 never sent' when the chunks were cut with numel // n (every send is
+    numel // n long and the last numel % n elements were never sent), or ''."""
+    q = length // k
     missing = uncovered(log, length)
-    if not missing:
+    if not missing or missing != list(range(k * q, length)) or \
+            any(e[3] != q for e in _sends(log)):            # not the floor cut's pattern
         return ""
     return (f"rank {rank} never sends elements {missing[0]}..{missing[-1]} of {length}: chunks cut "
             f"with numel // n ({length} // {k} = {length // k}) leave out the last numel % n "
@@ -135,8 +138,8 @@ def case_logs(events):
 
 
 def hang(stuck: dict, events, frame_of) -> str:
-    """Which case hung, where each rank waits, and why, for a RankTimeout (or the ranks stopped
-    after PeersStuck). frame_of(where) gives the learner's line of a stuck rank's stack."""
+    """Which case hung, where each rank waits, and why, for a RankTimeout. frame_of(where)
+    gives the learner's line of a stuck rank's stack."""
     case, logs = case_logs(events)
     k, length, dtype = next(iter(case.values()), (None, None, None))
     parts = []
