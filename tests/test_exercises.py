@@ -82,10 +82,10 @@ def _stub(t):
 
 
 def test_checker_verdicts(cluster, capsys):
-    assert labkit.check.mean_over_ranks(_right, cluster=cluster) is True
+    assert labkit.check.mean_over_ranks(_right, cluster=cluster, timeout=120) is True
     assert capsys.readouterr().out == ("mean_over_ranks: pass "
                                        f"({cluster.world_size} ranks, 4 tensors of different shapes and dtypes)\n")
-    assert labkit.check.mean_over_ranks(_sum_only, cluster=cluster) is False
+    assert labkit.check.mean_over_ranks(_sum_only, cluster=cluster, timeout=120) is False
     out = capsys.readouterr().out
     assert out.startswith("mean_over_ranks: FAIL (rank 0, case 0 (shape (4,), float32): the values are "
                           f"exactly {cluster.world_size} x the mean")   # more: tests/test_check_corpus.py

@@ -74,7 +74,7 @@ def _drive_mean(fn, token):
 
 
 @checker("mean_over_ranks")
-def mean_over_ranks(fn, cluster, timeout: float = 15):
+def mean_over_ranks(fn, cluster, timeout: float = 30):
     """fn(t) must return the element-wise mean of t over all ranks, on every rank."""
     results = cluster.run(_drive_mean, fn, new_token(timeout), timeout=timeout)
     if any(isinstance(res, dict) for res in results):
