@@ -104,3 +104,19 @@ def test_zz_report_judge_times():
     if JUDGED:
         worst = sorted(JUDGED.items(), key=lambda kv: -kv[1])[:5]
         print("\nslowest judgements: " + "; ".join(f"{a} / {b}: {t:.2f} s" for (a, b), t in worst))
+
+
+def test_the_rank_that_failed_first_is_named_not_the_one_that_lost_its_peer():
+    from labkit.check.core import caught_verdict, describe_failure
+    from labkit.check.guard import Caught
+    from labkit.runtime.errors import Failure, RankError
+    reset = "[../gloo/transport/tcp/pair.cc:534] Read error [127.0.0.1]:0: Connection reset by peer"
+    exc = RankError("x", {0: Failure(0, "RuntimeError", reset, ""),
+                          1: Failure(1, "RankDied", "exited with code 3", "")})
+    assert describe_failure(exc).startswith("failed on rank 1: RankDied")
+    exc = RankError("x", {0: Failure(0, "RuntimeError", reset, ""),
+                          2: Failure(2, "ValueError", "bad shape", "")})
+    assert describe_failure(exc).startswith("failed on rank 2: ValueError: bad shape")
+    first, late, lost = Caught(KeyError("k"), 3), Caught(KeyError("k"), 1), Caught(RuntimeError(reset), 0)
+    first.time, late.time, lost.time = 1.0, 2.0, 0.5
+    assert caught_verdict([lost, late, None, first]).startswith("failed on rank 1: KeyError")
