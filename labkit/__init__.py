@@ -19,7 +19,8 @@ __all__ = ["Cluster", "close_all", "Event", "RankError", "RankTimeout", "rank", 
            "load_ipython_extension"]
 
 
-_SUBMODULES = {"check", "show", "models", "exercises", "memory", "comm", "ddp", "bench"}
+_SUBMODULES = {"check", "show", "models", "exercises", "memory", "comm", "ddp", "bench", "tp", "plan",
+               "parallel_dims"}
 
 
 def __getattr__(name: str):
