@@ -18,6 +18,7 @@ talk across nodes; with PP outermost, each pipeline stage is a block of nodes an
 boundaries cross nodes. picotron builds the same grid as ``torch.arange(world).view(dp, pp, tp)``;
 torchtitan's ``ParallelDims`` validates it as here (errors print every number).
 """
+import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -147,7 +148,7 @@ class Layout:
 
     def spans_nodes(self, dim: str) -> bool:
         """True when some group of `dim` holds ranks of two or more nodes (its traffic is slow)."""
-        return any(len({self.node_of(r) for r in g}) > 1 for g in self.groups(dim))
+        return _spans_nodes(self, dim)
 
     def table(self) -> list:
         """[(rank, node, dp, pp, tp)] for every rank."""
@@ -163,6 +164,11 @@ class Layout:
         return "\n".join(lines)
 
     __str__ = describe
+
+
+@functools.lru_cache(maxsize=4096)
+def _spans_nodes(layout: Layout, dim: str) -> bool:
+    return any(len({layout.node_of(r) for r in g}) > 1 for g in layout.groups(dim))
 
 
 def build_groups(layout: Layout) -> dict:

@@ -10,8 +10,9 @@ sends 2 (n-1)/n S per rank, a reduce-scatter or an all-gather (n-1)/n S.
 - PP: each micro-batch's activations go to the next stage in forward and their gradient comes
   back in backward (b s h values each way); a middle stage sends both, an end stage one.
 - DP: the gradients of the parameters this GPU holds (params / (tp pp)) are all-reduced once
-  per step (DDP, ZeRO-1/2: 2 (d-1)/d), or all-gathered twice and reduce-scattered once
-  (ZeRO-3 / FSDP: 3 (d-1)/d).
+  per step (DDP, ZeRO-1: 2 (d-1)/d, with `no_sync` over the micro-batches), ZeRO-2 reduce-scatters
+  every micro-batch and all-gathers the updated parameters once ((m + 1) (d-1)/d), ZeRO-3 / FSDP
+  all-gathers twice and reduce-scatters once per micro-batch (3 m (d-1)/d).
 """
 from dataclasses import dataclass
 
@@ -49,9 +50,11 @@ def step_traffic(layout: Layout, *, n_params: float, layers: int, hidden: int, s
     pp_sends = 0 if p == 1 else (1 if p == 2 else 2) * micro_batches
     pp = pp_sends * act
     grads = n_params / (t * p) * bytes_per_value                 # this GPU's gradient bytes
-    dp = (3 if zero_stage == 3 else 2) * (d - 1) / d * grads
+    m = micro_batches
+    passes = {0: 2, 1: 2, 2: m + 1, 3: 3 * m}[zero_stage]       # (d-1)/d S each
+    dp = passes * (d - 1) / d * grads
     calls = {"tp": int(layers / p * per_layer) if t > 1 else 0, "pp": pp_sends,
-             "dp": (3 if zero_stage == 3 else 1) if d > 1 else 0}
+             "dp": {0: 1, 1: 2, 2: m + 1, 3: 3 * m}[zero_stage] if d > 1 else 0}
     return Traffic(tp=tp, pp=pp, dp=dp, calls=calls)
 
 
