@@ -1,0 +1,72 @@
+"""Tensor parallelism on real gloo ranks against the same blocks on one device."""
+import pytest
+
+from labkit.tp.layers import shard_rows
+from labkit.tp.parity import block_parity, block_traffic, saved_activation_bytes
+
+TOL = 1e-5
+
+
+@pytest.mark.parametrize("sp", [False, True], ids=["tp", "tp+sp"])
+def test_blocks_match_one_device(cluster, sp):
+    res = cluster.run(block_parity, sequence_parallel=sp)
+    for rank, diffs in enumerate(res):
+        worst = max(diffs, key=diffs.get)
+        assert diffs[worst] < TOL, (rank, worst, diffs[worst])
+    assert {"0.attn.qkv.weight", "0.attn.proj.weight", "1.mlp.fc_out.bias", "input grad"} <= set(res[0])
+
+
+def test_uneven_sizes_give_clear_errors():
+    with pytest.raises(ValueError, match=r"MLP hidden size \(fc\) \(10\) does not divide by the "
+                                         r"tensor-parallel degree \(4\): 10 / 4 = 2.50"):
+        shard_rows(10, 4, 0, "MLP hidden size (fc)")
+    assert shard_rows(12, 4, 2, "x") == slice(6, 9)
+
+
+def _uneven_heads():
+    try:
+        block_parity(n_embd=48, n_head=6)
+    except ValueError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_heads_not_divisible_on_ranks(cluster4):
+    msg = cluster4.run(_uneven_heads)[0]
+    assert "number of attention heads (6) does not divide by the tensor-parallel degree (4)" in msg
+
+
+def test_four_all_reduces_per_layer(cluster):
+    for rank, r in enumerate(cluster.run(block_traffic, n_layer=2)):
+        assert r["calls each way"] == 4
+        for way in ("forward", "backward"):     # bytes within 1 % of 2 (t-1)/t x activation, x2 layers
+            assert abs(r[way] / r["formula each way"] - 1) < 0.01, (rank, way, r)
+
+
+def test_sequence_parallel_same_bytes_less_memory(cluster4):
+    tp = cluster4.run(block_traffic)[0]
+    sp = cluster4.run(block_traffic, sequence_parallel=True)[0]
+    sp_gloo = cluster4.run(block_traffic, sequence_parallel=True, impl="torch")[0]
+    assert abs(sp["forward"] / tp["forward"] - 1) < 0.01      # ring reduce-scatter + all-gather
+    assert abs(sp_gloo["forward"] / tp["forward"] - 1.5) < 0.03   # gloo's reduce-scatter = all-reduce
+    full = cluster4.run(saved_activation_bytes)[0]
+    split = cluster4.run(saved_activation_bytes, sequence_parallel=True)[0]
+    assert split < full
+
+
+def test_dtensor_same_results(cluster4):
+    """PyTorch's parallelize_module (4 ranks only: importing DTensor costs seconds per rank)."""
+    from labkit.tp.dtensor_tp import dtensor_parity
+    for sp in (False, True):
+        for rank, diffs in enumerate(cluster4.run(dtensor_parity, sequence_parallel=sp)):
+            worst = max(diffs, key=diffs.get)
+            assert diffs[worst] < TOL, (sp, rank, worst, diffs[worst])
+
+
+def test_fsdp2_times_tp_equals_one_process(cluster4):
+    from labkit.tp.two_d import two_d_parity
+    res = cluster4.run(two_d_parity, dp=2, tp=2)
+    for r in res:
+        assert r["max diff"] < TOL, r
+    assert res[0]["mesh"] == [[0, 1], [2, 3]]
+    assert res[0]["local shape"] == (16, 64)        # q: 64 rows / tp 2 / dp 2
