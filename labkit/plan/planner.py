@@ -141,7 +141,7 @@ def candidates(model: Model, hw: Hardware, optimizers=("adam",), efficiency: flo
 
 
 def _simplicity(c: Candidate) -> tuple:
-    return ((c.tp > 1) + (c.pp > 1), c.zero_stage, c.hybrid,
+    return ((c.tp > 1) + (c.pp > 1), c.pp, c.tp, c.zero_stage, c.hybrid,
             ("none", "selective", "full").index(c.checkpointing), -c.micro_batch)
 
 
