@@ -110,7 +110,7 @@ def diagnose(res: dict, rank: int) -> str:
 
 
 @checker("row_parallel")
-def row_parallel(fn, cluster, timeout: float = 20):
+def row_parallel(fn, cluster, timeout: float = 60):
     if cluster.world_size < 2 or _IN % cluster.world_size:
         return False, f"needs a cluster of 2 or 4 ranks, this one has {cluster.world_size}"
     results = cluster.run(_case, fn, timeout=timeout)
