@@ -141,8 +141,11 @@ def tracked_step(name, n_layers: int, world_size: int, tp: int = 1, batch: int =
     dist.destroy_process_group()
     dev = next(iter(peak))
     cats = {str(k.value if hasattr(k, "value") else k): int(v) for k, v in peak[dev].items()}
+    whole = cfg.embed_params + (2 * cfg.n_layers + 1) * cfg.dim
+    formula = 4 * cfg.params / world_size + (4 * whole * (1 - 1 / tp) / dp if tp > 1 else 0)
     return {"model": f"{name} ({n_layers} layers)", "world_size": world_size, "tp": tp,
-            "peak": cats, "params": cfg.params}
+            "peak": cats, "params": cfg.params, "formula params": formula,
+            "formula optimizer": 2 * formula}
 
 
 def fake_scale(cases, step=None, timeout: float = 300) -> dict:
