@@ -5,6 +5,8 @@ from labkit.memory import model_states
 from labkit.plan.fake_scale import fake_scale
 from labkit.plan.llama import LLAMA
 
+pytestmark = pytest.mark.cluster   # starts ranks or a subprocess
+
 
 @pytest.fixture(scope="module")
 def scale():

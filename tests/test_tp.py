@@ -4,6 +4,8 @@ import pytest
 from labkit.tp.layers import shard_rows
 from labkit.tp.parity import block_parity, block_traffic, saved_activation_bytes
 
+pytestmark = pytest.mark.cluster   # starts ranks or a subprocess
+
 TOL = 1e-5
 
 
@@ -61,6 +63,10 @@ def test_dtensor_same_results(cluster4):
         for rank, diffs in enumerate(cluster4.run(dtensor_parity, sequence_parallel=sp)):
             worst = max(diffs, key=diffs.get)
             assert diffs[worst] < TOL, (sp, rank, worst, diffs[worst])
+    from labkit.tp.dtensor_tp import dtensor_sp_traffic
+    dt = cluster4.run(dtensor_sp_traffic)[0]
+    act = dt["activation bytes"]      # gloo: 4 pairs x (1.5 + 0.75); separate q, k, v: 6 all-reduces x 1.5
+    assert abs(dt["DTensor TP+SP"] / act - 9) < 0.1 and abs(dt["DTensor TP"] / act - 9) < 0.1, dt
 
 
 def test_fsdp2_times_tp_equals_one_process(cluster4):

@@ -7,6 +7,8 @@ import torch.distributed as dist
 
 from labkit.check.tp import row_parallel
 
+pytestmark = pytest.mark.cluster   # starts ranks or a subprocess
+
 
 def _flat(t):
     return t.reshape(-1, t.shape[-1])
