@@ -76,3 +76,24 @@ def test_fsdp2_times_tp_equals_one_process(cluster4):
         assert r["max diff"] < TOL, r
     assert res[0]["mesh"] == [[0, 1], [2, 3]]
     assert res[0]["local shape"] == (16, 64)        # q: 64 rows / tp 2 / dp 2
+
+
+def _group_sums():
+    import torch
+    import torch.distributed as dist
+
+    from labkit.parallel_dims import Layout, build_groups
+    groups = build_groups(Layout(dp=2, pp=1, tp=2, gpus_per_node=2))
+    out = {}
+    for d in ("tp", "pp", "dp"):
+        t = torch.tensor([float(dist.get_rank())])
+        dist.all_reduce(t, group=groups[d])
+        out[d] = int(t.item())
+    return out
+
+
+def test_layout_builds_real_groups(cluster4):
+    sums = cluster4.run(_group_sums)
+    assert [s["tp"] for s in sums] == [1, 1, 5, 5]          # TP groups {0, 1}, {2, 3}
+    assert [s["dp"] for s in sums] == [2, 4, 2, 4]          # DP groups {0, 2}, {1, 3}
+    assert [s["pp"] for s in sums] == [0, 1, 2, 3]          # PP 1: each rank alone
