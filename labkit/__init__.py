@@ -20,8 +20,8 @@ _RUNTIME = {
     "world_size": "context",
 }
 
-_SUBMODULES = {"check", "show", "models", "exercises", "memory", "comm", "ddp", "bench", "tp", "plan",
-               "parallel_dims"}
+_SUBMODULES = {"check", "show", "models", "exercises", "memory", "comm", "ddp", "bench", "pipeline",
+               "tp", "plan", "parallel_dims"}
 
 __all__ = [*_RUNTIME, "load_ipython_extension"]
 

@@ -21,6 +21,11 @@ PURE = [
     "labkit.plan.flops",
     "labkit.plan.models",
     "labkit.plan.planner",
+    "labkit.pipeline",
+    "labkit.pipeline.formulas",
+    "labkit.pipeline.schedules",
+    "labkit.pipeline.validate",
+    "labkit.pipeline.simulate",
 ]
 
 # Importing any of these from a pure module is a layering error.

@@ -6,6 +6,8 @@ of parameters (the matmuls), L layers, h hidden size, s sequence length (attenti
 s x s products). MFU = model FLOPs per second / (GPUs x peak): recomputation is not counted
 as useful work (hardware FLOPs utilisation would count it).
 """
+from labkit.pipeline.formulas import bubble_ratio  # noqa: F401  (p-1)/(m+p-1), GPipe's idle over total
+
 GPUS = {  # name -> (memory GB, dense bf16 peak TFLOP/s, NVLink GB/s per direction, network GB/s per GPU)
     "A100-80GB": (80, 312, 300, 25),      # DGX A100: 12 NVLink3 = 600 GB/s both ways; 8 x 200 Gb/s HDR
     "H100-80GB": (80, 989, 450, 50),      # DGX H100: 18 NVLink4 = 900 GB/s both ways; 8 x 400 Gb/s NDR
@@ -17,17 +19,6 @@ GPUS = {  # name -> (memory GB, dense bf16 peak TFLOP/s, NVLink GB/s per directi
 def flops_per_token(n_params: float, layers: int, hidden: int, seq: int) -> float:
     """Training FLOPs per token: 6 N + 12 L h s (PaLM, appendix B)."""
     return 6 * n_params + 12 * layers * hidden * seq
-
-
-def bubble_ratio(p: int, m: int) -> float:
-    """Idle fraction of a GPipe / 1F1B pipeline: (p - 1) / (m + p - 1) (GPipe, arXiv 1811.06965).
-
-    A local copy so that this layer stays free of labkit.pipeline; to be unified with
-    labkit.pipeline's bubble function once both are on main.
-    """
-    if p < 1 or m < 1:
-        raise ValueError(f"pipeline stages p ({p}) and micro-batches m ({m}) must be >= 1")
-    return (p - 1) / (m + p - 1)
 
 
 def mfu(flops_per_step: float, step_seconds: float, gpus: int, peak_flops: float) -> float:
