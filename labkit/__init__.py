@@ -19,7 +19,7 @@ __all__ = ["Cluster", "close_all", "Event", "RankError", "RankTimeout", "rank", 
            "load_ipython_extension"]
 
 
-_SUBMODULES = {"check", "show", "models", "exercises", "memory", "comm", "ddp", "bench"}
+_SUBMODULES = {"check", "show", "models", "exercises", "memory", "comm", "ddp", "bench", "zero"}
 
 
 def __getattr__(name: str):
