@@ -84,7 +84,8 @@ def reduce_scatter(flat: torch.Tensor, group=None) -> torch.Tensor:
 
 def all_gather(flat: torch.Tensor, shard: torch.Tensor, group=None, async_op: bool = False):
     """Fill `flat` with every rank's `shard` (rank r's at [r*L/N, (r+1)*L/N))."""
-    return dist.all_gather_into_tensor(flat, shard.contiguous(), group=group, async_op=async_op)
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    return gather(flat, shard.contiguous(), group=group, async_op=async_op)
 
 
 def all_reduce(flat: torch.Tensor, group=None) -> torch.Tensor:

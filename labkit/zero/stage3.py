@@ -23,6 +23,7 @@ still gathered. With `prefetch=True` the next unit's all-gather starts (async) w
 starts; on CPU that saves no time: `events` shows the order of the calls.
 """
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -31,6 +32,7 @@ import torch.nn as nn
 from labkit.zero import flat as F
 from labkit.zero.optim import HALF
 
+warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
 _preserve = torch.autograd._unsafe_preserve_version_counter   # views saved for backward stay valid
 
 

@@ -1,0 +1,103 @@
+"""Measure a ZeRO step on this rank: bytes held, bytes sent, time (layer 5, inside a rank).
+
+    r = step_report(stage=2, mixed=True)     # in cluster.run: measured vs expected
+    r["memory"], r["expected"], r["sent"], r["expected_sent"], r["seconds"]
+"""
+import time
+
+import torch
+import torch.distributed as dist
+
+from labkit.comm import traffic
+from labkit.memory.measured import measure
+from labkit.models import AwkwardNet, awkward_batch, lm_loss
+
+
+def awkward():
+    """(model, batch function) for the awkward model: tied, frozen, uneven sizes."""
+    return AwkwardNet(), lambda b, seed: awkward_batch(b, seed=seed)
+
+
+def tiny_gpt(n_layer=2, n_embd=128, vocab=1024, seq=32):
+    from labkit.models import GPTConfig, TinyGPT, token_batch
+    cfg = GPTConfig(vocab_size=vocab, block_size=seq, n_layer=n_layer, n_head=4, n_embd=n_embd)
+    return TinyGPT(cfg), lambda b, seed: token_batch(b, seq, vocab, seed=seed)
+
+
+def step_report(stage: int, mixed: bool = False, model: str = "awkward", steps: int = 2,
+                micro_batches: int = 1, batch: int = 2, optimizer=torch.optim.Adam,
+                reduce_dtype=None, lr: float = 1e-3, **model_kwargs) -> dict:
+    """Train `steps` steps with ZeRO `stage`; measure the last one (memory after the step,
+    before zero_grad; bytes sent over the whole step; seconds)."""
+    from labkit.zero import wrap
+    from labkit.zero.accounting import expected_memory, expected_traffic
+    torch.manual_seed(0)
+    net, batch_fn = (awkward if model == "awkward" else tiny_gpt)(**model_kwargs)
+    wrapped, opt = wrap(net, optimizer, stage=stage, mixed_precision=mixed, lr=lr,
+                        reduce_dtype=reduce_dtype)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    for step in range(steps):
+        xs = [batch_fn(batch, 100 * step + 10 * rank + k) for k in range(micro_batches)]
+        last = step == steps - 1
+        if last:
+            dist.barrier()
+            ctx = traffic.measure(sync=True)
+            m = ctx.__enter__()
+            t0 = time.perf_counter()
+        for x, y in xs:
+            (lm_loss(wrapped(x).float(), y) / micro_batches).backward()
+        opt.step()
+        if last:
+            seconds = time.perf_counter() - t0
+            ctx.__exit__(None, None, None)
+            held = measure(wrapped, opt, label=f"ZeRO-{stage}")
+        opt.zero_grad()
+    exp = expected_memory(opt)
+    sent = expected_traffic(opt, micro_batches)
+    return dict(stage=stage, mixed=mixed, world=n, memory=held, expected=exp,
+                sent=m.sent, received=m.received, expected_sent=sum(sent.values()),
+                by_collective=sent, seconds=seconds,
+                param_bytes=exp.formula.params * (n if stage == 3 else 1))
+
+
+def reduce_scatter_bytes(numel: int = 1 << 18) -> dict:
+    """Bytes this rank sends for one reduce-scatter and one all-gather of `numel` fp32:
+    labkit's ring, torch's reduce_scatter_tensor (on gloo: a full reduction), torch's
+    all_gather_into_tensor. Also the tensor's bytes, for the ratios."""
+    from labkit.comm import ring_reduce_scatter
+    n = dist.get_world_size()
+    numel = -(-numel // n) * n
+    out = {"tensor bytes": numel * 4}
+    x = torch.ones(numel)
+    for name, fn in (("labkit ring reduce-scatter", lambda: ring_reduce_scatter(x.clone())),
+                     ("torch reduce_scatter_tensor", lambda: dist.reduce_scatter_tensor(
+                         torch.empty(numel // n), x.clone())),
+                     ("torch all_gather_into_tensor", lambda: dist.all_gather_into_tensor(
+                         torch.empty(numel), x[:numel // n].clone()))):
+        dist.barrier()
+        with traffic.measure(sync=True) as m:
+            fn()
+        out[name] = m.sent
+    return out
+
+
+def zero_redundancy_bytes(model: str = "awkward", **model_kwargs) -> dict:
+    """Bytes this rank sends in one step of torch's DDP + ZeroRedundancyOptimizer (Adam):
+    DDP's all-reduce of the gradients, then each shard broadcast by its owner."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(0)
+    net, batch_fn = (awkward if model == "awkward" else tiny_gpt)(**model_kwargs)
+    ddp = DDP(net)
+    opt = ZeroRedundancyOptimizer([p for p in net.parameters() if p.requires_grad],
+                                  torch.optim.Adam, lr=1e-3)
+    x, y = batch_fn(2, dist.get_rank())
+    lm_loss(ddp(x), y).backward()
+    opt.step()
+    opt.zero_grad()
+    dist.barrier()
+    with traffic.measure(sync=True) as m:
+        lm_loss(ddp(x), y).backward()
+        opt.step()
+    psi = sum(p.numel() for p in net.parameters() if p.requires_grad)
+    return {"sent": m.sent, "param_bytes": 4 * psi}
