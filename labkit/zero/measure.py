@@ -18,10 +18,15 @@ def awkward():
     return AwkwardNet(), lambda b, seed: awkward_batch(b, seed=seed)
 
 
-def tiny_gpt(n_layer=2, n_embd=128, vocab=1024, seq=32):
+def tiny_gpt(n_layer=2, n_embd=128, vocab=1024, seq=32, freeze=()):
+    """(TinyGPT, batch function); `freeze` names parameters to freeze (e.g. "pos.weight")."""
     from labkit.models import GPTConfig, TinyGPT, token_batch
     cfg = GPTConfig(vocab_size=vocab, block_size=seq, n_layer=n_layer, n_head=4, n_embd=n_embd)
-    return TinyGPT(cfg), lambda b, seed: token_batch(b, seq, vocab, seed=seed)
+    model = TinyGPT(cfg)
+    for name, p in model.named_parameters():
+        if name in freeze:
+            p.requires_grad_(False)
+    return model, lambda b, seed: token_batch(b, seq, vocab, seed=seed)
 
 
 def step_report(stage: int, mixed: bool = False, model: str = "awkward", steps: int = 2,

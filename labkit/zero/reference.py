@@ -73,18 +73,20 @@ def own_masters(opt) -> list:
 
 def parity(stage: int, mixed: bool = False, steps: int = 3, micro_batches: int = 1,
            batch: int = 2, lr: float = 1e-2, optimizer=torch.optim.Adam, seed: int = 0,
-           **options) -> dict:
+           group=None, **options) -> dict:
     """Train AwkwardNet with `wrap(stage=...)` and the one-process reference side by side.
 
     Returns {"params": max |full parameter - reference| after each step, "masters": max |own
     fp32 master - reference master| after each step, "where": worst parameter name}."""
     from labkit.zero import wrap
-    rank, n = dist.get_rank(), dist.get_world_size()
+    rank, n = dist.get_rank(group), dist.get_world_size(group)
     torch.manual_seed(seed + rank)                       # unequal start: wrap broadcasts rank 0's
     model = AwkwardNet()
     torch.manual_seed(seed)
-    ref = OneProcess(AwkwardNet(), optimizer, mixed, lr=lr)
-    wrapped, opt = wrap(model, optimizer, stage=stage, mixed_precision=mixed, lr=lr, **options)
+    opt_kwargs = {k: v for k, v in options.items() if k not in ("prefetch", "bucket_mb", "reduce_dtype")}
+    ref = OneProcess(AwkwardNet(), optimizer, mixed, lr=lr, **opt_kwargs)
+    wrapped, opt = wrap(model, optimizer, stage=stage, mixed_precision=mixed, lr=lr, group=group,
+                       **options)
     out = {"params": [], "masters": [], "where": []}
     for step in range(steps):
         x, y = awkward_batch(n * micro_batches * batch, seed=1000 + step)

@@ -145,9 +145,7 @@ class Stage3(nn.Module):
     def _gather(self, u: Unit, prefetched: bool = False) -> None:
         if u.pending is not None:                       # started earlier by a prefetch
             t0 = time.perf_counter()
-            for h in u.pending:
-                h.wait()
-            u.pending = None
+            self._wait(u)
             self._note(u, "wait", t0)
             return
         if u.gathered:
@@ -156,22 +154,27 @@ class Stage3(nn.Module):
         handles = []
         for g in u.groups:
             g.full.untyped_storage().resize_(g.nbytes)
+            version = g.full._version
             with _preserve(g.full):
-                handles.append(F.all_gather(g.full, g.shard.detach(), self.group,
-                                            async_op=prefetched))
+                h = F.all_gather(g.full, g.shard.detach(), self.group, async_op=prefetched)
+            handles.append((h, version))
         u.gathered = True
         if prefetched:
             u.pending = handles
         self._note(u, "prefetch" if prefetched else "all-gather", t0)
+
+    def _wait(self, u: Unit) -> None:
+        for g, (h, version) in zip(u.groups, u.pending):
+            h.wait()        # gloo's worker thread copied into the buffer: reset its version
+            torch._C._autograd._unsafe_set_version_counter((g.full,), (version,))
+        u.pending = None
 
     def _free(self, u: Unit) -> None:
         if not u.gathered:
             return
         t0 = time.perf_counter()
         if u.pending is not None:
-            for h in u.pending:
-                h.wait()
-            u.pending = None
+            self._wait(u)
         for g in u.groups:
             g.full.untyped_storage().resize_(0)
         u.gathered = False
