@@ -106,3 +106,55 @@ def zero_redundancy_bytes(model: str = "awkward", **model_kwargs) -> dict:
         opt.step()
     psi = sum(p.numel() for p in net.parameters() if p.requires_grad)
     return {"sent": m.sent, "param_bytes": 4 * psi}
+
+
+def interleaved(rounds: int = 4, mixed: bool = False, batch: int = 2, torch_zero: bool = True,
+                **model_kwargs) -> dict:
+    """DDP (stage 0), stages 1-3 (and torch's DDP + ZeroRedundancyOptimizer) on one model,
+    stepped in turn, round after round, so a change of load hits all alike. Per variant:
+    step seconds of the slowest rank per round, bytes sent per step (last round), model-state
+    bytes measured and by formula (with the named extras) on this rank."""
+    from labkit.zero import wrap
+    from labkit.zero.accounting import expected_memory
+    rank = dist.get_rank()
+    variants = {}
+    for stage in range(4):
+        torch.manual_seed(0)
+        net, batch_fn = tiny_gpt(**model_kwargs)
+        variants[f"ZeRO-{stage}" + (" (DDP)" if stage == 0 else "")] = \
+            wrap(net, torch.optim.Adam, stage=stage, mixed_precision=mixed, lr=1e-3)
+    if torch_zero and not mixed:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        torch.manual_seed(0)
+        net, batch_fn = tiny_gpt(**model_kwargs)
+        variants["torch DDP + ZeroRedundancyOptimizer"] = (
+            DDP(net), ZeroRedundancyOptimizer(list(net.parameters()), torch.optim.Adam, lr=1e-3))
+    out = {k: {"times": []} for k in variants}
+    names = list(variants)
+    for rnd in range(rounds + 1):                      # round 0 warms up
+        x, y = batch_fn(batch, 1000 * rnd + rank)
+        for name in names[rnd % len(names):] + names[:rnd % len(names)]:
+            model, opt = variants[name]
+            dist.barrier()
+            with traffic.measure(sync=True) as m:
+                t0 = time.perf_counter()
+                lm_loss(model(x).float(), y).backward()
+                opt.step()
+                dt = torch.tensor([time.perf_counter() - t0])
+            dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+            if rnd:
+                out[name]["times"].append(dt.item())
+                out[name]["sent"] = m.sent
+            if rnd == rounds:
+                out[name]["memory"] = measure(model, getattr(opt, "optim", opt)).model_state
+                out[name]["expected"] = (expected_memory(opt) if hasattr(opt, "stage") else None)
+            opt.zero_grad()
+    psi = sum(p.numel() for p in tiny_gpt(**model_kwargs)[0].parameters())
+    for name, r in out.items():
+        r["median"] = sorted(r["times"])[len(r["times"]) // 2]
+        e = r.pop("expected")
+        r["formula"] = e.formula.model_state if e is not None else None
+        r["extras"] = (e.total.model_state - e.formula.model_state) if e is not None else None
+    return {"variants": out, "psi": psi, "param_bytes": psi * (2 if mixed else 4),
+            "world": dist.get_world_size(), "mixed": mixed}
