@@ -89,7 +89,7 @@ def _diagnose(results, n) -> tuple:
                            "an all-reduce where a reduce-scatter suffices?")
     return True, (f"{n} ranks, {len(results[0]['after'])} steps on {L} elements (uneven shards): "
                   "same as labkit's reference and as one process; momentum kept for the own "
-                  f"shard only; sent {sent / (big * 4):.2f}x the vector per step" if big else "")
+                  "shard only; reduce-scatter + all-gather bytes")
 
 
 @checker("zero1_step")

@@ -78,7 +78,7 @@ def reduce_scatter(flat: torch.Tensor, group=None) -> torch.Tensor:
         return ring_reduce_scatter(flat, group)
     n, r = dist.get_world_size(group), dist.get_rank(group)
     out = torch.empty(flat.numel() // n, dtype=flat.dtype, device=flat.device)
-    dist.reduce_scatter_tensor(out, flat, group=group)
+    (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(out, flat, group=group)
     return out
 
 

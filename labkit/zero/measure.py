@@ -31,22 +31,28 @@ def tiny_gpt(n_layer=2, n_embd=128, vocab=1024, seq=32, freeze=()):
 
 def step_report(stage: int, mixed: bool = False, model: str = "awkward", steps: int = 2,
                 micro_batches: int = 1, batch: int = 2, optimizer=torch.optim.Adam,
-                reduce_dtype=None, lr: float = 1e-3, **model_kwargs) -> dict:
+                reduce_dtype=None, lr: float = 1e-3, ranks: int = None, **model_kwargs) -> dict:
     """Train `steps` steps with ZeRO `stage`; measure the last one (memory after the step,
-    before zero_grad; bytes sent over the whole step; seconds)."""
+    before zero_grad; bytes sent over the whole step; seconds). ranks=k: only the first k
+    ranks train, in a sub-group (the others return None)."""
     from labkit.zero import wrap
+    group = None
+    if ranks is not None and ranks != dist.get_world_size():
+        group = dist.new_group(list(range(ranks)))
+        if dist.get_rank() >= ranks:
+            return None
     from labkit.zero.accounting import expected_memory, expected_traffic
     torch.manual_seed(0)
     net, batch_fn = (awkward if model == "awkward" else tiny_gpt)(**model_kwargs)
     wrapped, opt = wrap(net, optimizer, stage=stage, mixed_precision=mixed, lr=lr,
-                        reduce_dtype=reduce_dtype)
-    rank, n = dist.get_rank(), dist.get_world_size()
+                        reduce_dtype=reduce_dtype, group=group)
+    rank, n = dist.get_rank(group), dist.get_world_size(group)
     for step in range(steps):
         xs = [batch_fn(batch, 100 * step + 10 * rank + k) for k in range(micro_batches)]
         last = step == steps - 1
         if last:
-            dist.barrier()
-            ctx = traffic.measure(sync=True)
+            dist.barrier(group)
+            ctx = traffic.measure(sync=True, group=group)
             m = ctx.__enter__()
             t0 = time.perf_counter()
         for x, y in xs:
@@ -65,6 +71,14 @@ def step_report(stage: int, mixed: bool = False, model: str = "awkward", steps: 
                 param_bytes=exp.formula.params * (n if stage == 3 else 1))
 
 
+def _rs(out, inp):          # reduce_scatter_tensor (renamed reduce_scatter_single in torch 2.13)
+    return (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(out, inp)
+
+
+def _ag(out, inp):
+    return (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, inp)
+
+
 def reduce_scatter_bytes(numel: int = 1 << 18) -> dict:
     """Bytes this rank sends for one reduce-scatter and one all-gather of `numel` fp32:
     labkit's ring, torch's reduce_scatter_tensor (on gloo: a full reduction), torch's
@@ -75,10 +89,9 @@ def reduce_scatter_bytes(numel: int = 1 << 18) -> dict:
     out = {"tensor bytes": numel * 4}
     x = torch.ones(numel)
     for name, fn in (("labkit ring reduce-scatter", lambda: ring_reduce_scatter(x.clone())),
-                     ("torch reduce_scatter_tensor", lambda: dist.reduce_scatter_tensor(
-                         torch.empty(numel // n), x.clone())),
-                     ("torch all_gather_into_tensor", lambda: dist.all_gather_into_tensor(
-                         torch.empty(numel), x[:numel // n].clone()))):
+                     ("torch reduce_scatter_tensor", lambda: _rs(torch.empty(numel // n), x.clone())),
+                     ("torch all_gather_into_tensor", lambda: _ag(torch.empty(numel),
+                                                                  x[:numel // n].clone()))):
         dist.barrier()
         with traffic.measure(sync=True) as m:
             fn()
