@@ -64,21 +64,8 @@ def test_build_every_course_notebook(tmp_path):
                 assert "### BEGIN SOLUTION" not in cell.source and "NBVAL_CHECK_OUTPUT" not in cell.source
 
 
-def _right(t):
-    import torch.distributed as dist
-    t = t.clone()
-    dist.all_reduce(t)
-    return t / labkit.world_size()
-
-
-def _sum_only(t):
-    import torch.distributed as dist
-    dist.all_reduce(t)
-    return t
-
-
-def _stub(t):
-    raise NotImplementedError("exercise: replace this line with your code")
+# answers from check_corpus: a module the ranks import in no time (this one imports nbformat)
+from check_corpus.mean import right_clone as _right, stub as _stub, sum_only as _sum_only  # noqa: E402
 
 
 def test_checker_verdicts(cluster, capsys):
