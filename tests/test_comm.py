@@ -200,6 +200,16 @@ def test_busbw_observations_say_only_what_the_rows_show():
                     "the naive all-reduce beat the ring at 4K (the ring 1.5x the time)"]
 
 
+def test_busbw_plateaus_name_where_each_op_levels_off():
+    from labkit.comm import busbw
+    rows = [{"op": "all_reduce", "bytes": 1 << k, "busbw": b} for k, b in ((12, 1.0), (16, 5.0), (20, 9.0), (24, 10.0))]
+    rows += [{"op": "ring_all_reduce", "bytes": 1 << k, "busbw": b} for k, b in ((12, 1.0), (24, 10.0))]
+    assert busbw.plateaus(rows) == [
+        "all_reduce: busbw within 80% of its best (1e-08 GB/s) from 1M on",
+        "ring_all_reduce: busbw within 80% of its best (1e-08 GB/s) only at the largest size, 16M: "
+        "no level stretch in this range"]
+
+
 def test_bench_cli_is_a_thin_layer_over_comm_busbw():
     from labkit.bench import collectives
     from labkit.comm import busbw

@@ -1,7 +1,7 @@
 """Bandwidth of collectives in the convention of nccl-tests (doc/PERFORMANCE.md), measured.
 
     rows = sweep(cluster, sizes=[1 << 12, 1 << 20], ops=["all_reduce", "ring_all_reduce"])
-    table(rows); plot(rows); observations(rows)
+    table(rows); plot(rows); observations(rows); plateaus(rows)
 
 Time per call, algbw = S / time, busbw = algbw x factor: 2(N-1)/N for all-reduce (torch's,
 labkit's ring and labkit's naive), (N-1)/N for reduce-scatter and all-gather, 1 for
@@ -17,7 +17,7 @@ OPS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "ring_all_redu
 FACTOR_OP = {"ring_all_reduce": "all_reduce", "naive_all_reduce": "all_reduce"}
 DEFAULT_SIZES = [1 << k for k in range(12, 27, 2)]      # 4 KiB .. 64 MiB, x4
 # what each op is, for legends and tables: the library's collectives against labkit's
-LABELS = {"all_reduce": "torch all_reduce (the backend's own)",
+LABELS = {"all_reduce": "torch all_reduce ({backend}'s own)",
           "reduce_scatter": "torch reduce_scatter", "all_gather": "torch all_gather",
           "broadcast": "torch broadcast",
           "ring_all_reduce": "labkit ring_all_reduce (send/recv)",
@@ -88,7 +88,7 @@ def sweep(cluster, sizes=DEFAULT_SIZES, ops=OPS, iters=0, warmup=2, timeout=600)
         t = statistics.median(slowest)
         alg, bus = busbw(FACTOR_OP.get(op, op), size, t, n)
         rows.append({"op": op, "bytes": size, "seconds": t, "algbw": alg, "busbw": bus, "world_size": n,
-                     "best_seconds": min(slowest), "samples": slowest})
+                     "best_seconds": min(slowest), "samples": slowest, "backend": cluster.backend})
     return rows
 
 
@@ -141,6 +141,20 @@ def observations(rows, margin: float = 1.1) -> list:
     return said
 
 
+def plateaus(rows, share: float = 0.8) -> list:
+    """For each op, from which size on its busbw stays within `share` of its best in these rows
+    (where it levels off), in one sentence each."""
+    said = []
+    for op in [o for o in OPS if any(r["op"] == o for r in rows)]:
+        pts = sorted((r["bytes"], r["busbw"]) for r in rows if r["op"] == op)
+        best = max(b for _, b in pts)
+        start = next(i for i in range(len(pts)) if all(b >= share * best for _, b in pts[i:]))
+        where = (f"from {human(pts[start][0])} on" if start < len(pts) - 1
+                 else f"only at the largest size, {human(pts[-1][0])}: no level stretch in this range")
+        said.append(f"{op}: busbw within {share:.0%} of its best ({best / 1e9:.3g} GB/s) {where}")
+    return said
+
+
 def plot(rows, path=None, ax=None):
     """busbw against message size, one line per op (log-log), legend naming whose op it is;
     saved to `path` if given."""
@@ -154,7 +168,7 @@ def plot(rows, path=None, ax=None):
     for op in [o for o in OPS if any(r["op"] == o for r in rows)]:
         pts = sorted((r["bytes"], r["busbw"] / 1e9) for r in rows if r["op"] == op)
         fmt, colour = style[op]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], fmt, color=colour, label=LABELS[op], ms=5)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], fmt, color=colour, label=LABELS[op].format(backend=rows[0].get("backend", "the backend")), ms=5)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     sizes = sorted({r["bytes"] for r in rows})
