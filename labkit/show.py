@@ -81,8 +81,9 @@ def before_after_figure(results, title: str, labels=("before", "after"), notes=N
 class live:
     """Plot `y` against `x` per rank from `labkit.emit(...)` events while a run goes on.
 
-    In a notebook it redraws at most `fps` times a second through one display handle; the
-    final figure stays in the cell as a static PNG. Outside IPython it draws once at the end.
+    In a notebook it redraws at most `fps` times a second through one display handle, and
+    spends at most about a quarter of the time drawing (a slow machine gets fewer frames, not
+    a slower run); the final figure stays in the cell as a static PNG.
     """
 
     def __init__(self, cluster, y: str = "loss", x: str = "step", fps: float = 4.0, title: str = None):
@@ -90,6 +91,7 @@ class live:
         self.title = title or f"{y} per rank (live, from labkit.emit)"
         self.series = {}
         self._last = 0.0
+        self._gap = 1.0 / fps          # seconds from the end of one redraw to the next
         self._handle = None
 
     def _on_event(self, event) -> None:
@@ -98,7 +100,7 @@ class live:
             xs, ys = self.series.setdefault(event.rank, ([], []))
             xs.append(d.get(self.x, len(xs)))
             ys.append(d[self.y])
-            if time.monotonic() - self._last > 1.0 / self.fps:
+            if time.monotonic() - self._last > self._gap:
                 self._draw()
 
     def figure(self):
@@ -117,7 +119,7 @@ class live:
         return fig
 
     def _draw(self) -> None:
-        self._last = time.monotonic()
+        t0 = time.monotonic()
         fig = self.figure()
         try:
             from IPython.display import display
@@ -127,6 +129,8 @@ class live:
                 self._handle.update(fig)
         finally:
             plt.close(fig)
+            self._last = time.monotonic()
+            self._gap = max(1.0 / self.fps, 3 * (self._last - t0))
 
     def __enter__(self):
         self._unsubscribe = self.cluster.on_event(self._on_event)

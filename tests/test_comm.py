@@ -208,6 +208,9 @@ def test_busbw_plateaus_name_where_each_op_levels_off():
         "all_reduce: busbw within 80% of its best (1e-08 GB/s) from 1M on",
         "ring_all_reduce: busbw within 80% of its best (1e-08 GB/s) only at the largest size, 16M: "
         "no level stretch in this range"]
+    dip = [{"op": "all_reduce", "bytes": 1 << k, "busbw": b} for k, b in ((12, 1.0), (20, 10.0), (24, 5.0))]
+    assert busbw.plateaus(dip) == ["all_reduce: busbw within 80% of its best (1e-08 GB/s) at 1M, but not "
+                                   "level in this range: at 16M it is 50% of that"]
 
 
 def test_bench_cli_is_a_thin_layer_over_comm_busbw():

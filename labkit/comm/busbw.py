@@ -148,9 +148,15 @@ def plateaus(rows, share: float = 0.8) -> list:
     for op in [o for o in OPS if any(r["op"] == o for r in rows)]:
         pts = sorted((r["bytes"], r["busbw"]) for r in rows if r["op"] == op)
         best = max(b for _, b in pts)
-        start = next(i for i in range(len(pts)) if all(b >= share * best for _, b in pts[i:]))
-        where = (f"from {human(pts[start][0])} on" if start < len(pts) - 1
-                 else f"only at the largest size, {human(pts[-1][0])}: no level stretch in this range")
+        start = next((i for i in range(len(pts)) if all(b >= share * best for _, b in pts[i:])), None)
+        if start is None:                       # the largest size fell back below the level
+            top = max(pts, key=lambda p: p[1])[0]
+            where = (f"at {human(top)}, but not level in this range: at {human(pts[-1][0])} it is "
+                     f"{pts[-1][1] / best:.0%} of that")
+        elif start < len(pts) - 1:
+            where = f"from {human(pts[start][0])} on"
+        else:
+            where = f"only at the largest size, {human(pts[-1][0])}: no level stretch in this range"
         said.append(f"{op}: busbw within {share:.0%} of its best ({best / 1e9:.3g} GB/s) {where}")
     return said
 

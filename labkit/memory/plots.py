@@ -62,14 +62,16 @@ def plot_ranks(measured: list, formula=None, title: str = "memory per rank", ax=
             used |= set(f.nonzero())
             d = m.total - f.total
             pct = 100 * d / f.total if f.total else 0.0
-            ax.text(r - 0.2, m.total / div, f"{'+' if d >= 0 else ''}{d:,.0f} B\n({pct:+.4f} %)",
-                    ha="center", va="bottom", fontsize=7)
+            ax.text(r, max(m.total, f.total) / div * 1.02, f"{'+' if d >= 0 else ''}{d:,.0f} B\n({pct:+.4f} %)",
+                    ha="center", va="bottom", fontsize=9,
+                    bbox=dict(facecolor="white", edgecolor="#999999", boxstyle="round,pad=0.2"))
     ax.set_xticks(range(len(measured)),
                   [f"rank {r}\nmeasured | formula" if f is not None else f"rank {r}"
                    for r, f in enumerate(formulas)], fontsize=8)
     ax.set_ylabel(name)
-    ax.set_title(title, fontsize=10)
-    ax.set_ylim(0, 1.18 * max(b.total for b in shown) / div)
+    ax.set_title(title + ("\nabove each pair: measured - formula" if any(f is not None for f in formulas)
+                          else ""), fontsize=10)
+    ax.set_ylim(0, 1.25 * max(b.total for b in shown) / div)
     _legend(ax, used)
     if fig is not None:
         fig.tight_layout()
