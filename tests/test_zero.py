@@ -92,7 +92,7 @@ def test_stage3_parameters_are_shards(cluster2):
 
 def _prefetch_order():
     from labkit.models import awkward_batch, lm_loss
-    from labkit.zero.measure import tiny_gpt
+    from labkit.zero.runs import tiny_gpt
     model, _ = tiny_gpt(n_layer=3, n_embd=32, vocab=64, seq=8)
     wrapped, opt = labkit.zero.wrap(model, torch.optim.Adam, stage=3, prefetch=True, lr=1e-3)
     from labkit.models import token_batch

@@ -45,7 +45,7 @@ def main(argv) -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--dim", type=int, default=256)
     args = ap.parse_args(argv)
-    from labkit.zero.measure import interleaved
+    from labkit.zero.runs import interleaved
     with labkit.Cluster(args.ranks, backend="gloo", spares=0, timeout=600) as c:
         res = c.run(interleaved, args.rounds, args.mixed, n_layer=args.layers, n_embd=args.dim,
                     vocab=4096, seq=64)

@@ -2,7 +2,7 @@
 bytes sent equal 2(N-1)/N (DDP, ZeRO-1, ZeRO-2) and 3(N-1)/N (ZeRO-3) of the parameters."""
 import torch
 
-from labkit.zero.measure import reduce_scatter_bytes, step_report
+from labkit.zero.runs import reduce_scatter_bytes, step_report
 
 GPT = dict(model="gpt", n_layer=1, n_embd=64, vocab=512, seq=16, freeze=("pos.weight",))
 
