@@ -126,13 +126,13 @@ def plot_timelines(runs: dict, path: str = None):
                 a, b = r[key]
                 ax.broken_barh([(ms(a), ms(b) - ms(a))], (y + 0.55, 0.35), color=colour[key])
             ax.broken_barh([(ms(a), ms(b) - ms(a)) for a, b in r["waiting"]], (y + 0.1, 0.35),
-                           color=colour["waiting"], hatch="///", edgecolor="0.5", linewidth=0)
+                           facecolor=colour["waiting"], hatch="///", edgecolor="0.55", linewidth=0.4)
             ax.broken_barh([(ms(a), max(ms(b) - ms(a), 0.05)) for a, b in r["running"]],
                            (y + 0.1, 0.35), color=colour["running"], edgecolor="white", linewidth=0.6)
             for _, a, _, _ in r["buckets"]:
                 ax.plot([ms(a)] * 2, [y + 0.05, y + 0.5], color="k", lw=0.7)
             ax.plot([ms(r["synced"])] * 2, [y + 0.05, y + 0.95], "k:", lw=1)
-            longest = max(longest, ms(r["synced"]))
+            longest = max([longest, ms(r["synced"])] + [ms(b) for _, _, b, _ in r["buckets"]])
         n = len(ranks[0]["buckets"])
         mean = sum(r["overlap"] for r in ranks) / len(ranks)
         step = max(r["step"] for r in ranks) * 1e3
@@ -145,12 +145,12 @@ def plot_timelines(runs: dict, path: str = None):
     handles = [Patch(color=colour["forward"], label="forward"),
                Patch(color=colour["backward"], label="backward"),
                Patch(color=colour["running"], label="all-reduce running (one bar per bucket)"),
-               Patch(facecolor=colour["waiting"], hatch="///", edgecolor="0.5",
+               Patch(facecolor=colour["waiting"], hatch="///", edgecolor="0.55", linewidth=0.4,
                      label="all-reduce launched, waiting for a slower rank"),
                Line2D([], [], color="k", lw=0.7, label="bucket launched"),
                Line2D([], [], color="k", ls=":", label="gradients synced")]
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.6 / height, 1, 1))
+    fig.tight_layout(rect=(0, 0.45 / height, 1, 1))
     if path:
         fig.savefig(path, dpi=100)
     return fig
