@@ -146,12 +146,15 @@ class BucketedDDP(_DataParallel):
             self.trace.append(record)
 
     def _load(self, b: _Bucket, p) -> None:
-        """Put p's gradient into its slice of the bucket (as a view: make .grad that slice)."""
+        """Put p's gradient / N into its slice of the bucket, so that the all-reduce's sum is
+        the mean (as a view: make .grad that slice)."""
         s = b.slice(p)
         if p.grad is None:
             s.zero_()
-        elif not (self.as_view and p.grad.data_ptr() == s.data_ptr()):
-            s.copy_(p.grad)
+        elif self.as_view and p.grad.data_ptr() == s.data_ptr():
+            s.div_(self.world)                      # backward added into the bucket already
+        else:
+            torch.div(p.grad, self.world, out=s)    # copy and divide in one pass
             if self.as_view:
                 p.grad = s                          # from now on backward adds into the bucket
 
@@ -178,7 +181,6 @@ class BucketedDDP(_DataParallel):
             b = self.buckets[self._next]
             if len(b.ready) < len(b.params):
                 return
-            b.buffer.div_(self.world)               # average = sum of (g / N)
             launched = self.clock.now() if self.trace is not None else None
             b.work = dist.all_reduce(b.buffer, group=self.group, async_op=True)
             if self.trace is not None:
