@@ -211,7 +211,8 @@ class BucketedDDP(_DataParallel):
         self._launch_full()
         used = None
         if self.find_unused:                        # after the buckets, in the same order everywhere
-            flags = torch.tensor([p in self._used for _, p in self.named], dtype=torch.int32)
+            flags = torch.tensor([p in self._used for _, p in self.named], dtype=torch.int32,
+                                 device=self.named[0][1].device if self.named else None)
             dist.all_reduce(flags, group=self.group)
             used = {p for (_, p), f in zip(self.named, flags.tolist()) if f}
         for b in self.buckets:

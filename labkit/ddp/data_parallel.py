@@ -95,7 +95,8 @@ class NaiveDDP(_DataParallel):
     def sync_gradients(self) -> None:
         if not self.require_sync:
             return
-        used = torch.tensor([p.grad is not None for _, p in self.named], dtype=torch.int32)
+        used = torch.tensor([p.grad is not None for _, p in self.named], dtype=torch.int32,
+                            device=self.named[0][1].device if self.named else None)  # NCCL: on the GPU
         dist.all_reduce(used, group=self.group)
         for (_, p), anyone in zip(self.named, used.tolist()):
             if not anyone:
