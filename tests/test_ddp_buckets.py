@@ -113,6 +113,8 @@ def test_rewrapping_removes_the_old_hooks(cluster2):
             ddp.sync_gradients()
             worst = max([worst] + [(p.grad - expected[n]).abs().max().item() for n, p in trainable(model)])
             model.zero_grad(set_to_none=True)
+        import pickle
+        pickle.dumps(model)                                  # a wrapped module still pickles (torch.save)
         ddp.remove_hooks()                                   # back to a plain module
         dist.barrier()
         with measure() as m:

@@ -30,6 +30,7 @@ from labkit.ddp.data_parallel import MB, _DataParallel
 
 DEFAULT_CAP_MB = 25                 # torch's _DEFAULT_BUCKET_CAP_MB
 FIRST_BUCKET_BYTES = 1 * MB         # torch's dist._DEFAULT_FIRST_BUCKET_BYTES
+_WRAPPER = weakref.WeakKeyDictionary()   # module -> weakref to the BucketedDDP that hooks it
 
 
 def assign_buckets(params: list, limits: list, sort: bool = False) -> list:
@@ -86,7 +87,7 @@ class BucketedDDP(_DataParallel):
     def __init__(self, module: nn.Module, bucket_cap_mb: float = None,
                  find_unused_parameters: bool = False, process_group=None,
                  gradient_as_bucket_view: bool = False, broadcast_buffers: bool = True):
-        old = getattr(module, "_labkit_ddp", None)
+        old = _WRAPPER.get(module)
         if old is not None and old() is not None:
             old().remove_hooks()                    # the module was wrapped before
         super().__init__(module, process_group, broadcast_buffers)
@@ -106,7 +107,7 @@ class BucketedDDP(_DataParallel):
             limits = [self.cap_bytes]
         self._build(list(reversed(assign_buckets(params, limits, sort=True))))
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad_ready) for p in params]
-        module.__dict__["_labkit_ddp"] = weakref.ref(self)
+        _WRAPPER[module] = weakref.ref(self)        # (not on the module: it must still pickle)
 
     def remove_hooks(self) -> None:
         """Stop reacting to backward: the module's gradients stay local from now on."""
