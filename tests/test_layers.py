@@ -15,6 +15,17 @@ PURE = [
     "labkit.memory.activations",
     "labkit.memory.breakdown",
     "labkit.comm.formulas",
+    "labkit.parallel_dims",
+    "labkit.plan",
+    "labkit.plan.traffic",
+    "labkit.plan.flops",
+    "labkit.plan.models",
+    "labkit.plan.planner",
+    "labkit.pipeline",
+    "labkit.pipeline.formulas",
+    "labkit.pipeline.schedules",
+    "labkit.pipeline.validate",
+    "labkit.pipeline.simulate",
 ]
 
 # Importing any of these from a pure module is a layering error.
