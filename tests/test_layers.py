@@ -15,6 +15,7 @@ PURE = [
     "labkit.memory.activations",
     "labkit.memory.breakdown",
     "labkit.comm.formulas",
+    "labkit.paths",
     "labkit.comm.busbw",
     "labkit.tables",
     "labkit.parallel_dims",
