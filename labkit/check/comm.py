@@ -19,7 +19,8 @@ __all__ = ["ring_all_reduce"]
 _LENGTHS = [7, 3, 1, 1001]      # 7 first: every chunk non-empty, so a diagnosis names real steps
 _DTYPES = ["float32", "int64", "bfloat16", "float64"]
 _TIMEOUT = 10.0         # seconds: a correct ring finishes every case in about one on a busy machine
-_groups = {}            # group size -> process group, kept on each rank between checks
+_groups = {}            # group size -> process group, kept on each rank between checks (and
+                        # "world": the default group they belong to)
 
 
 def _wrong_values(t, x, out, expected, log, rank, k, length, dt):
@@ -89,6 +90,9 @@ def _setup():
     import labkit
     from labkit.comm.ring import ring_all_reduce_simple
     rank, world = labkit.rank(), labkit.world_size()
+    if _groups.get("world") is not dist.group.WORLD:    # the process group was rebuilt: new groups
+        _groups.clear()
+        _groups["world"] = dist.group.WORLD
     for k in range(2, min(4, world) + 1):
         if k not in _groups:
             _groups[k] = None if k == world else dist.new_group(list(range(k)))
