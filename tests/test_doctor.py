@@ -79,3 +79,21 @@ def test_seed_probe_on_ranks(cluster2):
     bad = cluster2.run(_seeds, sampler_seed_by_rank=True)
     assert "sampler seeds" in judge(bad)[1] and shard_report([r["indices"] for r in bad], 40)["overlap"]
     assert "dropout" in judge(cluster2.run(_seeds, dropout_seed_by_rank=False))[1]
+
+
+def _checklist(**kw):
+    from labkit.doctor.checklist import convergence_checklist
+    return convergence_checklist(**kw)
+
+
+def test_convergence_checklist_passes_and_fails(cluster2):
+    good = cluster2.run(_checklist, lr=0.8, base_lr=0.1, base_batch=4, batch=16)   # linear: 4 -> 32
+    assert good[0] == good[1] and all(ok for _, ok, _ in good[0]), good[0]
+    bad = cluster2.run(_checklist, lr=0.1, base_lr=0.1, base_batch=4, batch=16,
+                       weights_seed_by_rank=True)
+    verdict = {item: (ok, why) for item, ok, why in bad[0]}
+    assert not verdict["learning-rate rule"][0] and "not scaled" in verdict["learning-rate rule"][1]
+    assert not verdict["seeds in sync"][0] and "initial weights" in verdict["seeds in sync"][1]
+    assert verdict["single-rank sanity"][0] and verdict["gradient norm"][0]
+    exploding = cluster2.run(_checklist, lr=0.8, base_lr=0.1, base_batch=4, batch=16, max_norm=1e-6)
+    assert not dict((i, ok) for i, ok, _ in exploding[0])["gradient norm"]

@@ -5,7 +5,8 @@
 
 - `pitfalls` (pure): the detectors, judging numbers gathered from the ranks;
 - `ranks`: the pitfalls reproduced on the ranks (BatchNorm statistics, seeds, devices), and a
-  BatchNorm whose statistics are all-reduced by hand (SyncBatchNorm raises on CPU tensors).
+  BatchNorm whose statistics are all-reduced by hand (SyncBatchNorm raises on CPU tensors);
+- `checklist`: the notes' convergence checklist, run on the ranks.
 """
 from labkit.doctor import pitfalls  # noqa: F401
 
