@@ -38,9 +38,12 @@ class HandSyncBatchNorm1d(nn.BatchNorm1d):
     def forward(self, x):
         if not self.training:
             return super().forward(x)
+        import warnings
         from torch.distributed.nn.functional import all_reduce
         stats = torch.cat([x.new_tensor([float(x.shape[0])]), x.sum(0), (x * x).sum(0)])
-        stats = all_reduce(stats)
+        with warnings.catch_warnings():   # torch 2.13 marks it deprecated; it still carries gradients
+            warnings.simplefilter("ignore", FutureWarning)
+            stats = all_reduce(stats)
         c = x.shape[1]
         n, s, sq = stats[0], stats[1:1 + c], stats[1 + c:]
         mean = s / n
