@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 
-from labkit.runtime import errors, procs, wire
+from labkit.runtime import errors, learner, procs, shm, wire
 from labkit.runtime.collect import Event, collect
 from labkit.runtime.pool import WorkerPool, shutdown
 
@@ -161,14 +161,22 @@ class Cluster:
         """Run ``fn(*args, **kwargs)`` on every rank; return the results, index = rank."""
         __tracebackhide__ = True
         self._check_open()
-        payload = wire.dumps_call(fn, args, kwargs)
-        return self._execute("call", payload, timeout, f"{getattr(fn, '__name__', 'fn')}()")
+        segments = []                             # tensors go through shared memory (shm.py)
+        try:
+            payload = wire.dumps_call(fn, args, kwargs, keep=segments)
+            return self._execute("call", payload, timeout, f"{getattr(fn, '__name__', 'fn')}()")
+        finally:
+            shm.close(segments)
 
     def push(self, **values) -> None:
         """Set variables in every rank's %%ranks namespace: ``cluster.push(lr=0.1)``."""
         __tracebackhide__ = True
         self._check_open()
-        self._execute("push", wire.dumps_values(values), None, "push")
+        segments = []
+        try:
+            self._execute("push", wire.dumps_values(values, keep=segments), None, "push")
+        finally:
+            shm.close(segments)
 
     def pull(self, name: str) -> list:
         """A variable from every rank's %%ranks namespace, as a list by rank."""
@@ -200,12 +208,18 @@ class Cluster:
                 task_id = next(self._task_ids)
                 self.events = []
                 timeout = self.timeout if timeout is None else float(timeout)
+                where = learner.snapshot()         # the notebook's folder, sys.path, modules
                 try:
                     for w in self._ranks:
-                        w.conn.send(("task", task_id, kind, payload))
+                        w.conn.send(("task", task_id, kind, payload, where))
                 except (BrokenPipeError, OSError):
                     pass                           # a dead rank shows up as EOF below
                 outcome = collect(self, task_id, timeout)
+                for w in self._ranks:              # results are loaded: ranks free their copies
+                    try:
+                        w.conn.send(("release", task_id))
+                    except (BrokenPipeError, OSError):
+                        pass
             except KeyboardInterrupt:
                 self._kill_ranks()
                 self._pool.top_up()

@@ -165,8 +165,8 @@ class ControlServer:
         self.sock.close()
 
 
-def launch(server: ControlServer, stack_dir: str, threads: int) -> Worker:
-    """Start one spare worker: a fresh interpreter running labkit.runtime.worker."""
+def worker_env(threads: int) -> dict:
+    """The environment of a worker (spawned, or forked from the zygote)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_LABKIT_ROOT, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"                 # prints reach the notebook as they happen
@@ -176,11 +176,16 @@ def launch(server: ControlServer, stack_dir: str, threads: int) -> Worker:
     env.pop("MPLBACKEND", None)                   # the kernel's inline backend is not for ranks
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)                        # a torchrun parent must not leak into ranks
+    return env
+
+
+def launch(server: ControlServer, stack_dir: str, threads: int) -> Worker:
+    """Start one spare worker: a fresh interpreter running labkit.runtime.worker."""
     host, port = server.address
     proc = subprocess.Popen(
         [sys.executable, "-m", "labkit.runtime.worker", host, str(port), stack_dir],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        env=env, cwd=os.getcwd(), close_fds=True)
+        env=worker_env(threads), cwd=os.getcwd(), close_fds=True)
     proc.stdin.write(server.authkey.hex().encode() + b"\n")   # the key never shows in `ps`
     proc.stdin.flush()
     return Worker(proc)

@@ -28,13 +28,37 @@ _tasks: "queue.Queue" = queue.Queue()
 _libc = ctypes.CDLL(None)
 
 
-def _control_loop(conn) -> None:
+def _owner_alive_check(owner: int):
+    """A function telling whether the notebook (pid `owner`) still runs. A forked worker's
+    parent is the zygote, not the notebook, so the notebook is watched by pid (a pidfd where
+    the system has them: immune to the pid being reused)."""
+    if owner == os.getppid():
+        return lambda: os.getppid() == owner
+    try:
+        import select
+        fd = os.pidfd_open(owner)
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return lambda: not poller.poll(0)
+    except (AttributeError, OSError):
+        def alive():
+            try:
+                os.kill(owner, 0)
+                return True
+            except ProcessLookupError:
+                return False
+            except OSError:
+                return True
+        return alive
+
+
+def _control_loop(conn, owner: int) -> None:
     """Read messages from the notebook; exit the process when the notebook goes away."""
-    ppid = os.getppid()
+    owner_alive = _owner_alive_check(owner)
     while True:
         try:
             if not conn.poll(1.0):
-                if os.getppid() != ppid:       # reparented: our kernel is gone
+                if not owner_alive():          # our kernel is gone
                     os._exit(0)
                 continue
             msg = conn.recv()
@@ -42,7 +66,20 @@ def _control_loop(conn) -> None:
             os._exit(0)
         if msg[0] == "exit":
             os._exit(0)
+        if msg[0] == "release":                # the notebook has loaded our last result
+            _release()
+            continue
         _tasks.put(msg)
+
+
+_sent = []                 # shared-memory segments of the last result, until the notebook has it
+_sent_lock = threading.Lock()
+
+
+def _release() -> None:
+    from labkit.runtime import shm
+    with _sent_lock:
+        shm.close(_sent)
 
 
 def _flush() -> None:
@@ -147,8 +184,7 @@ def _run_task(kind: str, payload, ns: dict):
 
 
 def _serve(conn) -> None:
-    import cloudpickle
-    from labkit.runtime import context
+    from labkit.runtime import context, learner, wire
     ns = None
     while True:
         msg = _tasks.get()
@@ -162,12 +198,17 @@ def _serve(conn) -> None:
                 _flush()
                 conn.send(("init_failed", _failure(exc)))
             continue
-        _, task_id, kind, payload = msg
+        _, task_id, kind, payload = msg[:4]
+        _release()                            # the notebook has long loaded the last result
         context._task_id = task_id
         try:
+            learner.apply(msg[4] if len(msg) > 4 else None)   # the notebook's folder, path, modules
             value = _to_cpu(_run_task(kind, payload, ns))
+            learner.note_imports()
             try:
-                out = ("result", task_id, True, cloudpickle.dumps(value))
+                with _sent_lock:
+                    data = wire.dumps(value, keep=_sent, private=False)
+                out = ("result", task_id, True, data)
             except Exception as exc:
                 raise TypeError(f"the function's return value ({type(value).__name__}) cannot be "
                                 f"sent back to the notebook: {exc}. Return plain numbers, lists, "
@@ -180,9 +221,9 @@ def _serve(conn) -> None:
         conn.send(out)
 
 
-def main() -> None:
-    host, port, stack_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    authkey = bytes.fromhex(sys.stdin.readline().strip())
+def start(host: str, port: int, stack_dir: str, authkey: bytes, owner: int) -> None:
+    """Become a spare: connect to the notebook's control socket, say hello, serve tasks.
+    Run by `main` in a spawned interpreter and by the zygote in each forked child."""
     stack_path = os.path.join(stack_dir, f"stack-{os.getpid()}.txt")
     stack_file = open(stack_path, "w")
     faulthandler.enable(file=stack_file, all_threads=True)          # crashes: SIGSEGV, SIGABRT ...
@@ -193,11 +234,20 @@ def main() -> None:
     import torch.distributed                       # noqa: F401
     import cloudpickle                             # noqa: F401
     import labkit.runtime.context                  # noqa: F401
+    import labkit.runtime.wire                     # noqa: F401
+    import labkit.runtime.learner                  # noqa: F401
 
     conn = Client((host, port), authkey=authkey)
     conn.send(("hello", os.getpid(), threading.main_thread().ident, stack_path))
-    threading.Thread(target=_control_loop, args=(conn,), daemon=True, name="labkit-control").start()
+    threading.Thread(target=_control_loop, args=(conn, owner), daemon=True,
+                     name="labkit-control").start()
     _serve(conn)
+
+
+def main() -> None:
+    host, port, stack_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    authkey = bytes.fromhex(sys.stdin.readline().strip())
+    start(host, port, stack_dir, authkey, os.getppid())
 
 
 if __name__ == "__main__":
