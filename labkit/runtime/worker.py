@@ -209,6 +209,7 @@ def _serve(conn) -> None:
                 with _sent_lock:
                     data = wire.dumps(value, keep=_sent, private=False)
                 out = ("result", task_id, True, data)
+                del value, data                   # hold no argument or result between tasks
             except Exception as exc:
                 raise TypeError(f"the function's return value ({type(value).__name__}) cannot be "
                                 f"sent back to the notebook: {exc}. Return plain numbers, lists, "
