@@ -3,8 +3,12 @@
 cluster.py   Cluster: start ranks, run work, recover after failures
 collect.py   the wait loop of one run: results, output, events, failures, hangs
 procs.py     worker processes, the authenticated control socket, output pipes
-worker.py    the rank side (a fresh interpreter per rank)
+worker.py    the rank side (forked by the zygote, or a fresh interpreter)
+pool.py      spares and every worker process of one Cluster
+zygote.py    one process with torch imported that forks ready workers in ~0.1 s
 wire.py      sending functions and values by value (cloudpickle), with clear errors
+shm.py       tensors through shared memory (anonymous, so a SIGKILL leaves nothing)
+learner.py   the notebook's folder, sys.path and edited modules, carried by every task
 errors.py    RankError / RankTimeout and how they are worded
 context.py   rank(), world_size(), device(), emit() - inside a rank, under torchrun, or alone
 magic.py     the %%ranks cell magic

@@ -7,7 +7,10 @@ The ranks start once and wait for work; `run` sends `fn` by value to every rank,
 rank's prints into the cell as ``[rank N] ...`` and returns the results by rank. Failures come
 back as `RankError` (a traceback per rank) and hangs as `RankTimeout` (where each rank was
 stuck). After a hang, a crash or an interrupt the ranks are replaced by spares that have
-already imported torch, so the next `run` works within a second.
+already imported torch, and new spares are forked from a zygote (a process that imported
+torch once) in ~0.1 s, so the next `run` works within a second, failure after failure.
+Tensors in arguments, `push`, `pull` and results travel through shared memory (shm.py);
+every task carries the notebook's folder, sys.path and edited modules (learner.py).
 """
 import datetime
 import itertools
@@ -60,7 +63,8 @@ class Cluster:
                  spares: int = None, start_timeout: float = 120.0):
         """timeout: default seconds a run may take before RankTimeout (the process group's own
         timeout is max(600 s, 2 x this), so labkit, not gloo/NCCL, reports a hang first).
-        spares: standby workers kept ready for recovery (default: world_size)."""
+        spares: standby workers kept ready for recovery (default: world_size). Workers are
+        forked from the cluster's zygote (LABKIT_ZYGOTE=0: spawned interpreters instead)."""
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size must be a whole number of ranks >= 1, got {world_size!r}")
         import torch.distributed as dist

@@ -261,8 +261,10 @@ def main() -> None:
                 sock.send(pickle.dumps(("exit", pid, status)))
             except OSError:
                 pass
-        if os.getppid() != owner:                 # the notebook is gone
+        if os.getppid() != owner:                 # the notebook is gone: leave nothing behind
             _kill_children(children)
+            import shutil
+            shutil.rmtree(stack_dir, ignore_errors=True)
             os._exit(0)
         if sock in readable:
             try:
