@@ -4,30 +4,41 @@
     cluster = labkit.Cluster(world_size=4)      # real torch.distributed ranks
     cluster.run(fn)                             # -> [result of rank 0, rank 1, ...]
 
-Importing labkit does not import torch; the layers are described in DESIGN.md.
+Importing labkit imports nothing else: the runtime (processes, sockets, cloudpickle) loads on
+first use of `labkit.Cluster` and friends, torch on first use of a module that needs it, so the
+pure modules (`labkit.memory.formulas`, `labkit.comm.formulas`, ...) import on their own.
+The layers are described in docs/architecture.md.
 """
-from labkit.runtime.cluster import Cluster, close_all
-from labkit.runtime.collect import Event
-from labkit.runtime.context import (backend, device, emit, in_cluster, init_process_group,
-                                    local_rank, rank, world_size)
-from labkit.runtime.errors import RankError, RankTimeout
-
 __version__ = "0.1.0"
 
-__all__ = ["Cluster", "close_all", "Event", "RankError", "RankTimeout", "rank", "world_size", "local_rank",
-           "device", "backend", "emit", "in_cluster", "init_process_group",
-           "load_ipython_extension"]
-
+# public name -> the runtime module that defines it (loaded on first use)
+_RUNTIME = {
+    "Cluster": "cluster", "close_all": "cluster", "Event": "collect",
+    "RankError": "errors", "RankTimeout": "errors",
+    "backend": "context", "device": "context", "emit": "context", "in_cluster": "context",
+    "init_process_group": "context", "local_rank": "context", "rank": "context",
+    "world_size": "context",
+}
 
 _SUBMODULES = {"check", "show", "models", "exercises", "memory", "comm", "ddp", "bench"}
 
+__all__ = [*_RUNTIME, "load_ipython_extension"]
+
 
 def __getattr__(name: str):
-    """`labkit.check`, `labkit.show`, ... import on first use, so `import labkit` stays light."""
+    """`labkit.Cluster`, `labkit.check`, ... import on first use, so `import labkit` stays light."""
+    import importlib
+    if name in _RUNTIME:
+        value = getattr(importlib.import_module(f"labkit.runtime.{_RUNTIME[name]}"), name)
+        globals()[name] = value                  # later look-ups skip this function
+        return value
     if name in _SUBMODULES:
-        import importlib
         return importlib.import_module(f"labkit.{name}")
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_RUNTIME, *_SUBMODULES])
 
 
 def load_ipython_extension(ip) -> None:

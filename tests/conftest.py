@@ -39,3 +39,45 @@ def cluster4():
 def cluster(request):
     """Parametrises a test over the shared 2- and 4-rank clusters."""
     return request.getfixturevalue(f"cluster{request.param}")
+
+
+# --- markers -------------------------------------------------------------------------------
+# `pytest -m "not cluster"` runs the tests that start no process (formulas, schedules, the
+# planner, pictures from recorded data) in seconds. A test is marked `cluster` when it uses a
+# cluster fixture or its own source starts ranks or processes; notebooks (nbval) are marked too.
+import inspect
+
+_CLUSTER_FIXTURES = {"cluster", "cluster1", "cluster2", "cluster3", "cluster4"}
+_PROCESS_WORDS = ("Cluster(", "getfixturevalue", "Popen", "examples/", "torchrun", "jupyter_client", "KernelManager")
+
+
+def _sources(fn, module, depth=2):
+    """The source of `fn` and of the test module's functions it calls, `depth` calls deep."""
+    try:
+        out = [inspect.getsource(fn)]
+    except (OSError, TypeError):
+        return ["Cluster("]                       # unknown: assume it starts processes
+    if depth:
+        for name in getattr(getattr(fn, "__code__", None), "co_names", ()):
+            f = getattr(module, name, None)
+            if inspect.isfunction(f) and f.__module__ == module.__name__:
+                out += _sources(f, module, depth - 1)
+    return out
+
+
+def _starts_processes(item) -> bool:
+    if any(name in _CLUSTER_FIXTURES or "cluster" in name for name in getattr(item, "fixturenames", ())):
+        return True
+    fn, module = getattr(item, "function", None), getattr(item, "module", None)
+    if fn is None or module is None:                # nbval cells, notebook items
+        return True
+    funcs = [fn] + [d.func for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs]
+    return any(w in src for f in funcs for src in _sources(f, module) for w in _PROCESS_WORDS)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _starts_processes(item):
+            item.add_marker(pytest.mark.cluster)
+        if item.nodeid.split("::")[0].endswith(".ipynb"):
+            item.add_marker(pytest.mark.notebook)

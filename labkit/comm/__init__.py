@@ -6,15 +6,32 @@
     with labkit.comm.record() as rec: ...       # rec.events: which chunk moved where, when
 
 `ring.py` holds the simple versions (one exchange per step) and the naive all-reduce,
-`ring_fast.py` the pipelined ring with reused buffers, `formulas.py` the traffic formulas,
-`draw.py` the pictures.
+`ring_fast.py` the pipelined ring with reused buffers, `formulas.py` the traffic formulas
+(pure: imports no torch), `draw.py` the pictures. Names load on first use, so
+`import labkit.comm.formulas` stays free of torch.
 """
-from labkit.comm import formulas, traffic
-from labkit.comm.formulas import chunk_bounds
-from labkit.comm.recorder import record
-from labkit.comm.ring import (naive_all_reduce, ring_all_gather, ring_all_reduce_simple,
-                              ring_reduce_scatter)
-from labkit.comm.ring_fast import ring_all_reduce
+import importlib
+
+_LAZY = {  # name -> submodule that defines it
+    "naive_all_reduce": "ring", "ring_all_gather": "ring", "ring_all_reduce_simple": "ring",
+    "ring_reduce_scatter": "ring", "ring_all_reduce": "ring_fast",
+    "chunk_bounds": "formulas", "record": "recorder",
+}
+_SUBMODULES = {"formulas", "traffic", "draw", "measure", "recorder", "ring", "ring_fast"}
 
 __all__ = ["ring_all_reduce", "ring_all_reduce_simple", "ring_reduce_scatter", "ring_all_gather",
            "naive_all_reduce", "chunk_bounds", "record", "traffic", "formulas"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"labkit.comm has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_LAZY, *_SUBMODULES})

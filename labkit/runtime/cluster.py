@@ -57,7 +57,7 @@ def _resolve_backend(backend: str, world_size: int) -> str:
 
 
 class Cluster:
-    """A pool of `world_size` ranks. See the module docstring; DESIGN.md has the contract."""
+    """A pool of `world_size` ranks. See the module docstring; docs/architecture.md has how a run flows."""
 
     def __init__(self, world_size: int = 4, backend: str = "auto", *, timeout: float = 120.0,
                  spares: int = None, start_timeout: float = 120.0):
