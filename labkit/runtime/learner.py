@@ -44,7 +44,8 @@ def _learner_file(module):
     if cached is not None and cached[0] == file:
         return cached[1]
     result = None
-    if isinstance(file, str) and file.endswith(".py") and name != "__main__":
+    if (isinstance(file, str) and file.endswith(".py") and os.path.isabs(file)
+            and name != "__main__" and os.path.isfile(file)):
         real = os.path.realpath(file)
         if (not real.startswith(_SYSTEM) and "site-packages" not in real
                 and "dist-packages" not in real):
