@@ -123,14 +123,17 @@ def _print_data(n: int, a) -> None:
     print(f"\ndata: {n} ranks; extra peak = tree memory (Pss of driver + workers + zygote, plus "
           "unmapped shared memory) above its value before the transfer")
     print(f"{'transfer':44} {'path':18} {'GB/s':>7} {'extra peak':>11} {'/ data':>7}")
-    for label, key, size_b, size_f in (
-            (f"result of each of {n} ranks", "result", n * a.before_mb, n * a.result_mb),
-            ("push", "push", a.before_mb, a.push_mb), ("argument of one run", "arg", a.before_mb, a.arg_mb)):
-        for path, res, size in (("pickled (before)", before, size_b), ("shared memory", small, size_b),
-                                ("shared memory", full, size_f)):
+    for key, sizes in (("result", (a.before_mb, a.before_mb, a.result_mb)),
+                       ("push", (a.before_mb, a.before_mb, a.push_mb)),
+                       ("arg", (a.before_mb, a.before_mb, a.arg_mb))):
+        for path, res, size in zip(("pickled (before)", "shared memory", "shared memory"),
+                                   (before, small, full), sizes):
             gbs, extra, _ = res[key]
-            print(f"{label + f' ({size} MB)':44} {path:18} {gbs:7.2f} {extra / gb:8.2f} GB "
-                  f"{extra / (size * 2**20):6.2f}x")
+            total = size * (n if key == "result" else 1)
+            label = {"result": f"a result of {size} MB from each of {n} ranks",
+                     "push": f"push of {size} MB", "arg": f"an argument of {size} MB"}[key]
+            print(f"{label:44} {path:18} {gbs:7.2f} {extra / gb:8.2f} GB "
+                  f"{extra / (total * 2**20):6.2f}x")
     print(f"speed-up at {a.before_mb} MB: result {small['result'][0] / before['result'][0]:.1f}x, "
           f"push {small['push'][0] / before['push'][0]:.1f}x, "
           f"argument {small['arg'][0] / before['arg'][0]:.1f}x")
