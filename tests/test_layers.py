@@ -15,6 +15,11 @@ PURE = [
     "labkit.memory.activations",
     "labkit.memory.breakdown",
     "labkit.comm.formulas",
+    "labkit.pipeline",
+    "labkit.pipeline.formulas",
+    "labkit.pipeline.schedules",
+    "labkit.pipeline.validate",
+    "labkit.pipeline.simulate",
 ]
 
 # Importing any of these from a pure module is a layering error.

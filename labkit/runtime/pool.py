@@ -11,7 +11,6 @@ spawned as fresh interpreters instead (2-10 s each).
 """
 import shutil
 import sys
-import tempfile
 import threading
 import time
 
@@ -19,14 +18,15 @@ from labkit.runtime import procs, zygote
 
 
 class WorkerPool:
-    def __init__(self, threads: int, spare_target: int):
+    def __init__(self, threads: int, spare_target: int, env: dict = None):
         self.threads = threads                    # torch threads per rank, set before import
         self.spare_target = spare_target
         self.cond = threading.Condition()
         self.workers = {}                         # pid -> Worker: every live process we started
         self.spares = []                          # said hello, no rank yet (oldest first)
         self.closed = False
-        self.stack_dir = tempfile.mkdtemp(prefix="labkit-")
+        self.env = dict(env or {})               # extra environment of every worker
+        self.stack_dir = procs.make_stack_dir()
         self.server = procs.ControlServer(self._on_hello)
         self.forking = 0                          # asked of the zygote, pid not known yet
         self.forked = 0                           # workers the zygote made (spawned: the rest)
@@ -34,7 +34,7 @@ class WorkerPool:
         self.zygote = None
         if zygote.ENABLED:
             try:
-                self.zygote = zygote.Zygote(self.server, self.stack_dir, threads,
+                self.zygote = zygote.Zygote(self.server, self.stack_dir, threads, self.env,
                                             self._on_forked, self._on_zygote_lost)
             except OSError as exc:
                 print(f"labkit: could not start the process that forks ranks quickly ({exc}); "
@@ -50,7 +50,7 @@ class WorkerPool:
                     continue
                 except OSError:
                     pass                          # the zygote is gone: spawn this one
-            w = procs.launch(self.server, self.stack_dir, self.threads)
+            w = procs.launch(self.server, self.stack_dir, self.threads, self.env)
             self.workers[w.pid] = w
 
     def _on_forked(self, proc) -> None:
@@ -169,7 +169,7 @@ def shutdown(pool: WorkerPool, store: list) -> None:
         conn.close()
     workers = list(pool.workers.values())
     for w in workers:
-        w.kill()
+        w.kill("the cluster was closed")
     for w in workers:
         w.reap(1.0)
     if pool.zygote is not None:

@@ -17,6 +17,7 @@ This is torch.multiprocessing's "file_descriptor" strategy without the Unix sock
 is reached through /proc, since the control connections are TCP.
 LABKIT_SHM=0 in the environment turns it off (tensors are pickled through the socket).
 """
+import contextlib
 import mmap
 import os
 
@@ -160,3 +161,14 @@ def close(segments) -> None:
     for s in segments:
         s.close()
     segments.clear()
+
+
+@contextlib.contextmanager
+def outbox():
+    """A list for `wire.dumps(..., keep=)`: its segments are closed when the block ends
+    (every receiver has loaded the message by then)."""
+    keep = []
+    try:
+        yield keep
+    finally:
+        close(keep)

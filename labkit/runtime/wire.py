@@ -8,12 +8,13 @@ closure variable of the function.
 import io
 import pickle
 import sys
+import threading
 import types
 from collections import ChainMap
 
 import cloudpickle
 
-from labkit.runtime import shm
+from labkit.runtime import learner, shm
 
 
 def _code_reduce(code):
@@ -164,6 +165,42 @@ def dumps_values(values: dict, keep: list = None) -> bytes:
         if why:
             raise TypeError(f"{k}= ({type(v).__name__}) cannot be sent to the ranks ({why}).")
     return dumps(values, keep)
+
+
+_sent = []                 # a rank's result segments, until the notebook has loaded them
+_sent_lock = threading.Lock()
+
+
+def dumps_result(value) -> bytes:
+    """On a rank: pickle a result, its tensors through shared memory the notebook maps."""
+    with _sent_lock:
+        return dumps(value, keep=_sent, private=False)
+
+
+def send_task(ranks, task_id: int, kind: str, payload) -> None:
+    """In the notebook: send a task to every rank, with the notebook's folder, sys.path and
+    edited modules (learner.py). A rank that is gone shows up as EOF when results are read."""
+    msg = ("task", task_id, kind, payload, learner.snapshot())
+    for w in ranks:
+        try:
+            w.conn.send(msg)
+        except (BrokenPipeError, OSError):
+            pass
+
+
+def release(ranks, task_id: int) -> None:
+    """In the notebook: every result of task `task_id` is loaded; ranks may free their copies."""
+    for w in ranks:
+        try:
+            w.conn.send(("release", task_id))
+        except (BrokenPipeError, OSError):
+            pass
+
+
+def release_results() -> None:
+    """On a rank: the notebook has loaded the last result; let go of its segments."""
+    with _sent_lock:
+        shm.close(_sent)
 
 
 def loads(data: bytes):

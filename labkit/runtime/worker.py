@@ -6,7 +6,10 @@ Life of a worker:
 3. loop: run each task on the main thread, send back its result or its failure.
 
 A second thread only reads the control socket. When the notebook's kernel dies the socket
-closes, that thread sees EOF and the worker exits at once, so no rank outlives its kernel.
+closes, that thread sees EOF and the worker kills its process group (itself and anything it
+started) at once, so no rank outlives its kernel; a worker that cannot run that thread
+(stopped, or holding the GIL in C code) is killed by the kernel: PR_SET_PDEATHSIG.
+A process forked from a rank never answers for it: it exits where it would return to the loop.
 Output goes to fd 1/2, a pipe that the notebook reads and prefixes with ``[rank N]``.
 Where a rank is stuck (even inside C++), the notebook sends SIGUSR1 and faulthandler writes
 every thread's Python stack to this worker's stack file.
@@ -26,60 +29,61 @@ from multiprocessing.connection import Client
 # Workers never re-import the learner's __main__: this module is __main__ here.
 _tasks: "queue.Queue" = queue.Queue()
 _libc = ctypes.CDLL(None)
+_PID = os.getpid()          # a forked child sees another pid: it must never answer for the rank
+_opts = None                # how this rank joined its process group (to join again)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent goes, even if it is stopped or holds
+    the GIL in C code (when no Python code of ours can run)."""
+    if sys.platform.startswith("linux"):
+        try:
+            _libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (AttributeError, OSError):
+            pass
+
+
+def _exit_all() -> None:
+    """Leave, taking every process this worker started with it (it leads its own group)."""
+    try:
+        if os.getpgid(0) == os.getpid():
+            os.killpg(0, signal.SIGKILL)
+    except OSError:
+        pass
+    os._exit(0)
 
 
 def _owner_alive_check(owner: int):
-    """A function telling whether the notebook (pid `owner`) still runs. A forked worker's
-    parent is the zygote, not the notebook, so the notebook is watched by pid (a pidfd where
-    the system has them: immune to the pid being reused)."""
+    """Is the notebook (pid `owner`) still there? A forked worker's parent is the zygote, so it
+    watches the notebook through a pidfd (the zygote needs Linux >= 5.3: zygote.ENABLED)."""
     if owner == os.getppid():
         return lambda: os.getppid() == owner
-    try:
-        import select
-        fd = os.pidfd_open(owner)
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return lambda: not poller.poll(0)
-    except (AttributeError, OSError):
-        def alive():
-            try:
-                os.kill(owner, 0)
-                return True
-            except ProcessLookupError:
-                return False
-            except OSError:
-                return True
-        return alive
+    import select
+    poller = select.poll()
+    poller.register(os.pidfd_open(owner), select.POLLIN)   # readable once the notebook exits
+    return lambda: not poller.poll(0)
 
 
 def _control_loop(conn, owner: int) -> None:
     """Read messages from the notebook; exit the process when the notebook goes away."""
+    from labkit.runtime import wire
     owner_alive = _owner_alive_check(owner)
     while True:
         try:
             if not conn.poll(1.0):
                 if not owner_alive():          # our kernel is gone
-                    os._exit(0)
+                    _exit_all()
                 continue
             msg = conn.recv()
         except (EOFError, OSError):
-            os._exit(0)
+            _exit_all()
         if msg[0] == "exit":
-            os._exit(0)
+            _exit_all()
         if msg[0] == "release":                # the notebook has loaded our last result
-            _release()
+            wire.release_results()
             continue
         _tasks.put(msg)
-
-
-_sent = []                 # shared-memory segments of the last result, until the notebook has it
-_sent_lock = threading.Lock()
-
-
-def _release() -> None:
-    from labkit.runtime import shm
-    with _sent_lock:
-        shm.close(_sent)
 
 
 def _flush() -> None:
@@ -92,10 +96,28 @@ def _flush() -> None:
     _libc.fflush(None)
 
 
-def _init(conn, opts: dict) -> None:
+def _join(opts: dict, prefix: str) -> None:
+    """Join (or join again) the process group, under a fresh store prefix."""
     import torch
     import torch.distributed as dist
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    rank, world_size, backend = opts["rank"], opts["world_size"], opts["backend"]
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    timeout = datetime.timedelta(seconds=opts["pg_timeout"])
+    store = dist.TCPStore(opts["store_host"], opts["store_port"], None, False, timeout=timeout)
+    store = dist.PrefixStore(prefix, store)
+    kwargs = {"device_id": device} if backend == "nccl" else {}
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                            timeout=timeout, **kwargs)
+    warm = torch.zeros(1, device=device)
+    dist.all_reduce(warm)                         # connect every pair now, not in the learner's first cell
+
+
+def _init(conn, opts: dict) -> None:
+    import torch
     from labkit.runtime import context
+    global _opts
 
     for p in reversed(opts["sys_path"]):          # the learner's modules import as in the notebook
         if p not in sys.path:
@@ -107,15 +129,21 @@ def _init(conn, opts: dict) -> None:
         device = torch.device("cuda", rank)
     else:
         device = torch.device("cpu")
-    timeout = datetime.timedelta(seconds=opts["pg_timeout"])
-    store = dist.TCPStore(opts["store_host"], opts["store_port"], None, False, timeout=timeout)
-    store = dist.PrefixStore(opts["prefix"], store)
-    kwargs = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
-                            timeout=timeout, **kwargs)
-    warm = torch.zeros(1, device=device)
-    dist.all_reduce(warm)                         # connect every pair now, not in the learner's first cell
+    _opts = opts
+    _join(opts, opts["prefix"])
     context._set_worker(rank, world_size, device, backend, conn)
+
+
+def _pg_suspect(exc) -> bool:
+    """After this task, is the process group unusable? (destroyed by the learner, or an error
+    raised inside a collective: a timeout or a mismatch leaves the ranks out of step)."""
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        return True
+    if exc is None:
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    return any(f"torch{os.sep}distributed{os.sep}" in f.filename for f in frames)
 
 
 def _namespace() -> dict:
@@ -188,26 +216,29 @@ def _serve(conn) -> None:
     ns = None
     while True:
         msg = _tasks.get()
-        if msg[0] == "init":
+        if msg[0] in ("init", "rejoin"):
             try:
-                _init(conn, msg[1])
-                ns = _namespace()
+                if msg[0] == "init":
+                    _init(conn, msg[1])
+                    ns = _namespace()
+                else:
+                    _join(_opts, msg[1])
                 _flush()
-                conn.send(("ready", msg[1]["rank"]))
+                conn.send(("ready", _opts["rank"]))
             except BaseException as exc:      # noqa: B902 - reported to the notebook
                 _flush()
                 conn.send(("init_failed", _failure(exc)))
             continue
         _, task_id, kind, payload = msg[:4]
-        _release()                            # the notebook has long loaded the last result
+        wire.release_results()                # the notebook has long loaded the last result
         context._task_id = task_id
+        error = None
         try:
             learner.apply(msg[4] if len(msg) > 4 else None)   # the notebook's folder, path, modules
             value = _to_cpu(_run_task(kind, payload, ns))
             learner.note_imports()
             try:
-                with _sent_lock:
-                    data = wire.dumps(value, keep=_sent, private=False)
+                data = wire.dumps_result(value)   # tensors through shared memory
                 out = ("result", task_id, True, data)
                 del value, data                   # hold no argument or result between tasks
             except Exception as exc:
@@ -215,16 +246,29 @@ def _serve(conn) -> None:
                                 f"sent back to the notebook: {exc}. Return plain numbers, lists, "
                                 "dicts or tensors instead.") from None
         except BaseException as exc:          # noqa: B902 - a KeyboardInterrupt/SystemExit too
+            error = exc
             out = ("result", task_id, False, _failure(exc))
         finally:
             context._task_id = None
         _flush()                              # output first: it is in the pipe before the result
+        if os.getpid() != _PID:               # a child forked by the task came back here
+            os._exit(0)
+        if _pg_suspect(error):
+            conn.send(("pg_lost", task_id))   # the notebook has the ranks join a new group
         conn.send(out)
+
+
+def _after_fork_in_child() -> None:
+    _die_with_parent()                           # a child of a rank dies with the rank
 
 
 def start(host: str, port: int, stack_dir: str, authkey: bytes, owner: int) -> None:
     """Become a spare: connect to the notebook's control socket, say hello, serve tasks.
-    Run by `main` in a spawned interpreter and by the zygote in each forked child."""
+    Run by `main` in a spawned interpreter and by the zygote in each forked child (whose
+    parent is the zygote: it watches the notebook, `owner`, by pid instead)."""
+    global _PID
+    _PID = os.getpid()                             # the zygote imported this module
+    os.register_at_fork(after_in_child=_after_fork_in_child)
     stack_path = os.path.join(stack_dir, f"stack-{os.getpid()}.txt")
     stack_file = open(stack_path, "w")
     faulthandler.enable(file=stack_file, all_threads=True)          # crashes: SIGSEGV, SIGABRT ...
@@ -235,10 +279,8 @@ def start(host: str, port: int, stack_dir: str, authkey: bytes, owner: int) -> N
     import torch.distributed                       # noqa: F401
     import cloudpickle                             # noqa: F401
     import labkit.runtime.context                  # noqa: F401
-    import labkit.runtime.wire                     # noqa: F401
-    import labkit.runtime.learner                  # noqa: F401
 
-    conn = Client((host, port), authkey=authkey)
+    conn = labkit.runtime.context.Channel(Client((host, port), authkey=authkey))
     conn.send(("hello", os.getpid(), threading.main_thread().ident, stack_path))
     threading.Thread(target=_control_loop, args=(conn, owner), daemon=True,
                      name="labkit-control").start()
@@ -246,6 +288,9 @@ def start(host: str, port: int, stack_dir: str, authkey: bytes, owner: int) -> N
 
 
 def main() -> None:
+    _die_with_parent()
+    if os.environ.get("LABKIT_DRIVER_PID") not in (None, str(os.getppid())):
+        os._exit(0)                                # the notebook died before we could ask
     host, port, stack_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     authkey = bytes.fromhex(sys.stdin.readline().strip())
     start(host, port, stack_dir, authkey, os.getppid())

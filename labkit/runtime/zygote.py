@@ -28,7 +28,7 @@ import time
 from labkit.runtime import procs
 
 ENABLED = (os.environ.get("LABKIT_ZYGOTE", "1") != "0" and hasattr(os, "fork")
-           and hasattr(socket, "send_fds"))
+           and hasattr(socket, "send_fds") and hasattr(os, "pidfd_open"))
 UNKNOWN_EXIT = 255          # a child's status after its zygote died (no one left to ask)
 
 
@@ -234,6 +234,8 @@ def main() -> None:
         pass
     import torch                                  # noqa: F401 - what every fork inherits
     import torch.distributed                      # noqa: F401
+    import labkit.runtime.learner                 # noqa: F401
+    import labkit.runtime.wire                    # noqa: F401
     import labkit.runtime.worker                  # noqa: F401
     sock = socket.socket(fileno=fd)
     wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
