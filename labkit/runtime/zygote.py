@@ -98,7 +98,7 @@ class ForkedProc:
 class Zygote:
     """The notebook's side: start the zygote, ask it for workers, hear how they end."""
 
-    def __init__(self, server, stack_dir: str, threads: int, on_forked, on_lost):
+    def __init__(self, server, stack_dir: str, threads: int, env: dict, on_forked, on_lost):
         self.alive = True
         self.ready_pid = None                     # set once torch is imported and forks can start
         self._on_forked, self._on_lost = on_forked, on_lost
@@ -108,13 +108,13 @@ class Zygote:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         host, port = server.address
         self.log_path = os.path.join(stack_dir, "zygote.log")
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
+        with open(self.log_path, "wb") as log:     # started from the launcher thread: see procs
+            self.proc = procs._launcher(lambda: subprocess.Popen(
                 [sys.executable, "-m", "labkit.runtime.zygote", host, str(port), stack_dir,
                  str(theirs.fileno())],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                env=procs.worker_env(threads), cwd=os.getcwd(), close_fds=True,
-                pass_fds=(theirs.fileno(),))
+                env=procs.worker_env(threads, env), cwd=os.getcwd(), close_fds=True,
+                pass_fds=(theirs.fileno(),)))
         theirs.close()
         self.proc.stdin.write(server.authkey.hex().encode() + b"\n")   # never in `ps`
         self.proc.stdin.close()
@@ -226,6 +226,8 @@ def main() -> None:
     host, port, stack_dir, fd = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     authkey = bytes.fromhex(sys.stdin.readline().strip())
     owner = os.getppid()
+    if os.environ.get("LABKIT_DRIVER_PID") not in (None, str(owner)):
+        os._exit(0)                               # the notebook died before we could start
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the notebook decides what an interrupt does
     try:                                          # the kernel dying (even by SIGKILL) wakes us
         import ctypes
