@@ -20,7 +20,7 @@ _RUNTIME = {
     "world_size": "context",
 }
 
-_SUBMODULES = {"check", "show", "models", "exercises", "memory", "comm", "ddp", "bench"}
+_SUBMODULES = {"check", "show", "models", "exercises", "memory", "comm", "ddp", "bench", "fsdp"}
 
 __all__ = [*_RUNTIME, "load_ipython_extension"]
 

@@ -15,6 +15,8 @@ PURE = [
     "labkit.memory.activations",
     "labkit.memory.breakdown",
     "labkit.comm.formulas",
+    "labkit.fsdp",
+    "labkit.fsdp.strategies",
 ]
 
 # Importing any of these from a pure module is a layering error.

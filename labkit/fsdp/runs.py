@@ -1,0 +1,82 @@
+"""One FSDP2 training step on a rank, measured against one process and the formulas (layer 4).
+
+    report = cluster.run(labkit.fsdp.runs.step_report, wrap="block", strategy="full")
+
+Each rank trains a copy of the same model on its slice of a global batch; after the step the
+full parameters (gathered from the shards) are compared with one process trained on the whole
+batch. Around forward + backward: bytes this rank sent on the wire (labkit.comm.traffic, gloo's
+headers included), the all-gathers and reduce-scatters FSDP made (labkit.fsdp.comm_log), and
+after the step the bytes held by category (labkit.memory.measure), each beside its prediction.
+"""
+import copy
+
+import torch
+import torch.distributed as dist
+
+from labkit.fsdp import apply
+from labkit.fsdp.strategies import bytes_per_step, calls_per_step
+
+
+def tiny_gpt():
+    """A 2-block TinyGPT (105k parameters) and its global batch for `n` ranks."""
+    from labkit.models import GPTConfig, TinyGPT, token_batch
+    torch.manual_seed(0)
+    m = TinyGPT(GPTConfig(n_layer=2, n_embd=64, n_head=4, vocab_size=67, block_size=16))
+    return m, lambda n, per_rank: token_batch(per_rank * n, 16, 67, seed=0)
+
+
+def awkward():
+    """AwkwardNet: a tied weight, a frozen parameter, sizes that divide by no world size."""
+    from labkit.models import AwkwardNet, awkward_batch
+    torch.manual_seed(0)
+    return AwkwardNet(), lambda n, per_rank: awkward_batch(per_rank * n)
+
+
+MODELS = {"tiny_gpt": tiny_gpt, "awkward": awkward}
+
+
+def step_report(wrap: str = "block", strategy: str = "full", ring: bool = False, replicas: int = 2,
+                model: str = "tiny_gpt", batch_per_rank: int = 4, lr: float = 1e-2) -> dict:
+    import labkit
+    from labkit.comm import traffic
+    from labkit.memory import measure, model_states
+    from labkit.models import lm_loss
+    n, r = dist.get_world_size(), dist.get_rank()
+    ref, batch = MODELS[model]()
+    model = copy.deepcopy(ref)
+    shard_ranks = {"hybrid": n // replicas, "no_shard": 1}.get(strategy, n)
+    groups = apply.groups(model, wrap, strategy, shard_ranks)
+    apply.shard(model, wrap=wrap, strategy=strategy, replicas=replicas, ring=ring)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    x, y = batch(n, batch_per_rank)
+    mine = slice(batch_per_rank * r, batch_per_rank * (r + 1))
+    apply.comm_log(model, clear=True)
+    with traffic.measure(sync=True) as t:
+        lm_loss(model(x[mine]), y[mine]).backward()
+    log = apply.comm_log(model)
+    opt.step()
+    held = measure(model, opt)
+    ropt = torch.optim.Adam(ref.parameters(), lr=lr)
+    lm_loss(ref(x), y).backward()
+    ropt.step()
+    full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
+    err = max((full[k] - v).abs().max().item() for k, v in ref.state_dict().items())
+    backend = "nccl" if ring else "gloo"            # the ring sends what NCCL's reduce-scatter sends
+    n_params = sum(p.numel() for p in {id(p): p for p in ref.parameters()}.values())
+    # after the step FSDP2 holds shards in every sharded strategy (grad_op too: it reshards after
+    # backward), so the formula to compare with is ZeRO-3 over the shard group, or DDP for no_shard
+    stage = 0 if strategy == "no_shard" else 3
+    padded = sum(g.param_bytes for g in groups) // 4            # fp32: padded elements, all units
+    return {"rank": labkit.rank(), "wrap": wrap, "strategy": strategy, "ring": ring, "max_err": err,
+            "sent": t.sent, "predicted_sent": bytes_per_step(groups, strategy, n, replicas=replicas,
+                                                             backend=backend)["total"],
+            "calls": apply.counts(log), "predicted_calls": calls_per_step(groups, strategy),
+            "measured": held,
+            "formula": model_states(n_params, precision="fp32", zero_stage=stage,
+                                    world_size=shard_ranks),
+            "padding_elements": padded - n_params,
+            # frozen parameters hold no gradient and no Adam state: the formula's grads are
+            # trainable elements only
+            "grads_expected": sum(g.grad_bytes for g in groups) // shard_ranks,      # FSDP2 rounds dim 0 up to the shard count
+            "formula_padded": model_states(padded, precision="fp32", zero_stage=stage,
+                                           world_size=shard_ranks)}
