@@ -102,8 +102,14 @@ def test_awkward_model_tied_and_frozen_per_linear(cluster):
         _check(r, cluster.world_size)
 
 
-def test_finer_wrapping_makes_more_smaller_calls(cluster2):
+
+
+def test_coarse_wrapping_gathers_more_at_once(cluster2):
+    """The notes' trade-off: one unit gathers the whole model (the highest peak of gathered
+    parameters), one per block less, one per linear least, at the price of more calls."""
     from labkit.fsdp import runs
-    calls = {w: cluster2.run(runs.step_report, wrap=w, strategy="full", timeout=120)[0]["calls"]["all_gather"]
-             for w in ("model", "block", "linear")}
+    rep = {w: cluster2.run(runs.peak_report, wrap=w, timeout=120)[0] for w in ("model", "block", "linear")}
+    gathered = {w: r["peak"]["params (gathered)"] for w, r in rep.items()}
+    assert gathered["model"] > gathered["block"] > gathered["linear"], gathered
+    calls = {w: r["calls"]["all_gather"] for w, r in rep.items()}
     assert calls["model"] < calls["block"] < calls["linear"], calls

@@ -80,3 +80,44 @@ def step_report(wrap: str = "block", strategy: str = "full", ring: bool = False,
             "grads_expected": sum(g.grad_bytes for g in groups) // shard_ranks,      # FSDP2 rounds dim 0 up to the shard count
             "formula_padded": model_states(padded, precision="fp32", zero_stage=stage,
                                            world_size=shard_ranks)}
+
+
+# FSDPMemTracker's categories, in the words the course uses
+PEAK_NAMES = {"SHARDED_PARAM": "params (shard)", "UNSHARDED_PARAM": "params (gathered)",
+              "SHARDED_GRAD": "grads (shard)", "UNSHARDED_GRAD": "grads (gathered)",
+              "ALL_GATHER": "all-gather buffers", "REDUCE_SCATTER": "reduce-scatter buffers",
+              "OPT": "optimizer state", "ACT": "activations", "TEMP": "temporary",
+              "BUFFER": "buffers", "INP": "inputs"}
+
+
+def peak_report(wrap: str = "block", strategy: str = "full", model: str = "tiny_gpt",
+                batch_per_rank: int = 4) -> dict:
+    """Peak bytes on this rank over a training step, by category, from torch's FSDPMemTracker
+    (a TorchDispatchMode that sees every storage; exact on CPU). The first step creates Adam's
+    state, so the second step is the one reported. Also: all-gathers and reduce-scatters per
+    step, and the step's time on this rank."""
+    import time
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from labkit.models import lm_loss
+    n, r = dist.get_world_size(), dist.get_rank()
+    ref, batch = MODELS[model]()
+    m = apply.shard(ref, wrap=wrap, strategy=strategy)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3, foreach=False)   # foreach inflates the tracked peak
+    x, y = batch(n, batch_per_rank)
+    x, y = x[batch_per_rank * r:batch_per_rank * (r + 1)], y[batch_per_rank * r:batch_per_rank * (r + 1)]
+    tracker = FSDPMemTracker(m, opt)
+    tracker.track_inputs((x,))
+    with tracker:
+        for i in range(2):
+            if i == 1:
+                tracker.reset_mod_stats()
+                apply.comm_log(m, clear=True)
+                t0 = time.perf_counter()
+            lm_loss(m(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        seconds = time.perf_counter() - t0
+    snap = next(iter(tracker.get_tracker_snapshot("peak").values()))
+    peak = {PEAK_NAMES[k.name]: v for k, v in snap.items() if hasattr(k, "name") and v}
+    return {"rank": r, "wrap": wrap, "strategy": strategy, "peak": peak, "total": snap["Total"],
+            "calls": apply.counts(apply.comm_log(m)), "seconds": seconds}
