@@ -113,3 +113,20 @@ def test_coarse_wrapping_gathers_more_at_once(cluster2):
     assert gathered["model"] > gathered["block"] > gathered["linear"], gathered
     calls = {w: r["calls"]["all_gather"] for w, r in rep.items()}
     assert calls["model"] < calls["block"] < calls["linear"], calls
+
+
+def test_use_orig_params_false_loses_the_no_decay_group(cluster2):
+    from labkit.fsdp import pitfalls
+    flat, orig, v2 = (cluster2.run(pitfalls.param_groups, **kw, timeout=120)[0] for kw in
+                      (dict(use_orig_params=False), dict(use_orig_params=True), dict(use_orig_params=True, fsdp2=True)))
+    assert flat["tensors_per_group"] == [1, 0]                # one FlatParameter, decayed
+    assert flat["tensors_expected"][1] > 0
+    assert orig["tensors_per_group"] == orig["tensors_expected"]
+    assert v2["tensors_per_group"] == v2["tensors_expected"]
+
+
+def test_a_local_shard_norm_is_wrong_and_the_global_one_is_right(cluster):
+    from labkit.fsdp import pitfalls
+    for r in cluster.run(pitfalls.clip_norms, timeout=120):
+        assert abs(r["global_norm"] - r["one_process_norm"]) < 1e-4 * r["one_process_norm"], r
+        assert r["local_shard_norm"] < 0.9 * r["one_process_norm"], r
