@@ -130,3 +130,16 @@ def test_a_local_shard_norm_is_wrong_and_the_global_one_is_right(cluster):
     for r in cluster.run(pitfalls.clip_norms, timeout=120):
         assert abs(r["global_norm"] - r["one_process_norm"]) < 1e-4 * r["one_process_norm"], r
         assert r["local_shard_norm"] < 0.9 * r["one_process_norm"], r
+
+
+def test_a_sharded_checkpoint_resumes_on_the_same_and_another_world_size(cluster4, cluster2, tmp_path):
+    from labkit.fsdp import checkpoint as ck
+    path = str(tmp_path / "ck")
+    saved = cluster4.run(ck.train_and_save, path, timeout=120)[0]
+    assert saved["shard_files"] == 4                                   # one file of shards per rank
+    for c in (cluster4, cluster2):
+        got = c.run(ck.resume_and_step, path, timeout=120)[0]["after_next_step"]
+        err = max((saved["after_next_step"][k] - v).abs().max().item() for k, v in got.items())
+        assert err < 1e-6, (c.world_size, err)
+    shapes = cluster2.run(ck.full_state_shapes, timeout=120)[0]
+    assert shapes["head.weight"] == (67, 64)
