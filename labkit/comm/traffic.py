@@ -70,11 +70,7 @@ def _excluded_peers() -> set:
 
 def _control_fd() -> int:
     from labkit.runtime import context
-    w = context._worker
-    try:
-        return w[4].fileno() if w is not None else -1
-    except (OSError, AttributeError):
-        return -1
+    return context.control_fd()
 
 
 def _tcp_counters() -> dict:

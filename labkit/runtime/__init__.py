@@ -2,7 +2,12 @@
 
 cluster.py   Cluster: start ranks, run work, recover after failures
 collect.py   the wait loop of one run: results, output, events, failures, hangs
-procs.py     worker processes, the authenticated control socket, output pipes
+procs.py     worker processes: launching, process groups, output pipes, framed messages
+control.py   the authenticated control socket and its defences
+frames.py    reading a rank's messages without ever blocking
+interrupts.py  Ctrl-C during a run, safe to press twice
+options.py   checking a Cluster's arguments before anything starts
+output.py    a rank's output on its way to the cell: live partial lines, \r, the output cap
 worker.py    the rank side (a fresh interpreter per rank)
 wire.py      sending functions and values by value (cloudpickle), with clear errors
 errors.py    RankError / RankTimeout and how they are worded

@@ -9,7 +9,6 @@ back as `RankError` (a traceback per rank) and hangs as `RankTimeout` (where eac
 stuck). After a hang, a crash or an interrupt the ranks are replaced by spares that have
 already imported torch, so the next `run` works within a second.
 """
-import datetime
 import itertools
 import os
 import sys
@@ -17,8 +16,10 @@ import threading
 import time
 import weakref
 
-from labkit.runtime import errors, procs, wire
+from labkit.runtime import errors, interrupts, procs, wire
 from labkit.runtime.collect import Event, collect
+from labkit.runtime.options import check_env, check_world_size, resolve_backend, seconds
+from labkit.runtime.output import Outputs
 from labkit.runtime.pool import WorkerPool, shutdown
 
 _current = None        # weakref to the newest open Cluster, for %%ranks
@@ -39,55 +40,47 @@ def close_all() -> int:
     return len(clusters)
 
 
-def _resolve_backend(backend: str, world_size: int) -> str:
-    import torch
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if backend == "auto":
-        return "nccl" if gpus >= world_size else "gloo"
-    if backend == "nccl" and gpus < world_size:
-        raise ValueError(f"backend='nccl' needs one GPU per rank: world_size={world_size} but this "
-                         f"machine has {gpus} GPU(s) visible (torch.cuda.device_count()). Use "
-                         f"backend='gloo' (CPU) or world_size<={gpus}.")
-    if backend not in ("nccl", "gloo"):
-        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {backend!r}")
-    return backend
-
-
 class Cluster:
     """A pool of `world_size` ranks. See the module docstring; docs/architecture.md has how a run flows."""
 
     def __init__(self, world_size: int = 4, backend: str = "auto", *, timeout: float = 120.0,
-                 spares: int = None, start_timeout: float = 120.0):
-        """timeout: default seconds a run may take before RankTimeout (the process group's own
-        timeout is max(600 s, 2 x this), so labkit, not gloo/NCCL, reports a hang first).
-        spares: standby workers kept ready for recovery (default: world_size)."""
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise ValueError(f"world_size must be a whole number of ranks >= 1, got {world_size!r}")
-        import torch.distributed as dist
-        self.world_size = world_size
-        self.backend = _resolve_backend(backend, world_size)
+                 spares: int = None, start_timeout: float = 120.0, env: dict = None,
+                 pg_timeout: float = None, output_lines: int = 10_000,
+                 output_bytes: int = 1_000_000):
+        """timeout: default seconds a run may take before RankTimeout.
+        spares: standby workers kept ready for recovery (default: world_size).
+        env: extra environment variables for every rank, set when its process starts, so before
+            torch and the process group read them: ``env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}``.
+        pg_timeout: seconds a collective may wait inside gloo/NCCL before it fails (the
+            ``timeout=`` of ``init_process_group``). Default max(600 s, 2 x timeout), so that
+            labkit, not gloo/NCCL, reports a hang first; set it shorter to see the process
+            group's own timeout error (it comes back as a RankError naming the rank).
+        output_lines, output_bytes: at most this much output per rank per run reaches the cell
+            (None: no limit); the rest is read and counted ("... N lines not shown"). Change
+            them later as ``cluster.output_lines = ...``."""
+        self.world_size = check_world_size(world_size)
+        self.backend = resolve_backend(backend, world_size)
         self.device_type = "cuda" if self.backend == "nccl" else "cpu"
-        self.timeout = float(timeout)
+        self.timeout = seconds(timeout, "timeout", none_ok=False)
+        pg_timeout = seconds(pg_timeout, "pg_timeout")
+        self.pg_timeout = pg_timeout if pg_timeout else max(600.0, 2 * self.timeout)
+        self.env = check_env(env)
+        self.output_lines, self.output_bytes = output_lines, output_bytes
         self.threads_per_rank = procs.fair_threads(world_size)
         self.events = []                          # Event(rank, time, data) of the last run
         self._callbacks = []
-        self._pool = WorkerPool(self.threads_per_rank, world_size if spares is None else int(spares))
+        self._outputs = Outputs()                 # what each rank printed, on its way to the cell
+        self._pool = WorkerPool(self.threads_per_rank, world_size if spares is None else int(spares),
+                                self.env)
         self._ranks = []                          # Worker by rank
         self._needs_restart = False
+        self._in_flight = False                   # a run was sent and not yet fully collected
         self._closed = False
         self._gen = 0
         self._task_ids = itertools.count(1)
         self._run_lock = threading.Lock()
-        # The rendezvous store listens on a loopback socket we bind (TCPStore's own port=0 would
-        # listen on every interface). TCPStore takes the fd over and closes it when destroyed,
-        # so the Python socket object lets go of it (closing it twice closed a later socket).
-        sock = procs.loopback_listen_socket()
-        self._store_address = sock.getsockname()
-        self._store_port = self._store_address[1]
-        self._store = [dist.TCPStore("127.0.0.1", self._store_port, None, True,
-                                     timeout=datetime.timedelta(seconds=start_timeout),
-                                     wait_for_workers=False, master_listen_fd=sock.detach(),
-                                     use_libuv=True)]
+        store, self._store_address = procs.rendezvous_store(start_timeout)
+        self._store, self._store_port = [store], self._store_address[1]
         self._finalizer = weakref.finalize(self, shutdown, self._pool, self._store)
         t0 = time.perf_counter()
         try:
@@ -105,8 +98,7 @@ class Cluster:
                   f"{procs_held} processes; close them with .close() or labkit.close_all() if "
                   "you no longer need them.", file=sys.stderr)
         _open.add(self)
-        from labkit.runtime.magic import install_traceback_filter
-        install_traceback_filter()
+        errors.install_traceback_filter()
         self._pool.top_up()
 
     def _promote(self, timeout: float) -> None:
@@ -121,37 +113,52 @@ class Cluster:
                 "rank": r, "world_size": self.world_size, "backend": self.backend,
                 "store_host": "127.0.0.1", "store_port": self._store_port,
                 "prefix": f"labkit/{self._gen}/", "threads": self.threads_per_rank,
-                "pg_timeout": max(600.0, 2 * self.timeout), "sys_path": sys_path}))
+                "pg_timeout": self.pg_timeout, "sys_path": sys_path}))
         self._ranks = ranks
+        self._wait_joined(deadline)
+        self._needs_restart = False
+
+    def _wait_joined(self, deadline: float) -> None:
+        """Wait for every rank's reply to init/rejoin; on a failure stop them all and say why."""
         waiting = set(range(self.world_size))
         while waiting:
             for r in list(waiting):
-                w = ranks[r]
-                self._print_lines(w, w.read_lines())
-                try:
-                    if not w.conn.poll(0.01):
-                        continue
-                    msg = w.conn.recv()
-                except (EOFError, OSError):
+                w = self._ranks[r]
+                self.show_output(w)
+                msgs = w.read_messages()
+                if w.eof or w.garbled:
+                    how = w.how_it_died() if w.eof else f"sent garbage ({w.garbled})"
                     self._kill_ranks()
-                    raise RuntimeError(f"rank {r} {w.how_it_died()} while joining the process group")
-                if msg[0] == "init_failed":
-                    self._kill_ranks()
-                    f = errors.failure_from_report(r, msg[1])
-                    raise RuntimeError(f"rank {r} could not join the process group: {f.type}: "
-                                       f"{f.message}\n{f.traceback}")
-                waiting.discard(r)
+                    raise RuntimeError(f"rank {r} {how} while joining the process group")
+                for msg in msgs:
+                    if msg[0] == "init_failed":
+                        self._kill_ranks()
+                        f = errors.failure_from_report(r, msg[1])
+                        raise RuntimeError(f"rank {r} could not join the process group: {f.type}: "
+                                           f"{f.message}\n{f.traceback}")
+                    if msg[0] == "ready":
+                        waiting.discard(r)
             if waiting and time.monotonic() > deadline:
                 self._kill_ranks()
                 raise TimeoutError(f"ranks {sorted(waiting)} did not join the process group in time")
-        self._needs_restart = False
+            if waiting:
+                time.sleep(0.005)
 
-    def _kill_ranks(self) -> None:
+    def _rejoin(self, timeout: float = 60.0) -> None:
+        """All ranks join a new process group, namespaces kept (after destroy_process_group()
+        in a rank, or a collective that failed half-way)."""
+        self._gen += 1
         for w in self._ranks:
-            w.kill()
+            w.conn.send(("rejoin", f"labkit/{self._gen}/"))
+        self._wait_joined(time.monotonic() + timeout)
+
+    def _kill_ranks(self, why: str = None) -> None:
+        for w in self._ranks:
+            w.kill(why)
         for w in self._ranks:
             w.reap(1.0)
-            self._print_lines(w, w.read_lines(final=True))
+            self.show_output(w, final=True)
+            self._outputs.forget(w)
             self._pool.forget(w)
         self._ranks = []
         self._needs_restart = True
@@ -190,35 +197,62 @@ class Cluster:
 
     def _execute(self, kind: str, payload, timeout, label: str) -> list:
         __tracebackhide__ = True
-        with self._run_lock:
+        timeout = self.timeout if timeout is None else seconds(timeout, "timeout")
+        with self._run_lock, interrupts.Guard() as guard:
             try:
+                if self._in_flight:               # the last run was cut short mid-way
+                    self._kill_ranks("the run before was interrupted")
                 if self._needs_restart:
                     self._promote(120.0)
                     self._pool.top_up()
                 for w in self._ranks:
-                    self._print_lines(w, w.read_lines())
+                    self.show_output(w)
+                    self._outputs.new_run(w, self.output_lines, self.output_bytes)
                 task_id = next(self._task_ids)
                 self.events = []
-                timeout = self.timeout if timeout is None else float(timeout)
+                self._in_flight = True
                 try:
                     for w in self._ranks:
                         w.conn.send(("task", task_id, kind, payload))
                 except (BrokenPipeError, OSError):
                     pass                           # a dead rank shows up as EOF below
                 outcome = collect(self, task_id, timeout)
+                if self._closed:
+                    raise RuntimeError(f"the cluster was closed (close() was called) while {label} "
+                                       "was running; start a new one with labkit.Cluster(...)")
+                if outcome.needs_new_ranks:
+                    self._kill_ranks()
+                    self._pool.top_up()
+                elif outcome.pg_lost:
+                    try:
+                        self._rejoin()
+                    except (RuntimeError, TimeoutError) as exc:
+                        print(f"labkit: the ranks could not join a new process group ({exc}); "
+                              "starting fresh ranks", file=sys.stderr)
+                        self._pool.top_up()
+                self._in_flight = False
             except KeyboardInterrupt:
-                self._kill_ranks()
+                guard.shield()                     # a second Ctrl-C waits for the clean-up
+                self._kill_ranks("stopped after an interrupt (Ctrl-C)")
+                self._in_flight = False
                 self._pool.top_up()
                 raise KeyboardInterrupt(f"interrupted: the {self.world_size} ranks were stopped; "
                                         "the next run starts fresh ones") from None
-        return outcome.result(self, label, timeout)
+        return outcome.result(self.world_size, label, timeout)
 
-    def _print_lines(self, w, lines) -> None:
-        if lines:
-            sys.stdout.write("".join(f"[rank {w.rank}] {ln}\n" for ln in lines))
-            sys.stdout.flush()
+    # -- what collect() uses of the cluster (collect.Host) ---------------------------------
+    @property
+    def ranks(self) -> list:
+        """The worker processes by rank (procs.Worker), for the run loop."""
+        return list(self._ranks)
 
-    def _emit(self, event: Event) -> None:
+    def show_output(self, w, final: bool = False) -> None:
+        """Move what rank `w` printed into the cell (all of it, its last partial line too, if
+        final); within the output budget of the run."""
+        self._outputs.show(w, final)
+
+    def deliver_event(self, event: Event) -> None:
+        """Add one labkit.emit(...) event to `events` and call every `on_event` callback."""
         self.events.append(event)
         for cb in list(self._callbacks):
             try:
@@ -241,13 +275,12 @@ class Cluster:
         """Replace every rank by a fresh one (namespaces are emptied)."""
         self._check_open()
         with self._run_lock:
-            self._kill_ranks()
+            self._kill_ranks("restart() was called")
             self._promote(120.0)
         self._pool.top_up()
 
     def wait_for_spares(self, timeout: float = 60.0) -> bool:
-        """Block until every spare has started (so the next recovery is fast)."""
-        return self._pool.wait_for_spares(timeout)
+        return self._pool.wait_for_spares(timeout)   # every spare started: recovery is fast
 
     def close(self) -> None:
         """Stop every rank and spare. Safe to call twice."""

@@ -3,19 +3,37 @@
 One loop on the notebook's main thread selects over every rank's control connection and
 output pipe, so prints reach the cell as they happen and in order per rank. A rank's output
 is flushed into its pipe before its result is sent, so after the last result one more drain
-shows everything the task printed.
+shows everything the task printed. The loop never blocks past the run's deadline: messages
+are read only as far as their bytes have arrived (`Worker.read_messages`).
+
+`collect` only watches; what to do afterwards (replace ranks, join a new process group) is
+the caller's decision, read from the `Outcome`. It needs from its caller (the Cluster) only
+what `Host` lists.
 """
 import os
 import selectors
 import signal
 import time
-
 from collections import namedtuple
+from typing import Protocol
 
 from labkit.runtime import errors, wire
 
 Event = namedtuple("Event", "rank time data")   # one labkit.emit(...) from a rank
-GRACE_S = 0.5      # after a rank fails, how long the others get to finish before they are stopped
+GRACE_S = 0.5      # after a rank dies, how long the others get to finish before they are stopped
+PROBE_S = 0.5      # after a rank raises, how often the unfinished ranks' stacks are checked
+
+
+class Host(Protocol):
+    """What `collect` uses of the Cluster that runs the task."""
+    world_size: int
+    ranks: list                     # procs.Worker by rank, for this run
+
+    def show_output(self, worker, final: bool = False) -> None:
+        """Move what `worker` printed into the cell (all of it, if final)."""
+
+    def deliver_event(self, event: Event) -> None:
+        """Deliver one labkit.emit(...) event to cluster.events and the callbacks."""
 
 
 class Outcome:
@@ -23,15 +41,22 @@ class Outcome:
         self.results = [None] * n
         self.failures = {}          # rank -> errors.Failure
         self.dead = {}              # rank -> how it died
+        self.broken = set()         # ranks whose control connection can no longer be read
         self.pending = set(range(n))
         self.timed_out = False
         self.stuck = {}             # rank -> where it was
+        self.pg_lost = set()        # ranks whose process group is gone or out of step
 
-    def result(self, cluster, label: str, timeout: float) -> list:
+    @property
+    def needs_new_ranks(self) -> bool:
+        """Some rank is dead, stuck or unreadable: the cluster must replace its ranks."""
+        return bool(self.dead or self.pending or self.broken)
+
+    def result(self, world_size: int, label: str, timeout: float) -> list:
         __tracebackhide__ = True
         if not (self.failures or self.dead or self.pending):
             return self.results
-        restarted = bool(self.dead or self.pending)
+        restarted = self.needs_new_ranks
         if self.timed_out and not self.failures and not self.dead:
             done = [r for r in range(len(self.results)) if r not in self.pending]
             raise errors.RankTimeout(errors.timeout_message(label, timeout, self.stuck, done, restarted),
@@ -39,24 +64,40 @@ class Outcome:
         failures = dict(self.failures)
         for r, how in self.dead.items():
             failures[r] = errors.Failure(r, "RankDied", how, "")
-        msg = errors.failure_message(label, cluster.world_size, failures, self.stuck, restarted)
+        msg = errors.failure_message(label, world_size, failures, self.stuck, restarted)
         raise errors.RankError(msg, failures, self.stuck, restarted)
 
 
-def _dump_stacks(ranks, which) -> dict:
-    """Ask faulthandler in each rank for its stack (works inside C++ too); parse the dumps."""
-    sizes = {r: ranks[r].stack_size() for r in which}
+def dump_stacks(ranks, which) -> dict:
+    """Where each rank in `which` is: faulthandler's dump of its main thread (works inside
+    C++ too), innermost frame first; a string instead when the rank cannot answer."""
+    found, asked, sizes = {}, [], {}
     for r in which:
+        if ranks[r].state() in ("T", "t"):
+            found[r] = (f"stopped (SIGSTOP or a debugger: process {ranks[r].pid} cannot run until "
+                        "it gets SIGCONT)")
+            continue
+        sizes[r] = ranks[r].stack_size()
         try:
             os.kill(ranks[r].pid, signal.SIGUSR1)
+            asked.append(r)
         except OSError:
-            pass
+            found[r] = "gone (its process has exited)"
     deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline and any(ranks[r].stack_size() <= sizes[r] for r in which):
+    while time.monotonic() < deadline and any(ranks[r].stack_size() <= sizes[r] for r in asked):
         time.sleep(0.01)
     time.sleep(0.02)                           # let a dump that has started finish
-    return {r: errors.describe_stack(errors.parse_dump(ranks[r].read_stack(sizes[r]),
-                                                        ranks[r].main_ident)) for r in which}
+    for r in asked:
+        if ranks[r].stack_size() <= sizes[r]:
+            found[r] = ("did not answer when asked where it was (busy inside C code that holds "
+                        "Python's lock, or stopped)")
+        else:
+            found[r] = errors.parse_dump(ranks[r].read_stack(sizes[r]), ranks[r].main_ident)
+    return found
+
+
+def describe(stacks: dict) -> dict:
+    return {r: s if isinstance(s, str) else errors.describe_stack(s) for r, s in stacks.items()}
 
 
 def _death(w, crash_offset: int) -> str:
@@ -66,13 +107,20 @@ def _death(w, crash_offset: int) -> str:
         pass
     how = w.how_it_died()
     frames = errors.parse_dump(w.read_stack(crash_offset), w.main_ident)
-    if frames and w.proc.returncode is not None and w.proc.returncode < 0:
+    if frames and w.proc.returncode is not None and w.proc.returncode < 0 and not w.stopped_by:
         how += "\n" + errors.describe_stack(frames)
     return how
 
 
-def collect(cluster, task_id: int, timeout: float) -> Outcome:
-    ranks = cluster._ranks
+def _unreadable(r: int, exc: BaseException) -> errors.Failure:
+    return errors.Failure(r, "ResultError",
+                          f"rank {r} finished, but the notebook cannot read its result "
+                          f"({type(exc).__name__}: {exc}). Return plain numbers, lists, dicts or "
+                          "tensors, or objects of classes the notebook can import.", "")
+
+
+def collect(host: Host, task_id: int, timeout: float) -> Outcome:
+    ranks = list(host.ranks)
     out = Outcome(len(ranks))
     stack_sizes = {r: w.stack_size() for r, w in enumerate(ranks)}
     sel = selectors.DefaultSelector()
@@ -80,54 +128,83 @@ def collect(cluster, task_id: int, timeout: float) -> Outcome:
         sel.register(w.conn.fileno(), selectors.EVENT_READ, ("conn", r))
         sel.register(w.out_fd, selectors.EVENT_READ, ("out", r))
     deadline = time.monotonic() + timeout
-    failed_at = None
+    died_at = probe_at = None
+    gone = set()                                       # ranks whose connection is closed
+
+    def fail(r, failure=None, how=None):
+        nonlocal died_at, probe_at
+        out.pending.discard(r)
+        if failure is not None:
+            out.failures[r] = failure
+            probe_at = probe_at or time.monotonic() + PROBE_S
+        else:
+            out.dead[r] = how
+            died_at = died_at or time.monotonic()
+
     try:
         while out.pending:
             now = time.monotonic()
-            if failed_at is not None and now - failed_at >= GRACE_S:
-                break
+            if died_at is not None and now - died_at >= GRACE_S:
+                break                                  # a rank is gone: all will be replaced
             if now >= deadline:
                 out.timed_out = True
                 break
-            limit = deadline if failed_at is None else min(deadline, failed_at + GRACE_S)
-            for key, _ in sel.select(min(limit - now, 0.25)):
+            if probe_at is not None and now >= probe_at and died_at is None:
+                # A rank raised. The others may be computing on their own (let them finish:
+                # their state is kept) or waiting in a collective for the failed rank (they
+                # never will: stop them). Their stacks tell which.
+                stacks = dump_stacks(ranks, sorted(out.pending))
+                if any(not isinstance(s, str) and errors.in_collective(s) for s in stacks.values()):
+                    out.stuck = describe(stacks)
+                    break
+                probe_at = time.monotonic() + PROBE_S
+            wake = min(deadline, died_at + GRACE_S if died_at else deadline, probe_at or deadline)
+            for key, _ in sel.select(max(0.0, min(wake - now, 0.1))):
                 what, r = key.data
                 w = ranks[r]
                 if what == "out":
-                    cluster._print_lines(w, w.read_lines())
+                    host.show_output(w)
                     continue
-                try:
-                    while w.conn.poll():
-                        msg = w.conn.recv()
-                        if msg[1] != task_id:
-                            continue                      # left over from an earlier task
-                        if msg[0] == "event":
-                            cluster._emit(_event(msg))
-                        elif msg[0] == "result":
-                            out.pending.discard(r)
-                            if msg[2]:
+                if r in gone:
+                    continue
+                for msg in w.read_messages():
+                    if msg[1] != task_id:
+                        continue                      # left over from an earlier task
+                    if msg[0] == "event":
+                        host.deliver_event(Event(*msg[2:]))
+                    elif msg[0] == "pg_lost":
+                        out.pg_lost.add(r)
+                    elif msg[0] == "result" and r in out.pending:
+                        out.pending.discard(r)
+                        if msg[2]:
+                            try:
                                 out.results[r] = wire.loads(msg[3])
-                            else:
-                                out.failures[r] = errors.failure_from_report(r, msg[3])
-                                failed_at = failed_at or time.monotonic()
-                except (EOFError, OSError):
+                            except Exception as exc:  # noqa: BLE001 - any unpickling error
+                                fail(r, _unreadable(r, exc))
+                        else:
+                            fail(r, errors.failure_from_report(r, msg[3]))
+                if w.garbled or w.eof:
+                    gone.add(r)
                     sel.unregister(w.conn.fileno())
-                    cluster._print_lines(w, w.read_lines(final=True))
-                    out.dead[r] = _death(w, stack_sizes[r])
-                    out.pending.discard(r)
-                    failed_at = failed_at or time.monotonic()
+                if w.garbled:
+                    out.broken.add(r)
+                    if r in out.pending:
+                        fail(r, errors.Failure(
+                            r, "ProtocolError", f"rank {r} sent the notebook a message it cannot "
+                            f"decode ({w.garbled}); its connection is unusable, so the rank is "
+                            "replaced", ""))
+                elif w.eof:
+                    host.show_output(w, final=True)
+                    if r in out.pending:
+                        fail(r, how=_death(w, stack_sizes[r]))
+                    else:
+                        out.broken.add(r)
+            for w in ranks:
+                host.show_output(w)                   # redraw live lines whose redraw was due
     finally:
         sel.close()
     for w in ranks:
-        cluster._print_lines(w, w.read_lines(final=not out.pending))
-    if out.pending:
-        out.stuck = _dump_stacks(ranks, sorted(out.pending))
-    if out.pending or out.dead:
-        cluster._kill_ranks()
-        cluster._pool.top_up()
+        host.show_output(w, final=not out.pending)
+    if out.pending and not out.stuck:
+        out.stuck = describe(dump_stacks(ranks, sorted(out.pending)))
     return out
-
-
-def _event(msg) -> Event:
-    _, _, rank, t, data = msg
-    return Event(rank, t, data)

@@ -7,15 +7,57 @@ come from RANK / WORLD_SIZE / LOCAL_RANK, so an exercise runs unchanged on a rea
 job (call `labkit.init_process_group()` once there). Anywhere else: rank 0 of 1.
 """
 import os
+import threading
 import time
 
 _worker = None          # (rank, world_size, device, backend, conn) inside a labkit rank
 _task_id = None         # the task the rank is running now, for emit()
 
 
+class Channel:
+    """A rank's control connection to the notebook, safe to send on from many threads.
+
+    multiprocessing's Connection writes a message in several system calls (header, then body),
+    so two threads sending at once interleave bytes and the notebook cannot decode either
+    message. Every send of a rank (results, events, init replies) goes through one lock.
+    A process forked from the rank (os.fork, a multiprocessing child) must never write here:
+    its sends are dropped, so it can neither garble the stream nor answer for the rank."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.pid = os.getpid()
+        self._lock = threading.Lock()
+
+    def send(self, msg) -> None:
+        if os.getpid() != self.pid:
+            return
+        with self._lock:
+            self.conn.send(msg)
+
+    def recv(self):
+        return self.conn.recv()
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return self.conn.poll(timeout)
+
+    def fileno(self) -> int:
+        return self.conn.fileno()
+
+
 def _set_worker(rank, world_size, device, backend, conn) -> None:
     global _worker
     _worker = (rank, world_size, device, backend, conn)
+
+
+def control_fd() -> int:
+    """File descriptor of this rank's control connection to the notebook, -1 outside a rank
+    (traffic counters leave it out: it is labkit's own, not the process group's)."""
+    if _worker is None:
+        return -1
+    try:
+        return _worker[4].fileno()
+    except (OSError, AttributeError, ValueError):
+        return -1
 
 
 def in_cluster() -> bool:

@@ -74,16 +74,44 @@ def is_runtime(filename: str) -> bool:
     return os.path.dirname(os.path.abspath(filename)) == _RUNTIME_DIR
 
 
+REPEATS_SHOWN = 3      # as CPython: a frame repeated more often shows 3 times, then a count
+
+
 def format_frames(frames, innermost_first: bool = False, limit: int = None) -> str:
-    """Render (filename, lineno, name, line) frames; the runtime's own frames are left out."""
+    """Render (filename, lineno, name, line) frames, outermost first as Python does; the
+    runtime's own frames are left out and a frame repeated more than 3 times in a row (deep
+    recursion) is shown 3 times, then ``[Previous line repeated N more times]``."""
     frames = [f for f in frames if not is_runtime(f[0])]
+    if innermost_first:
+        frames = frames[::-1]
     if limit:
-        frames = frames[:limit] if innermost_first else frames[-limit:]
-    out = []
+        frames = frames[-limit:]
+    out, last, count = [], None, 0
+
+    def repeated():
+        if count > REPEATS_SHOWN:
+            n = count - REPEATS_SHOWN
+            out.append(f"  [Previous line repeated {n} more time{'s' if n > 1 else ''}]")
+
     for filename, lineno, name, line in frames:
+        key = (filename, lineno, name)
+        if key == last:
+            count += 1
+            if count > REPEATS_SHOWN:
+                continue
+        else:
+            repeated()
+            last, count = key, 1
         line = (line or linecache.getline(filename, lineno)).strip()
         out.append(f"  {where(filename, lineno)}, in {name}" + (f"\n    {line}" if line else ""))
+    repeated()
     return "\n".join(out)
+
+
+def in_collective(frames) -> bool:
+    """Is a stack (from `parse_dump`) inside torch.distributed: a collective or a send/recv?"""
+    marker = f"torch{os.sep}distributed{os.sep}"
+    return any(marker in f[0] for f in frames)
 
 
 def failure_from_report(rank: int, report: dict) -> Failure:
@@ -120,11 +148,12 @@ def parse_dump(text: str, main_ident: Optional[int]) -> list:
 
 
 def describe_stack(frames: list, limit: int = 4) -> str:
-    """'stuck in recv' plus the innermost frames, the learner's lines with their source."""
+    """'in recv()' plus the innermost `limit` frames (from a dump, innermost first), printed
+    outermost first as a Python traceback is, the learner's lines with their source."""
     shown = [f for f in frames if not is_runtime(f[0])]
     if not shown:
         return "idle (waiting for work)"
-    head = f"in {shown[0][2]}()"
+    head = f"in {shown[0][2]}() (most recent call last):"
     return head + "\n" + format_frames(shown, innermost_first=True, limit=limit)
 
 
@@ -146,24 +175,42 @@ def _short(message: str) -> str:
     return message.split(" This is typically caused")[0].strip()
 
 
+def _pg_timeout_hint(f: Failure) -> str:
+    text = f.message.lower()
+    if "timed out" in text or "monitoredbarrier" in text or "timeout" in f.type.lower():
+        return (" (the process group's timeout: a collective or recv waited for a rank that never "
+                "joined it; Cluster(pg_timeout=...) sets how long)")
+    return ""
+
+
 def failure_message(label: str, world_size: int, failures: dict, stuck: dict,
                     restarted: bool) -> str:
-    """The text of a RankError: deaths first, identical failures grouped, then the ranks that
-    only failed because a peer died, then the stuck ones with where they were."""
+    """The text of a RankError: deaths first, failures with the same traceback grouped (the
+    traceback printed once, each distinct message named), then the ranks that only failed
+    because a peer died, then the stuck ones with where they were."""
     dead = {r for r, f in failures.items() if f.type == "RankDied"}
     knock_on = {r for r, f in failures.items() if dead and r not in dead and _lost_a_peer(f)}
     groups = {}
     for r, f in sorted(failures.items(), key=lambda kv: (kv[0] not in dead, kv[0])):
         if r not in knock_on:
-            groups.setdefault((f.type, f.message, f.traceback), []).append(r)
+            key = (f.type, f.message, "") if f.type == "RankDied" or not f.traceback else (f.type, None, f.traceback)
+            groups.setdefault(key, []).append(r)
     n = len(failures)
     parts = [f"{n} of {world_size} rank{'s' if world_size > 1 else ''} failed in {label}:"]
     for (typ, msg, tb), ranks in groups.items():
         if typ == "RankDied":
             parts.append(f"--- {_rank_list(ranks)} {msg}")
             continue
-        parts.append(f"--- {_rank_list(ranks)}: {typ}: {msg}" if msg else f"--- {_rank_list(ranks)}: {typ}")
+        msgs = {} if msg is not None else {r: failures[r].message for r in ranks}
+        if msg is None and len(set(msgs.values())) == 1:
+            msg = msgs[ranks[0]]
+        if msg is not None:
+            parts.append(f"--- {_rank_list(ranks)}: {typ}: {msg}" if msg else f"--- {_rank_list(ranks)}: {typ}")
+        else:
+            parts.append(f"--- {_rank_list(ranks)}: {typ}")
+            parts += [f"rank {r}: {typ}: {m}" for r, m in msgs.items()]
         if tb:
+            parts[-1] += _pg_timeout_hint(failures[ranks[0]])
             parts.append(f"Traceback (on {_rank_list(ranks)}, most recent call last):\n{tb}")
     if knock_on:
         first = failures[min(knock_on)]
@@ -191,6 +238,39 @@ def timeout_message(label: str, timeout: float, stuck: dict, done: list, restart
                      "run (variables made by %%ranks cells are gone). Pass timeout=... to "
                      "cluster.run for longer work.")
     return "\n".join(parts)
+
+
+# -- how IPython shows them ---------------------------------------------------------------
+def without_runtime_frames(tb):
+    """The traceback minus labkit.runtime's frames: the learner sees their cell, then the
+    ranks' own tracebacks in the message, not the wait loop that raised it."""
+    import types
+    frames = []
+    while tb is not None:
+        if not is_runtime(tb.tb_frame.f_code.co_filename):
+            frames.append(tb)
+        tb = tb.tb_next
+    new = None
+    for t in reversed(frames):
+        new = types.TracebackType(new, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return new
+
+
+def _show_rank_error(shell, etype, value, tb, tb_offset=None):
+    shell.showtraceback((etype, value, without_runtime_frames(tb)), tb_offset=tb_offset)
+
+
+def install_traceback_filter(shell=None) -> None:
+    """In IPython, show RankError/RankTimeout without labkit's internal frames (only if no
+    other custom exception handler is installed)."""
+    if shell is None:
+        try:
+            from IPython import get_ipython
+            shell = get_ipython()
+        except ImportError:
+            return
+    if shell is not None and not shell.custom_exceptions:
+        shell.set_custom_exc((RankError,), _show_rank_error)
 
 
 __all__ = ["RankError", "RankTimeout", "Failure"]

@@ -11,41 +11,9 @@ crash). `cluster.push(name=value)` and `cluster.pull("name")` move values in and
 """
 import argparse
 import shlex
-import types
 
 from labkit.runtime import cluster as _cluster
-from labkit.runtime.errors import RankError, is_runtime
-
-
-def _without_runtime_frames(tb):
-    """The traceback minus labkit.runtime's frames: the learner sees their cell, then the
-    ranks' own tracebacks in the message, not the wait loop that raised it."""
-    frames = []
-    while tb is not None:
-        if not is_runtime(tb.tb_frame.f_code.co_filename):
-            frames.append(tb)
-        tb = tb.tb_next
-    new = None
-    for t in reversed(frames):
-        new = types.TracebackType(new, t.tb_frame, t.tb_lasti, t.tb_lineno)
-    return new
-
-
-def _show_rank_error(shell, etype, value, tb, tb_offset=None):
-    shell.showtraceback((etype, value, _without_runtime_frames(tb)), tb_offset=tb_offset)
-
-
-def install_traceback_filter(shell=None) -> None:
-    """In IPython, show RankError/RankTimeout without labkit's internal frames (only if no
-    other custom exception handler is installed)."""
-    if shell is None:
-        try:
-            from IPython import get_ipython
-            shell = get_ipython()
-        except ImportError:
-            return
-    if shell is not None and not shell.custom_exceptions:
-        shell.set_custom_exc((RankError,), _show_rank_error)
+from labkit.runtime.errors import install_traceback_filter  # noqa: F401 - kept importable from here
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -76,7 +44,7 @@ def ranks(line: str, cell: str, shell=None):
     filename = "<%%ranks cell>"
     if shell is not None:
         try:
-            filename = shell.compile.cache(cell, shell.execution_count)
+            filename = shell.compile.cache(cell, _cell_number(shell))
         except Exception:
             pass
     values = cl.exec_cell(cell, filename, timeout=args.timeout)
@@ -84,6 +52,15 @@ def ranks(line: str, cell: str, shell=None):
         for r, v in enumerate(values):
             if v is not None:
                 print(f"[rank {r}] {v!r}")
+
+
+def _cell_number(shell) -> int:
+    """The number of the cell running now (In[n]). IPython 9 counts the next cell already while
+    one runs; the input history, stored before the cell runs, is right in every version."""
+    hist = getattr(shell, "history_manager", None)
+    if hist is not None and getattr(hist, "input_hist_raw", None):
+        return len(hist.input_hist_raw) - 1
+    return shell.execution_count
 
 
 def load_ipython_extension(ip) -> None:

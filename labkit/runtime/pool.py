@@ -6,7 +6,6 @@ starts replacements in the background, so that recovering from a hang costs a pr
 init, not an `import torch`.
 """
 import shutil
-import tempfile
 import threading
 import time
 
@@ -14,19 +13,20 @@ from labkit.runtime import procs
 
 
 class WorkerPool:
-    def __init__(self, threads: int, spare_target: int):
+    def __init__(self, threads: int, spare_target: int, env: dict = None):
         self.threads = threads                    # torch threads per rank, set before import
         self.spare_target = spare_target
         self.cond = threading.Condition()
         self.workers = {}                         # pid -> Worker: every live process we started
         self.spares = []                          # said hello, no rank yet (oldest first)
         self.closed = False
-        self.stack_dir = tempfile.mkdtemp(prefix="labkit-")
+        self.env = dict(env or {})               # extra environment of every worker
+        self.stack_dir = procs.make_stack_dir()
         self.server = procs.ControlServer(self._on_hello)
 
     def launch(self, n: int) -> None:
         for _ in range(n):
-            w = procs.launch(self.server, self.stack_dir, self.threads)
+            w = procs.launch(self.server, self.stack_dir, self.threads, self.env)
             self.workers[w.pid] = w
 
     def _on_hello(self, pid, conn, main_ident, stack_path) -> None:
@@ -94,7 +94,7 @@ def shutdown(pool: WorkerPool, store: list) -> None:
         pool.spares = []
     workers = list(pool.workers.values())
     for w in workers:
-        w.kill()
+        w.kill("the cluster was closed")
     for w in workers:
         w.reap(1.0)
     pool.workers.clear()

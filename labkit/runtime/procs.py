@@ -8,15 +8,19 @@ next spares, which is why recovery costs a process-group init, not an `import to
 """
 import fcntl
 import os
-import secrets
+import queue
+import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
-from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
 import labkit
+from labkit.runtime import frames
+from labkit.runtime.control import ControlServer
 
 _LABKIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(labkit.__file__)))
 
@@ -34,22 +38,36 @@ class Worker:
         self.out_fd = proc.stdout.fileno()
         os.set_blocking(self.out_fd, False)
         self._partial = b""
+        self._inbox = frames.Inbox()  # messages from the rank, read without blocking
+        self.eof = False             # the control connection closed
+        self.garbled = None          # why a message could not be decoded, once one could not
+        self.stopped_by = None       # why labkit stopped this process, if it did
+
+    # -- messages -----------------------------------------------------------------------
+    def read_messages(self) -> list:
+        """The whole messages that have arrived, without ever blocking (see frames.Inbox);
+        sets `eof` when the connection closed and `garbled` when a message cannot be decoded."""
+        msgs = self._inbox.read(self.conn.fileno())
+        self.eof, self.garbled = self._inbox.eof, self._inbox.garbled
+        return msgs
 
     # -- output -------------------------------------------------------------------------
-    def read_lines(self, final: bool = False) -> list:
-        """Complete lines printed so far (all of it, partial last line too, if final)."""
+    def read_output(self) -> bytes:
+        """Every byte the rank printed since the last call (never blocks)."""
         chunks = []
         while True:
             try:
                 data = os.read(self.out_fd, 65536)
-            except BlockingIOError:
-                break
-            except OSError:
+            except (BlockingIOError, OSError, ValueError):
                 break
             if not data:
                 break
             chunks.append(data)
-        buf = self._partial + b"".join(chunks)
+        return b"".join(chunks)
+
+    def read_lines(self, final: bool = False) -> list:
+        """Complete lines printed so far (all of it, partial last line too, if final)."""
+        buf = self._partial + self.read_output()
         *lines, self._partial = buf.split(b"\n")
         if final and self._partial:
             lines.append(self._partial)
@@ -74,16 +92,37 @@ class Worker:
         except (OSError, TypeError):
             return ""
 
-    def kill(self) -> None:
+    def state(self) -> str:
+        """The kernel's one-letter state of the process (R, S, D, T stopped, Z ...), '' if gone."""
         try:
-            self.proc.kill()
-        except OSError:
-            pass
+            with open(f"/proc/{self.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return ""
+
+    def kill(self, why: str = None) -> None:
+        """SIGKILL the worker and every process it started (its own process group), so a
+        rank that forked or started multiprocessing children leaves none behind."""
+        if why and self.stopped_by is None:
+            self.stopped_by = why
+        if self.proc.returncode is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)   # the worker leads its own group
+            except OSError:
+                pass
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
 
     def reap(self, timeout: float = 2.0) -> None:
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(self.pid, signal.SIGKILL)       # children left after the worker died
+        except OSError:
             pass
         for f in (self.conn, self.proc.stdout, self.proc.stdin):
             try:
@@ -99,6 +138,8 @@ class Worker:
 
     def how_it_died(self) -> str:
         code = self.proc.poll()
+        if self.stopped_by:
+            return f"was stopped: {self.stopped_by}"
         if code is None:
             return "closed its connection but is still running"
         if code < 0:
@@ -116,57 +157,46 @@ class Worker:
         return f"exited with code {code} (os._exit or a C-level exit; the rank's process is gone)"
 
 
-class ControlServer:
-    """Loopback-only socket that workers connect to, authenticated with a random key.
+class _Launcher:
+    """Starts every worker from one long-lived thread. A worker asks the kernel to SIGKILL it
+    when its parent dies (PR_SET_PDEATHSIG), and Linux sends that signal when the *thread*
+    that started it ends, so workers must not be started from a short-lived thread."""
 
-    A thread accepts connections, checks the key (multiprocessing's HMAC challenge) and
-    hands each hello to `on_hello(pid, conn, main_ident, stack_path)`.
-    """
+    def __init__(self):
+        self._queue = queue.Queue()
+        self._thread = None
+        self._lock = threading.Lock()
 
-    def __init__(self, on_hello, host: str = "127.0.0.1"):
-        self.authkey = secrets.token_bytes(32)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind((host, 0))                 # the OS picks a free port: clusters never collide
-        self.sock.listen(64)
-        self.address = self.sock.getsockname()
-        self._on_hello = on_hello
-        self._closed = False
-        self.thread = threading.Thread(target=self._accept_loop, daemon=True, name="labkit-accept")
-        self.thread.start()
-
-    def _accept_loop(self) -> None:
-        while not self._closed:
+    def _loop(self) -> None:
+        while True:
+            fn, box, done = self._queue.get()
             try:
-                s, _ = self.sock.accept()
-            except OSError:
-                return                              # closed
-            threading.Thread(target=self._handshake, args=(s,), daemon=True).start()
+                box.append((True, fn()))
+            except BaseException as exc:          # noqa: B902 - handed to the caller
+                box.append((False, exc))
+            done.set()
 
-    def _handshake(self, s: socket.socket) -> None:
-        conn = Connection(s.detach())
-        try:
-            deliver_challenge(conn, self.authkey)
-            answer_challenge(conn, self.authkey)
-            if not conn.poll(30):
-                raise EOFError
-            kind, pid, main_ident, stack_path = conn.recv()
-            assert kind == "hello"
-        except Exception:
-            conn.close()                            # wrong key or not a labkit worker
-            return
-        self._on_hello(pid, conn, main_ident, stack_path)
-
-    def close(self) -> None:
-        self._closed = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+    def __call__(self, fn):
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name="labkit-launcher")
+                self._thread.start()
+        box, done = [], threading.Event()
+        self._queue.put((fn, box, done))
+        done.wait()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
 
 
-def launch(server: ControlServer, stack_dir: str, threads: int) -> Worker:
-    """Start one spare worker: a fresh interpreter running labkit.runtime.worker."""
+_launcher = _Launcher()
+
+
+def launch(server: ControlServer, stack_dir: str, threads: int, extra_env: dict = None) -> Worker:
+    """Start one spare worker: a fresh interpreter running labkit.runtime.worker, leading its
+    own process group (killed as a group), with `extra_env` set before anything imports."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_LABKIT_ROOT, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"                 # prints reach the notebook as they happen
@@ -176,14 +206,50 @@ def launch(server: ControlServer, stack_dir: str, threads: int) -> Worker:
     env.pop("MPLBACKEND", None)                   # the kernel's inline backend is not for ranks
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)                        # a torchrun parent must not leak into ranks
+    env.update(extra_env or {})
+    env["LABKIT_DRIVER_PID"] = str(os.getpid())   # the worker dies with this process
     host, port = server.address
-    proc = subprocess.Popen(
+    proc = _launcher(lambda: subprocess.Popen(
         [sys.executable, "-m", "labkit.runtime.worker", host, str(port), stack_dir],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        env=env, cwd=os.getcwd(), close_fds=True)
+        env=env, cwd=os.getcwd(), close_fds=True, start_new_session=True))
     proc.stdin.write(server.authkey.hex().encode() + b"\n")   # the key never shows in `ps`
     proc.stdin.flush()
     return Worker(proc)
+
+
+def make_stack_dir() -> str:
+    """A fresh folder for this process's stack dumps, named after the notebook's pid; folders
+    of notebooks that no longer run (killed without cleaning up) are removed first."""
+    remove_stale_dirs()
+    return tempfile.mkdtemp(prefix=f"labkit-{os.getpid()}-")
+
+
+def remove_stale_dirs(root: str = None) -> list:
+    """Remove labkit-<pid>-* folders of this user whose notebook process <pid> is gone."""
+    root = root or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        m = re.fullmatch(r"labkit-(\d+)-\w+", name)
+        path = os.path.join(root, name)
+        if not m:
+            continue
+        try:
+            if os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(m.group(1)), 0)
+            continue                              # its notebook still runs
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OSError):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 def fair_threads(world_size: int) -> int:
@@ -193,6 +259,20 @@ def fair_threads(world_size: int) -> int:
     except AttributeError:
         cores = os.cpu_count() or 1
     return max(1, cores // world_size)
+
+
+def rendezvous_store(timeout: float):
+    """The TCPStore ranks rendezvous through, on a loopback socket we bind (TCPStore's own
+    port=0 would listen on every interface); returns (store, port). TCPStore takes the fd
+    over and closes it when destroyed, so the Python socket object lets go of it (closing it
+    twice closed a later socket). Returns (store, (host, port))."""
+    import datetime
+    import torch.distributed as dist
+    sock = loopback_listen_socket()
+    address = sock.getsockname()
+    store = dist.TCPStore("127.0.0.1", address[1], None, True, timeout=datetime.timedelta(seconds=timeout),
+                          wait_for_workers=False, master_listen_fd=sock.detach(), use_libuv=True)
+    return store, address
 
 
 def loopback_listen_socket() -> socket.socket:
@@ -205,4 +285,5 @@ def loopback_listen_socket() -> socket.socket:
     return s
 
 
-__all__ = ["Worker", "ControlServer", "launch", "fair_threads", "loopback_listen_socket"]
+__all__ = ["Worker", "ControlServer", "launch", "fair_threads", "loopback_listen_socket",
+           "make_stack_dir", "remove_stale_dirs"]

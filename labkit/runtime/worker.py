@@ -6,7 +6,10 @@ Life of a worker:
 3. loop: run each task on the main thread, send back its result or its failure.
 
 A second thread only reads the control socket. When the notebook's kernel dies the socket
-closes, that thread sees EOF and the worker exits at once, so no rank outlives its kernel.
+closes, that thread sees EOF and the worker kills its process group (itself and anything it
+started) at once, so no rank outlives its kernel; a worker that cannot run that thread
+(stopped, or holding the GIL in C code) is killed by the kernel: PR_SET_PDEATHSIG.
+A process forked from a rank never answers for it: it exits where it would return to the loop.
 Output goes to fd 1/2, a pipe that the notebook reads and prefixes with ``[rank N]``.
 Where a rank is stuck (even inside C++), the notebook sends SIGUSR1 and faulthandler writes
 every thread's Python stack to this worker's stack file.
@@ -26,6 +29,29 @@ from multiprocessing.connection import Client
 # Workers never re-import the learner's __main__: this module is __main__ here.
 _tasks: "queue.Queue" = queue.Queue()
 _libc = ctypes.CDLL(None)
+_PID = os.getpid()          # a forked child sees another pid: it must never answer for the rank
+_opts = None                # how this rank joined its process group (to join again)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent goes, even if it is stopped or holds
+    the GIL in C code (when no Python code of ours can run)."""
+    if sys.platform.startswith("linux"):
+        try:
+            _libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (AttributeError, OSError):
+            pass
+
+
+def _exit_all() -> None:
+    """Leave, taking every process this worker started with it (it leads its own group)."""
+    try:
+        if os.getpgid(0) == os.getpid():
+            os.killpg(0, signal.SIGKILL)
+    except OSError:
+        pass
+    os._exit(0)
 
 
 def _control_loop(conn) -> None:
@@ -35,13 +61,13 @@ def _control_loop(conn) -> None:
         try:
             if not conn.poll(1.0):
                 if os.getppid() != ppid:       # reparented: our kernel is gone
-                    os._exit(0)
+                    _exit_all()
                 continue
             msg = conn.recv()
         except (EOFError, OSError):
-            os._exit(0)
+            _exit_all()
         if msg[0] == "exit":
-            os._exit(0)
+            _exit_all()
         _tasks.put(msg)
 
 
@@ -55,10 +81,28 @@ def _flush() -> None:
     _libc.fflush(None)
 
 
-def _init(conn, opts: dict) -> None:
+def _join(opts: dict, prefix: str) -> None:
+    """Join (or join again) the process group, under a fresh store prefix."""
     import torch
     import torch.distributed as dist
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    rank, world_size, backend = opts["rank"], opts["world_size"], opts["backend"]
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    timeout = datetime.timedelta(seconds=opts["pg_timeout"])
+    store = dist.TCPStore(opts["store_host"], opts["store_port"], None, False, timeout=timeout)
+    store = dist.PrefixStore(prefix, store)
+    kwargs = {"device_id": device} if backend == "nccl" else {}
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                            timeout=timeout, **kwargs)
+    warm = torch.zeros(1, device=device)
+    dist.all_reduce(warm)                         # connect every pair now, not in the learner's first cell
+
+
+def _init(conn, opts: dict) -> None:
+    import torch
     from labkit.runtime import context
+    global _opts
 
     for p in reversed(opts["sys_path"]):          # the learner's modules import as in the notebook
         if p not in sys.path:
@@ -70,15 +114,21 @@ def _init(conn, opts: dict) -> None:
         device = torch.device("cuda", rank)
     else:
         device = torch.device("cpu")
-    timeout = datetime.timedelta(seconds=opts["pg_timeout"])
-    store = dist.TCPStore(opts["store_host"], opts["store_port"], None, False, timeout=timeout)
-    store = dist.PrefixStore(opts["prefix"], store)
-    kwargs = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
-                            timeout=timeout, **kwargs)
-    warm = torch.zeros(1, device=device)
-    dist.all_reduce(warm)                         # connect every pair now, not in the learner's first cell
+    _opts = opts
+    _join(opts, opts["prefix"])
     context._set_worker(rank, world_size, device, backend, conn)
+
+
+def _pg_suspect(exc) -> bool:
+    """After this task, is the process group unusable? (destroyed by the learner, or an error
+    raised inside a collective: a timeout or a mismatch leaves the ranks out of step)."""
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        return True
+    if exc is None:
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    return any(f"torch{os.sep}distributed{os.sep}" in f.filename for f in frames)
 
 
 def _namespace() -> dict:
@@ -152,18 +202,22 @@ def _serve(conn) -> None:
     ns = None
     while True:
         msg = _tasks.get()
-        if msg[0] == "init":
+        if msg[0] in ("init", "rejoin"):
             try:
-                _init(conn, msg[1])
-                ns = _namespace()
+                if msg[0] == "init":
+                    _init(conn, msg[1])
+                    ns = _namespace()
+                else:
+                    _join(_opts, msg[1])
                 _flush()
-                conn.send(("ready", msg[1]["rank"]))
+                conn.send(("ready", _opts["rank"]))
             except BaseException as exc:      # noqa: B902 - reported to the notebook
                 _flush()
                 conn.send(("init_failed", _failure(exc)))
             continue
         _, task_id, kind, payload = msg
         context._task_id = task_id
+        error = None
         try:
             value = _to_cpu(_run_task(kind, payload, ns))
             try:
@@ -173,14 +227,27 @@ def _serve(conn) -> None:
                                 f"sent back to the notebook: {exc}. Return plain numbers, lists, "
                                 "dicts or tensors instead.") from None
         except BaseException as exc:          # noqa: B902 - a KeyboardInterrupt/SystemExit too
+            error = exc
             out = ("result", task_id, False, _failure(exc))
         finally:
             context._task_id = None
         _flush()                              # output first: it is in the pipe before the result
+        if os.getpid() != _PID:               # a child forked by the task came back here
+            os._exit(0)
+        if _pg_suspect(error):
+            conn.send(("pg_lost", task_id))   # the notebook has the ranks join a new group
         conn.send(out)
 
 
+def _after_fork_in_child() -> None:
+    _die_with_parent()                           # a child of a rank dies with the rank
+
+
 def main() -> None:
+    _die_with_parent()
+    if os.environ.get("LABKIT_DRIVER_PID") not in (None, str(os.getppid())):
+        os._exit(0)                                # the notebook died before we could ask
+    os.register_at_fork(after_in_child=_after_fork_in_child)
     host, port, stack_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     authkey = bytes.fromhex(sys.stdin.readline().strip())
     stack_path = os.path.join(stack_dir, f"stack-{os.getpid()}.txt")
@@ -194,7 +261,7 @@ def main() -> None:
     import cloudpickle                             # noqa: F401
     import labkit.runtime.context                  # noqa: F401
 
-    conn = Client((host, port), authkey=authkey)
+    conn = labkit.runtime.context.Channel(Client((host, port), authkey=authkey))
     conn.send(("hello", os.getpid(), threading.main_thread().ident, stack_path))
     threading.Thread(target=_control_loop, args=(conn,), daemon=True, name="labkit-control").start()
     _serve(conn)

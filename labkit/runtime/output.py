@@ -1,0 +1,173 @@
+"""A rank's output on its way to the cell: whole lines, live partial lines, and a cap.
+
+Lines reach the cell as ``[rank N] ...`` as soon as they are printed. A line still being
+written (``print(..., end="")``, a progress bar redrawn with ``\\r``) shows live too: in a
+notebook each rank's line that stays unfinished for 0.1 s gets a display of its own
+(``display_id``) that is redrawn in place at most every 0.1 s, so the bars of several ranks
+never write over each other; when the line ends, that display keeps its final text. (A plain
+``print`` writes its text and its newline separately, microseconds apart: the 0.1 s keeps
+such lines ordinary text.) Outside a notebook an unfinished
+line shows when it ends (or when the run ends). Carriage returns are applied as a terminal
+would: ``"10%\\r20%"`` shows ``20%``.
+
+Each rank may show at most `max_lines` lines and `max_bytes` bytes per run (the Cluster's
+``output_lines`` and ``output_bytes``); after that its output is still read from the pipe, so
+the rank never blocks, and the run ends with ``[rank N] ... 123 lines not shown``.
+"""
+import sys
+import time
+
+LIVE_EVERY_S = 0.1       # at most this often a live line is redrawn
+
+
+def overwrite(text: str) -> str:
+    """What a terminal shows for one line containing carriage returns."""
+    if "\r" not in text:
+        return text
+    shown = ""
+    for seg in text.split("\r"):
+        shown = seg + shown[len(seg):]
+    return shown
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+        return getattr(get_ipython(), "kernel", None) is not None
+    except ImportError:
+        return False
+
+
+class Screen:
+    """Where lines go: stdout, plus (in a notebook) one live display per unfinished line."""
+
+    def __init__(self):
+        self.live = _in_kernel()
+
+    def line(self, rank: int, text: str) -> None:
+        sys.stdout.write(f"[rank {rank}] {text}\n")
+        sys.stdout.flush()
+
+    def show(self, rank: int, text: str, handle=None):
+        """Draw (or redraw, given its handle) a rank's unfinished line; returns the handle."""
+        from IPython.display import display
+        data = {"text/plain": f"[rank {rank}] {text}"}
+        if handle is None:
+            sys.stdout.flush()
+            return display(data, raw=True, display_id=True)
+        handle.update(data, raw=True)
+        return handle
+
+
+class RankOutput:
+    """One rank's output stream: bytes in, lines and live redraws out, within a budget."""
+
+    def __init__(self, rank: int, screen: Screen, max_lines=None, max_bytes=None):
+        self.rank = rank
+        self.screen = screen
+        self.max_lines, self.max_bytes = max_lines, max_bytes
+        self._buf = b""
+        self._since = 0.0          # when the unfinished line began
+        self.reset()
+
+    def reset(self, max_lines=..., max_bytes=...) -> None:
+        """A new run: a fresh budget (new limits, if given)."""
+        if max_lines is not ...:
+            self.max_lines = max_lines
+        if max_bytes is not ...:
+            self.max_bytes = max_bytes
+        self.lines = 0
+        self.bytes = 0
+        self.hidden = 0            # lines not shown because the budget was spent
+        self._handle = None        # live display of the unfinished line
+        self._drawn = None         # text it shows
+        self._drawn_at = 0.0
+
+    def _over(self, text: str) -> bool:
+        if self.max_lines is not None and self.lines >= self.max_lines:
+            return True
+        n = len(text.encode()) + 1
+        return self.max_bytes is not None and self.bytes + n > self.max_bytes
+
+    def _finish_line(self, text: str) -> None:
+        text = overwrite(text)
+        if self.hidden or self._over(text):
+            self.hidden += 1
+            self._handle = None
+            return
+        self.lines += 1
+        self.bytes += len(text.encode()) + 1
+        if self._handle is not None:             # already on screen: give it its final text
+            if self._drawn != text:
+                self.screen.show(self.rank, text, self._handle)
+            self._handle = None
+        else:
+            self.screen.line(self.rank, text)
+
+    def feed(self, data: bytes) -> None:
+        if not data:
+            self.tick()
+            return
+        had_partial = bool(self._buf)
+        buf = self._buf + data
+        *lines, self._buf = buf.split(b"\n")
+        for ln in lines:
+            self._finish_line(ln.decode("utf-8", "replace"))
+        if self._buf and (lines or not had_partial):
+            self._since = time.monotonic()       # when the unfinished line began
+        self.tick()
+
+    def tick(self, force: bool = False) -> None:
+        """Redraw the unfinished line if it changed (throttled unless `force`)."""
+        if not self.screen.live or not self._buf or self.hidden:
+            return
+        now = time.monotonic()
+        if not force and (now - self._drawn_at < LIVE_EVERY_S or now - self._since < LIVE_EVERY_S):
+            return
+        text = overwrite(self._buf.decode("utf-8", "replace"))
+        if text != self._drawn and not self._over(text):
+            self._handle = self.screen.show(self.rank, text, self._handle)
+            self._drawn, self._drawn_at = text, now
+
+    def finish(self) -> None:
+        """End of a run: the unfinished line as it stands, then what was not shown."""
+        if self._buf:
+            text, self._buf = self._buf.decode("utf-8", "replace"), b""
+            self._finish_line(text)
+        if self.hidden:
+            limits = []
+            if self.max_lines is not None:
+                limits.append(f"{self.max_lines:,} lines")
+            if self.max_bytes is not None:
+                limits.append(f"{self.max_bytes:,} bytes")
+            self.screen.line(self.rank, f"... {self.hidden:,} lines not shown (at most "
+                                        f"{' or '.join(limits)} per rank per run; change "
+                                        "cluster.output_lines / cluster.output_bytes)")
+        self.reset()
+
+
+class Outputs:
+    """The output of every worker of a Cluster, by process."""
+
+    def __init__(self):
+        self.screen = Screen()
+        self._by_pid = {}
+
+    def _of(self, w) -> RankOutput:
+        o = self._by_pid.get(w.pid)
+        if o is None:
+            o = self._by_pid[w.pid] = RankOutput(w.rank, self.screen)
+        o.rank = w.rank
+        return o
+
+    def new_run(self, w, max_lines, max_bytes) -> None:
+        self._of(w).reset(max_lines, max_bytes)
+
+    def show(self, w, final: bool = False) -> None:
+        o = self._of(w)
+        o.feed(w.read_output())
+        if final:
+            o.finish()
+
+    def forget(self, w) -> None:
+        self._by_pid.pop(w.pid, None)
