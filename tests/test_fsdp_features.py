@@ -45,3 +45,22 @@ def test_meta_init_never_holds_the_full_model(cluster):
                 mean, std = r["stats"][name]
                 assert diff > 0 and abs(mean) < 0.005 and 0.017 < std < 0.023, (name, mean, std)
         assert not r["repeated_shards"]
+
+
+def test_bf16_policy_halves_the_wire_and_keeps_fp32_shards_as_master(cluster4):
+    from labkit.fsdp import precision, runs
+    fp32, bf16, off = (cluster4.run(precision.state_report, precision=p, offload=o, timeout=120)[0]
+                       for p, o in (("fp32", False), ("bf16", False), ("bf16", True)))
+    for k in ("all_gather", "reduce_scatter"):
+        assert 2 * bf16["wire"][k] == fp32["wire"][k], k          # bf16 gathers and reductions
+    m, f = bf16["measured"], bf16["formula"]
+    pad = 16 * 4 * 67                                             # 67-row tensors padded to 68, per rank at most
+    assert bf16["param_dtype"] == "torch.float32" and m.master == 0   # the shard is the master
+    assert m.params == m.grads                                    # fp32 grads, as the fp32 shard
+    # formula: bf16 params + fp32 master + bf16 grads = 8 bytes; FSDP2: fp32 params + fp32 grads
+    assert 0 <= m.params + m.grads - (f.params + f.master + f.grads) <= pad
+    assert abs(m.total - f.total) <= pad + 256                    # totals agree (+ Adam's step counters)
+    assert off["would_leave_gpu"] == off["measured"].total        # offload: every model state
+    assert off["formula_offload"].device == f.params + f.grads    # ZeRO-Offload moves only the optimizer's
+    peaks = {p: cluster4.run(runs.peak_report, precision=p, timeout=120)[0]["peak"] for p in ("fp32", "bf16")}
+    assert 2 * peaks["bf16"]["params (gathered)"] == peaks["fp32"]["params (gathered)"]

@@ -17,11 +17,21 @@ from labkit.fsdp import apply
 from labkit.fsdp.strategies import bytes_per_step, calls_per_step
 
 
-def tiny_gpt():
+def mp_policy(precision: str):
+    """None for fp32; FSDP2's MixedPrecisionPolicy for 'bf16' (bf16 parameters and reductions)."""
+    if precision == "fp32":
+        return None
+    if precision != "bf16":
+        raise ValueError(f"precision must be 'fp32' or 'bf16', got {precision!r}")
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
+
+
+def tiny_gpt(n_layer: int = 2, n_embd: int = 64):
     """A 2-block TinyGPT (105k parameters) and its global batch for `n` ranks."""
     from labkit.models import GPTConfig, TinyGPT, token_batch
     torch.manual_seed(0)
-    m = TinyGPT(GPTConfig(n_layer=2, n_embd=64, n_head=4, vocab_size=67, block_size=16))
+    m = TinyGPT(GPTConfig(n_layer=n_layer, n_embd=n_embd, n_head=4, vocab_size=67, block_size=16))
     return m, lambda n, per_rank: token_batch(per_rank * n, 16, 67, seed=0)
 
 
@@ -91,17 +101,20 @@ PEAK_NAMES = {"SHARDED_PARAM": "params (shard)", "UNSHARDED_PARAM": "params (gat
 
 
 def peak_report(wrap: str = "block", strategy: str = "full", model: str = "tiny_gpt",
-                batch_per_rank: int = 4) -> dict:
+                batch_per_rank: int = 4, precision: str = "fp32", offload: bool = False,
+                model_kw: dict = None) -> dict:
     """Peak bytes on this rank over a training step, by category, from torch's FSDPMemTracker
     (a TorchDispatchMode that sees every storage; exact on CPU). The first step creates Adam's
     state, so the second step is the one reported. Also: all-gathers and reduce-scatters per
-    step, and the step's time on this rank."""
+    step, and the step's time on this rank. precision="bf16": MixedPrecisionPolicy with bf16
+    parameters and reductions (fp32 sharded parameters stay the master); offload=True:
+    CPUOffloadPolicy (on a CPU-only machine nothing moves: see labkit.fsdp.precision)."""
     import time
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from labkit.models import lm_loss
     n, r = dist.get_world_size(), dist.get_rank()
-    ref, batch = MODELS[model]()
-    m = apply.shard(ref, wrap=wrap, strategy=strategy)
+    ref, batch = MODELS[model](**(model_kw or {}))
+    m = apply.shard(ref, wrap=wrap, strategy=strategy, mp_policy=mp_policy(precision), offload=offload)
     opt = torch.optim.Adam(m.parameters(), lr=1e-3, foreach=False)   # foreach inflates the tracked peak
     x, y = batch(n, batch_per_rank)
     x, y = x[batch_per_rank * r:batch_per_rank * (r + 1)], y[batch_per_rank * r:batch_per_rank * (r + 1)]
@@ -119,5 +132,6 @@ def peak_report(wrap: str = "block", strategy: str = "full", model: str = "tiny_
         seconds = time.perf_counter() - t0
     snap = next(iter(tracker.get_tracker_snapshot("peak").values()))
     peak = {PEAK_NAMES[k.name]: v for k, v in snap.items() if hasattr(k, "name") and v}
-    return {"rank": r, "wrap": wrap, "strategy": strategy, "peak": peak, "total": snap["Total"],
+    return {"rank": r, "wrap": wrap, "strategy": strategy, "precision": precision, "offload": offload,
+            "peak": peak, "total": snap["Total"],
             "calls": apply.counts(apply.comm_log(m)), "seconds": seconds}
