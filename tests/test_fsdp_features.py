@@ -64,3 +64,13 @@ def test_bf16_policy_halves_the_wire_and_keeps_fp32_shards_as_master(cluster4):
     assert off["formula_offload"].device == f.params + f.grads    # ZeRO-Offload moves only the optimizer's
     peaks = {p: cluster4.run(runs.peak_report, precision=p, timeout=120)[0]["peak"] for p in ("fp32", "bf16")}
     assert 2 * peaks["bf16"]["params (gathered)"] == peaks["fp32"]["params (gathered)"]
+
+
+def test_explicit_prefetch_issues_the_next_gather_before_this_blocks_compute(cluster2):
+    from labkit.fsdp import prefetch
+    plain, ahead = (cluster2.run(prefetch.timeline, prefetch=p, timeout=120)[0] for p in (False, True))
+    assert prefetch.gathered_ahead(plain["events"]) == []            # gathered just in time
+    assert prefetch.gathered_ahead(ahead["events"]) == [0, 1, 2]     # block i+1 before block i runs
+    # backward: FSDP2 prefetches the previous block by default (both runs)
+    assert prefetch.gathered_ahead(plain["events"], "backward") == [1, 2, 3]
+    assert sorted(plain["order"]) == sorted(ahead["order"])          # the same calls, another order

@@ -106,16 +106,16 @@ def shard(model: nn.Module, *, wrap: str = "block", strategy: str = "full", repl
     if log:
         records = []
         model._labkit_comm_log = records
-        for m in model.modules():
+        for name, m in model.named_modules():
             if isinstance(m, FSDPModule):
-                m.set_custom_all_gather(_LoggedAllGather(records))
-                m.set_custom_reduce_scatter(_LoggedReduceScatter(records, ring))
+                m.set_custom_all_gather(_LoggedAllGather(records, name or "(root)"))
+                m.set_custom_reduce_scatter(_LoggedReduceScatter(records, ring, name or "(root)"))
     return model
 
 
 def comm_log(model: nn.Module, clear: bool = False) -> list:
     """The collectives FSDP made since shard() (or the last clear): dicts with kind, bytes (the
-    full tensor), ranks, t0, t1 (time.perf_counter on this rank)."""
+    full tensor), ranks, unit (the module's name), t0, t1 (time.perf_counter on this rank)."""
     records = getattr(model, "_labkit_comm_log", None)
     if records is None:
         raise ValueError("this model was not sharded by labkit.fsdp.shard(..., log=True)")
@@ -138,20 +138,20 @@ class _Alloc:
 
 
 class _LoggedAllGather(_Alloc, AllGather):
-    def __init__(self, records):
-        self.records = records
+    def __init__(self, records, unit: str = ""):
+        self.records, self.unit = records, unit
 
     def __call__(self, output_tensor, input_tensor, group, async_op=False):
         t0 = time.perf_counter()
         _all_gather(output_tensor, input_tensor, group=group)
         self.records.append({"kind": "all_gather", "bytes": output_tensor.numel() * output_tensor.element_size(),
-                             "ranks": dist.get_world_size(group), "t0": t0, "t1": time.perf_counter()})
+                             "ranks": dist.get_world_size(group), "unit": self.unit, "t0": t0, "t1": time.perf_counter()})
         return None
 
 
 class _LoggedReduceScatter(_Alloc, ReduceScatter):
-    def __init__(self, records, ring: bool):
-        self.records, self.ring = records, ring
+    def __init__(self, records, ring: bool, unit: str = ""):
+        self.records, self.ring, self.unit = records, ring, unit
 
     def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
         t0 = time.perf_counter()
@@ -166,5 +166,5 @@ class _LoggedReduceScatter(_Alloc, ReduceScatter):
         else:
             _reduce_scatter(output_tensor, input_tensor, op=op, group=group)
         self.records.append({"kind": "reduce_scatter", "bytes": input_tensor.numel() * input_tensor.element_size(),
-                             "ranks": dist.get_world_size(group), "t0": t0, "t1": time.perf_counter()})
+                             "ranks": dist.get_world_size(group), "unit": self.unit, "t0": t0, "t1": time.perf_counter()})
         return None
