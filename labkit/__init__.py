@@ -20,7 +20,6 @@ _RUNTIME = {
     "world_size": "context",
 }
 
-_SUBMODULES = {"check", "show", "models", "exercises", "memory", "comm", "ddp", "bench", "fsdp"}
 
 __all__ = [*_RUNTIME, "load_ipython_extension"]
 
@@ -32,13 +31,20 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(f"labkit.runtime.{_RUNTIME[name]}"), name)
         globals()[name] = value                  # later look-ups skip this function
         return value
-    if name in _SUBMODULES:
+    if name in _submodules():
         return importlib.import_module(f"labkit.{name}")
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")
 
 
+def _submodules() -> set:
+    """labkit's subpackages and modules (check, memory, zero, ...), found on disk: a new one
+    needs no registration here."""
+    import pkgutil
+    return {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
+
+
 def __dir__():
-    return sorted([*globals(), *_RUNTIME, *_SUBMODULES])
+    return sorted([*globals(), *_RUNTIME, *_submodules()])
 
 
 def load_ipython_extension(ip) -> None:

@@ -17,6 +17,11 @@ PURE = [
     "labkit.comm.formulas",
     "labkit.fsdp",
     "labkit.fsdp.strategies",
+    "labkit.pipeline",
+    "labkit.pipeline.formulas",
+    "labkit.pipeline.schedules",
+    "labkit.pipeline.validate",
+    "labkit.pipeline.simulate",
 ]
 
 # Importing any of these from a pure module is a layering error.

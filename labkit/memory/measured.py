@@ -87,6 +87,9 @@ def measure(model: torch.nn.Module, optimizer=None, label: str = "") -> Breakdow
         for state in optimizer.state.values():
             for key, value in state.items():
                 c.add(STATE_KEYS.get(key, "other"), value)
+    for source in (model, optimizer):        # flat buffers a strategy keeps off .grad (labkit.zero)
+        for category, t in getattr(source, "labkit_memory", tuple)():
+            c.add(category, t)
     param_dev = {p.device.type for p in params}
     on_host = ()
     if param_dev and "cpu" not in param_dev:

@@ -1,0 +1,70 @@
+"""Checker for notebook 07 (pipeline parallelism).
+
+- `schedule_1f1b(fn)`: the learner's fn(stage, stages, microbatches) returns one stage's 1F1B
+  action list (warm-up forwards, then one forward one backward, then the cool-down backwards).
+  Judged without processes first, on several shapes (the validator names the first deadlock or
+  missing dependency; the simulator checks it is 1F1B: at most p - r micro-batches alive on
+  stage r and the (p-1)/(m+p-1) bubble), then run on the cluster, gradients against one process.
+"""
+from labkit.check.core import checker
+
+__all__ = ["schedule_1f1b", "judge_1f1b"]
+
+SHAPES = [(4, 8), (4, 2), (2, 5), (3, 3)]        # (stages, micro-batches): m > p, m < p, m = p
+
+
+def _lists(fn, p, m) -> list:
+    from labkit.pipeline.validate import _parse
+    acts = []
+    for r in range(p):
+        got = fn(r, p, m)
+        if not isinstance(got, (list, tuple)):
+            raise ValueError(f"for stage {r} of {p} (m={m}) your function returned {type(got).__name__}; "
+                             "return a list of actions such as [F(0), F(1), B(0), ...]")
+        acts.append([_parse(a) for a in got])
+    return acts
+
+
+def judge_1f1b(fn, shapes=SHAPES):
+    """(ok, detail) without processes: valid, and 1F1B's memory and bubble, on every shape."""
+    from labkit.pipeline import ScheduleError, as_schedule, bubble_ratio, simulate, validate
+    for p, m in shapes:
+        try:
+            acts = _lists(fn, p, m)
+        except (ScheduleError, ValueError) as exc:
+            return False, f"p={p}, m={m}: {exc}"
+        s = as_schedule(acts, p, m, name="your 1F1B")
+        problems = validate(s)
+        if problems:
+            return False, f"p={p}, m={m}: {problems[0]}"
+        t = simulate(s, forward=1, backward=1, weight=1)
+        for r, peak in enumerate(t.peak_activations):
+            if peak > min(p - r, m):
+                return False, (f"p={p}, m={m}: it runs, but stage {r} keeps {peak} micro-batches of "
+                               f"activations alive at once; 1F1B keeps at most p - r = {min(p - r, m)} "
+                               f"(stage r does p - 1 - r warm-up forwards, then alternates F and B)")
+        want = bubble_ratio(p, m)
+        if t.bubble > want + 1e-9:
+            return False, (f"p={p}, m={m}: it runs, but its simulated bubble is {t.bubble:.1%}, "
+                           f"1F1B's is (p-1)/(m+p-1) = {want:.1%}: some stage waits longer than it must")
+    return True, f"valid with 1F1B's bubble and memory on {len(shapes)} shapes"
+
+
+@checker("schedule_1f1b")
+def schedule_1f1b(fn, cluster, microbatches: int = 8):
+    """fn(stage, stages, microbatches) -> that stage's 1F1B actions. Judged on several shapes
+    without processes, then run on the cluster's ranks with gradients checked."""
+    from labkit.pipeline import as_schedule
+    from labkit.pipeline.executor import run_schedule
+    ok, detail = judge_1f1b(fn)
+    if not ok:
+        return ok, detail
+    p = cluster.world_size
+    s = as_schedule(_lists(fn, p, microbatches), p, microbatches, name="your 1F1B")
+    res = cluster.run(run_schedule, s, live=False, warmup=0, timeout=30)
+    diff = max(r["grad_diff"] for r in res)
+    missing = [n for r in res for n in r["grad_mismatch"]]
+    if missing or not diff <= 1e-5:
+        return False, (f"ran on {p} ranks but the gradients differ from one process's "
+                       f"(max |diff| {diff:.3g}, missing or extra: {missing[:3]})")
+    return True, f"{detail}; ran on {p} ranks with m={microbatches}, gradients equal one process's"

@@ -1,0 +1,174 @@
+"""Memory per rank and per phase of a training step, live in the notebook (layer 4).
+
+On each rank (inside cluster.run):
+    meter = live.Meter(model, optimizer)          # model/optimizer of any strategy
+    with meter.forward():                         # counts the activations saved for backward
+        loss = loss_fn(model(x), y)
+    meter.emit("after forward", step)             # (call meter.probe_backward(step) BEFORE the
+    loss.backward(); optimizer.step()             #  forward: module backward hooks attach there)
+    meter.emit("after step", step)
+In the notebook:
+    with live.Display(cluster) as d:              # redraws as events arrive; PNG at the end
+        cluster.run(train)
+
+Categories (bytes, storages counted once, as in `measure`): params, grads, master, moments
+(m and v), gathered (full parameters a sharded strategy holds at the moment: it exposes
+`gathered_bytes()`), activations (tensors autograd saved for backward and still holds,
+excluding parameters; tracked with saved_tensors_hooks and weak references).
+"""
+import time
+import weakref
+
+CATEGORIES = ("params", "grads", "master", "moments", "gathered", "activations")
+COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "moments": "#c44e52",
+          "gathered": "#8172b3", "activations": "#937860"}
+
+
+class Meter:
+    """Rank side: bytes by category now, sent with labkit.emit."""
+
+    def __init__(self, model, optimizer=None, probe=None):
+        self.model, self.optimizer = model, optimizer
+        self.saved = []                       # (weakref to a saved tensor, storage key, bytes)
+        self.probe = probe
+
+    def forward(self):
+        import torch
+        params = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
+
+        def pack(t):
+            st = t.untyped_storage()
+            if st.data_ptr() not in params and not (t.is_leaf and t.requires_grad):
+                try:
+                    self.saved.append((weakref.ref(t), st.data_ptr(), st.nbytes()))
+                except TypeError:
+                    pass
+            return t
+        self.saved = []
+        return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+
+    def activations(self) -> int:
+        seen, total = set(), 0
+        for ref, key, n in self.saved:
+            if ref() is not None and key not in seen:
+                seen.add(key)
+                total += n
+        return total
+
+    def snapshot(self) -> dict:
+        from labkit.memory.measured import measure
+        b = measure(self.model, self.optimizer)
+        gathered = getattr(self.model, "gathered_bytes", lambda: 0)()
+        return {"params": b.params, "grads": b.grads, "master": b.master,
+                "moments": b.momentum + b.variance, "gathered": gathered,
+                "activations": self.activations()}
+
+    def emit(self, phase: str, step: int) -> dict:
+        import labkit
+        snap = self.snapshot()
+        labkit.emit(memory=snap, phase=phase, step=step)
+        return snap
+
+    def probe_backward(self, step: int, module=None):
+        """Emit 'during backward' once, when backward reaches `module` (default: the middle
+        layer). Call it before the forward: full backward hooks attach during forward."""
+        m = module or self._middle()
+        fired = []
+
+        def hook(mod, grad_out):
+            if not fired:
+                fired.append(1)
+                self.emit("during backward", step)
+                handle.remove()
+        handle = m.register_full_backward_pre_hook(hook)
+        return handle
+
+    def _middle(self):
+        units = getattr(self.model, "units", None)       # a sharded model's layers
+        if units:
+            return units[len(units) // 2].module
+        root = getattr(self.model, "module", self.model)
+        mods = [m for _, m in root.named_modules() if m is not root
+                and next(m.parameters(recurse=False), None) is not None]
+        return mods[len(mods) // 2] if mods else root
+
+
+class Display:
+    """Notebook side: stacked bars by category, one panel per rank, one bar per (step, phase),
+    redrawn while the run goes on (at most `fps` a second); the final figure stays as a PNG."""
+
+    def __init__(self, cluster, title: str = "memory per rank, live (labkit.emit)", fps: float = 3.0,
+                 unit: float = 1e6, unit_name: str = "MB"):
+        self.cluster, self.title, self.fps = cluster, title, fps
+        self.unit, self.unit_name = unit, unit_name
+        self.bars = {}                       # rank -> [(label, {category: bytes})]
+        self._handle, self._last = None, 0.0
+
+    def _on_event(self, event) -> None:
+        d = event.data
+        if "memory" in d:
+            self.bars.setdefault(event.rank, []).append(
+                (f"{d.get('step', '')}:{d.get('phase', '')}", d["memory"]))
+            if time.monotonic() - self._last > 1.0 / self.fps:
+                self._draw()
+
+    def figure(self):
+        return figure(self.bars, self.title, self.unit, self.unit_name)
+
+    def _draw(self) -> None:
+        import matplotlib.pyplot as plt
+        self._last = time.monotonic()
+        fig = self.figure()
+        try:
+            from IPython.display import display
+            if self._handle is None:
+                self._handle = display(fig, display_id=True)
+            else:
+                self._handle.update(fig)
+        finally:
+            plt.close(fig)
+
+    def __enter__(self):
+        self._unsubscribe = self.cluster.on_event(self._on_event)
+        return self
+
+    def __exit__(self, *exc):
+        self._unsubscribe()
+        self._draw()
+
+
+def figure(bars: dict, title: str = "", unit: float = 1e6, unit_name: str = "MB"):
+    """Stacked bars: {rank: [(label "step:phase", {category: bytes})]} -> a figure."""
+    import matplotlib.pyplot as plt
+    ranks = sorted(bars) or [0]
+    fig, axes = plt.subplots(1, len(ranks), figsize=(min(14, 2.6 + 2.9 * len(ranks)), 3.4),
+                             sharey=True, squeeze=False)
+    for ax, r in zip(axes[0], ranks):
+        rows = bars.get(r, [])
+        bottom = [0.0] * len(rows)
+        for c in CATEGORIES:
+            vals = [snap.get(c, 0) / unit for _, snap in rows]
+            if any(vals):
+                ax.bar(range(len(rows)), vals, bottom=bottom, color=COLORS[c], label=c, width=0.8)
+                bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels([_short(lbl) for lbl, _ in rows], rotation=90, fontsize=7)
+        ax.set_title(f"rank {r}", fontsize=9)
+    axes[0][0].set_ylabel(unit_name)
+    handles, labels = [], []
+    for ax in axes[0]:
+        for h, lb in zip(*ax.get_legend_handles_labels()):
+            if lb not in labels:
+                handles.append(h)
+                labels.append(lb)
+    if handles:
+        fig.legend(handles, labels, loc="upper right", fontsize=7, ncol=1)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.88, 1))
+    return fig
+
+
+def _short(label: str) -> str:
+    step, _, phase = label.partition(":")
+    phase = {"after forward": "fwd", "during backward": "bwd", "after step": "step"}.get(phase, phase)
+    return f"s{step} {phase}"

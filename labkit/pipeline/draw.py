@@ -1,0 +1,187 @@
+"""Pictures of pipeline schedules (layer 4): Gantt charts, live Gantt, bubble against m.
+
+    gantt(simulate(one_f_one_b(4, 8)))                  # one row per stage, F/B/I/W coloured
+    with live_gantt(cluster, s): cluster.run(run_schedule, s, pad=0.01)   # grows as actions end
+    bubble_vs_m({"GPipe": {4: 0.45, 8: 0.29}}, stages=4)                # measured points on formulas
+
+Every figure is a static PNG (inline matplotlib); the live one redraws through one display
+handle and leaves its last picture in the cell.
+"""
+import time
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
+
+from labkit.pipeline.formulas import bubble_ratio
+from labkit.pipeline.simulate import Timeline, bubble_of, peak_in_flight
+from labkit.pipeline.schedules import Action
+
+__all__ = ["COLOURS", "gantt", "side_by_side", "live_gantt", "bubble_vs_m", "activations_plot"]
+
+COLOURS = {"F": "#4c78a8", "B": "#54a24b", "I": "#f58518", "W": "#b279a2", "idle": "#eeeeee"}
+LABELS = {"F": "forward", "B": "backward", "I": "input grad (I)", "W": "weight grad (W)", "idle": "idle"}
+
+
+def gantt(t: Timeline, ax=None, title: str = None, unit: str = None, formula: bool = True):
+    """Draw a Timeline: a row per stage, a bar per action with its micro-batch number (later
+    chunks paler), idle time grey. Returns the axes."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 0.55 * t.stages + 1.3))
+    span = t.makespan or 1.0
+    t0 = min((s for ivs in t.intervals for s, _, _ in ivs), default=0.0)
+    kinds = set()
+    for r, ivs in enumerate(t.intervals):
+        y = t.stages - 1 - r
+        ax.broken_barh([(0, span)], (y + 0.1, 0.8), color=COLOURS["idle"])
+        groups = {}                                  # one broken_barh per kind and chunk: fast to draw
+        for s, e, a in ivs:
+            groups.setdefault((a.kind, a.chunk), []).append((s - t0, e - s))
+        for (kind, chunk), bars in groups.items():
+            kinds.add(kind)
+            ax.broken_barh(bars, (y + 0.1, 0.8), facecolor=COLOURS[kind], edgecolor="white",
+                           linewidth=0.6, alpha=1.0 if chunk == 0 else max(0.35, 1.0 - 0.3 * chunk))
+        for s, e, a in ivs:
+            if (e - s) / span > 0.012:
+                ax.text(s - t0 + (e - s) / 2, y + 0.5, str(a.mb), ha="center", va="center",
+                        fontsize=7 if (e - s) / span > 0.02 else 5, color="white" if a.chunk == 0 else "black")
+    ax.set_yticks([t.stages - 1 - r + 0.5 for r in range(t.stages)],
+                  [f"stage {r}" for r in range(t.stages)])
+    ax.set_ylim(0, t.stages)
+    ax.set_xlim(0, span)
+    seconds = t.measured or t.extra.get("seconds")
+    ax.set_xlabel(unit or ("seconds since the step started" if seconds else "time (units of one forward)"))
+    head = title or f"{t.name}: " + ("measured" if t.measured else
+                                     "simulated with the measured times" if seconds else "simulated")
+    line = f"bubble {t.bubble:.1%}"
+    if formula and t.name.split(" (")[0] != "ZB-H1":
+        line += f", formula (p-1)/(vm+p-1) = {bubble_ratio(t.stages, t.microbatches, t.chunks):.1%}"
+    ax.set_title(f"{head} (p={t.stages}, m={t.microbatches}" +
+                 (f", v={t.chunks}" if t.chunks > 1 else "") + f"): {line}", fontsize=9)
+    handles = [Patch(color=COLOURS[k], label=LABELS[k]) for k in ("F", "B", "I", "W", "idle")
+               if k in kinds or k == "idle"]
+    if t.chunks > 1:
+        handles.append(Patch(facecolor=COLOURS["F"], alpha=0.6, label="paler: chunk 1, 2, ..."))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return ax
+
+
+def side_by_side(left: Timeline, right: Timeline, path: str = None):
+    """Two Gantt charts on one time axis (e.g. a measured run and its simulated twin)."""
+    fig, axes = plt.subplots(2, 1, figsize=(11, 1.1 * (left.stages + right.stages) / 2 + 2.6), sharex=True)
+    gantt(left, axes[0])
+    gantt(right, axes[1])
+    axes[0].set_xlabel("")
+    axes[1].set_xlim(0, max(left.makespan, right.makespan))
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=100)
+    return fig
+
+
+class live_gantt:
+    """A Gantt chart per stage that grows in the cell as the ranks' actions complete.
+
+    Ranks running `run_schedule(..., live=True)` emit one event per action; this draws them
+    (at most `fps` times a second) with the running bubble - idle over total so far - beside
+    the formula's. The last picture stays in the cell as a PNG."""
+
+    def __init__(self, cluster, schedule, fps: float = 3.0):
+        self.cluster, self.schedule, self.fps = cluster, schedule, fps
+        self.intervals = [[] for _ in range(schedule.stages)]
+        self._last, self._cost, self._handle = 0.0, 0.0, None
+
+    def timeline(self) -> Timeline:
+        s = self.schedule
+        t0 = min((a for ivs in self.intervals for a, _, _ in ivs), default=0.0)
+        ivs = [[(a - t0, b - t0, act) for a, b, act in sorted(row, key=lambda x: x[0])]
+               for row in self.intervals]
+        return Timeline(s.name, s.stages, s.microbatches, s.chunks, ivs, measured=True)
+
+    def _on_event(self, event) -> None:
+        d = event.data
+        if "pipeline" in d and event.rank < len(self.intervals):
+            self.intervals[event.rank].append((d["t0"], d["t1"], Action(d["kind"], d["mb"], d["chunk"])))
+            if time.monotonic() - self._last > max(1.0 / self.fps, 3 * self._cost):
+                self._draw()
+
+    def figure(self):
+        t = self.timeline()
+        fig, ax = plt.subplots(figsize=(10, 0.55 * t.stages + 1.3))
+        gantt(t, ax, title=f"{t.name} on the cluster, live")
+        done = sum(len(r) for r in t.intervals)
+        total = sum(len(a) for a in self.schedule.actions)
+        ax.set_xlim(0, max(t.makespan, 1e-3))
+        ax.text(1.0, -0.35, f"{done}/{total} actions done; running bubble "
+                f"{bubble_of(t.busy, t.makespan) if t.makespan else 0:.1%}",
+                transform=ax.transAxes, ha="right", fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    def _draw(self) -> None:
+        start = time.monotonic()
+        fig = self.figure()
+        try:
+            from IPython.display import display
+            if self._handle is None:
+                self._handle = display(fig, display_id=True)
+            else:
+                self._handle.update(fig)
+        finally:
+            plt.close(fig)
+            # drawing must not fall behind the events: at most a quarter of the time goes to it
+            self._last = time.monotonic()
+            self._cost = self._last - start
+
+    def __enter__(self):
+        self._unsubscribe = self.cluster.on_event(self._on_event)
+        return self
+
+    def __exit__(self, *exc):
+        self._unsubscribe()
+        self._draw()
+
+
+def bubble_vs_m(measured: dict, stages: int, chunks: dict = None, path: str = None):
+    """measured: {schedule name: {m: bubble}}; formula curves (p-1)/(vm+p-1) behind the points."""
+    chunks = chunks or {}
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    ms = sorted({m for pts in measured.values() for m in pts})
+    grid = list(range(1, max(ms) + 1))
+    for v in sorted(set(chunks.get(n, 1) for n in measured)):
+        ax.plot(grid, [bubble_ratio(stages, m, v) for m in grid], "--", color="grey" if v == 1 else "black",
+                lw=1, label=f"formula (p-1)/({'%dm' % v if v > 1 else 'm'}+p-1)")
+    for i, (name, pts) in enumerate(measured.items()):
+        xs = sorted(pts)
+        ax.plot(xs, [pts[m] for m in xs], "o-", ms=5, color=plt.get_cmap("tab10")(i), label=f"{name} (measured)")
+    ax.set_xlabel("micro-batches m")
+    ax.set_ylabel("bubble: idle / total")
+    ax.set_title(f"Bubble against m, p={stages}", fontsize=10)
+    ax.set_ylim(0, None)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=100)
+    return fig
+
+
+def activations_plot(timelines: dict, path: str = None):
+    """timelines: {label: measured Timeline}; per stage, peak saved-activation KiB (bars) and the
+    simulated count of micro-batches alive (numbers on the bars)."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    n = len(timelines)
+    for i, (label, t) in enumerate(timelines.items()):
+        kib = [b / 1024 for b in t.extra["peak_bytes"]]
+        xs = [r + (i - (n - 1) / 2) * 0.8 / n for r in range(t.stages)]
+        bars = ax.bar(xs, kib, width=0.8 / n, label=label, color=plt.get_cmap("tab10")(i))
+        for bar, k in zip(bars, peak_in_flight(t.intervals)):
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{k}", ha="center",
+                    va="bottom", fontsize=7)
+    ax.set_xticks(range(t.stages), [f"stage {r}" for r in range(t.stages)])
+    ax.set_ylabel("peak saved activations (KiB)")
+    ax.set_title("Activation memory per stage, measured (numbers: micro-batches alive at the peak)",
+                 fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=100)
+    return fig

@@ -1,0 +1,50 @@
+"""What notebook 04 runs on the ranks (layer 5 glue): live memory per phase, stage-3 events."""
+import torch
+import torch.distributed as dist
+
+from labkit.models import lm_loss
+from labkit.zero.runs import tiny_gpt
+
+SMALL = dict(n_layer=2, n_embd=128, vocab=1024, seq=32)
+
+
+def live_steps(stage: int, steps: int = 2, mixed: bool = False, batch: int = 4, **model_kwargs):
+    """Train a few steps of TinyGPT with ZeRO `stage`, emitting this rank's memory by category
+    after forward, during backward and after the step (labkit.memory.live.Meter)."""
+    from labkit.memory.live import Meter
+    from labkit.zero import wrap
+    torch.manual_seed(0)
+    net, batch_fn = tiny_gpt(**{**SMALL, **model_kwargs})
+    model, opt = wrap(net, torch.optim.Adam, stage=stage, mixed_precision=mixed, lr=1e-3)
+    meter = Meter(model, opt)
+    for step in range(steps):
+        x, y = batch_fn(batch, 10 * step + dist.get_rank())
+        meter.probe_backward(step)                  # fires inside the coming backward
+        with meter.forward():
+            loss = lm_loss(model(x).float(), y)
+        meter.emit("after forward", step)
+        loss.backward()
+        opt.step()
+        meter.emit("after step", step)
+        opt.zero_grad()
+        del loss
+    return meter.snapshot()
+
+
+def stage3_events(prefetch: bool = False, **model_kwargs) -> list:
+    """One stage-3 training step with the hooks' events recorded: [{unit, kind, phase, t0, t1}]
+    (kind: all-gather, prefetch, wait, compute, free, reduce-scatter), times from the step start."""
+    from labkit.zero import wrap
+    torch.manual_seed(0)
+    net, batch_fn = tiny_gpt(**{**SMALL, **model_kwargs})
+    model, opt = wrap(net, torch.optim.Adam, stage=3, lr=1e-3, prefetch=prefetch)
+    x, y = batch_fn(4, dist.get_rank())
+    lm_loss(model(x).float(), y).backward()          # first step: learns the forward order
+    opt.step()
+    opt.zero_grad()
+    model.recording = True
+    dist.barrier()
+    lm_loss(model(x).float(), y).backward()
+    opt.step()
+    t0 = min(e["t0"] for e in model.events)
+    return [{**e, "t0": e["t0"] - t0, "t1": e["t1"] - t0} for e in model.events]

@@ -1,0 +1,70 @@
+"""The optimizer for a model whose parameters are shards (stage 3), with fp32 masters.
+
+    opt = MasterOptimizer(model.parameters(), torch.optim.Adam, mixed_precision=True, lr=1e-3)
+
+fp32: the inner torch optimizer works on the shards themselves (nothing added: any torch
+optimizer built on `model.parameters()` would do the same). Mixed precision: it works on fp32
+master copies of the 16-bit shards and writes them back, rounded, after each update; the fp32
+gradient it reads is made inside `step()` and dropped after it. Either way `step()` before a
+backward says so instead of silently doing nothing.
+"""
+import torch
+
+from labkit.zero.optim import check_optimizer_class
+
+
+class MasterOptimizer:
+    def __init__(self, params, optimizer_class, *, mixed_precision=False, owner=None,
+                 masters=None, **optimizer_kwargs):
+        check_optimizer_class(optimizer_class)
+        self.params = [p for p in params if p.requires_grad]
+        self.mixed, self.owner = mixed_precision, owner
+        if mixed_precision:
+            init = masters or [p.detach().float() for p in self.params]
+            self.work = [torch.nn.Parameter(m.clone()) for m in init]
+        else:
+            self.work = self.params
+        self.inner = optimizer_class(self.work, **optimizer_kwargs)
+
+    @property
+    def param_groups(self):
+        return self.inner.param_groups
+
+    @property
+    def state(self):
+        return self.inner.state
+
+    def state_dict(self):
+        return self.inner.state_dict()
+
+    def load_state_dict(self, sd):
+        self.inner.load_state_dict(sd)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            if p.grad is not None:
+                p.grad.zero_()          # kept: the shard gradient's memory is the formula's
+        if self.owner is not None:
+            self.owner.backward_seen = False
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if closure is not None:
+            raise ValueError("this optimizer's step does not take a closure")
+        if self.owner is not None and not self.owner.backward_seen:
+            import torch.distributed as dist
+            raise RuntimeError(f"rank {dist.get_rank()}: optimizer.step() was called before any "
+                               "loss.backward() since the last zero_grad(): there are no gradients. "
+                               "Call loss.backward() first, then step(), then zero_grad().")
+        if self.mixed:
+            for w, p in zip(self.work, self.params):
+                w.grad = p.grad.float() if p.grad is not None else None
+        self.inner.step()
+        if self.mixed:
+            for w, p in zip(self.work, self.params):
+                p.copy_(w.detach())
+                w.grad = None
+        return None
+
+    def __repr__(self):
+        return f"MasterOptimizer({type(self.inner).__name__}, mixed={self.mixed})"

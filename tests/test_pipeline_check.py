@@ -1,0 +1,153 @@
+"""The 1F1B exercise checker against a corpus of plausible wrong answers and right ones."""
+import time
+
+import pytest
+
+from labkit.check.pipeline import judge_1f1b, schedule_1f1b
+from labkit.pipeline import B, F
+
+
+def right(r, p, m):
+    warm = min(p - 1 - r, m)
+    a = [F(i) for i in range(warm)]                 # warm-up
+    for i in range(m - warm):                       # steady state
+        a += [F(warm + i), B(i)]
+    return a + [B(i) for i in range(m - warm, m)]   # cool-down
+
+
+def right_strings(r, p, m):
+    return [repr(a) for a in right(r, p, m)]
+
+
+def right_counters(r, p, m):
+    out, f, b = [], 0, 0
+    while f < min(p - 1 - r, m):
+        out.append(F(f))
+        f += 1
+    while f < m:
+        out += [F(f), B(b)]
+        f, b = f + 1, b + 1
+    return out + [B(i) for i in range(b, m)]
+
+
+def no_warmup(r, p, m):
+    return [x for i in range(m) for x in (F(i), B(i))]
+
+
+def warmup_reversed(r, p, m):
+    warm = min(r, m)
+    a = [F(i) for i in range(warm)]
+    for i in range(m - warm):
+        a += [F(warm + i), B(i)]
+    return a + [B(i) for i in range(m - warm, m)]
+
+
+def no_cooldown(r, p, m):
+    return right(r, p, m)[:2 * m - min(p - 1 - r, m)]
+
+
+def backward_first(r, p, m):
+    warm = min(p - 1 - r, m)
+    a = [F(i) for i in range(warm)]
+    for i in range(m - warm):
+        a += [B(i), F(warm + i)]
+    return a + [B(i) for i in range(m - warm, m)]
+
+
+def gpipe_order(r, p, m):
+    return [F(i) for i in range(m)] + [B(i) for i in range(m)]
+
+
+def one_warmup_too_many(r, p, m):
+    warm = min(p - r, m)
+    a = [F(i) for i in range(warm)]
+    for i in range(m - warm):
+        a += [F(warm + i), B(i)]
+    return a + [B(i) for i in range(m - warm, m)]
+
+
+def steady_restarts_forwards(r, p, m):
+    warm = min(p - 1 - r, m)
+    a = [F(i) for i in range(warm)]
+    for i in range(m - warm):
+        a += [F(i), B(i)]
+    return a + [B(i) for i in range(m - warm, m)]
+
+
+def cooldown_off_by_one(r, p, m):
+    warm = min(p - 1 - r, m)
+    a = [F(i) for i in range(warm)]
+    for i in range(m - warm):
+        a += [F(warm + i), B(i)]
+    return a + [B(i) for i in range(m - warm + 1, m + 1)]
+
+
+def warmup_without_min(r, p, m):
+    warm = p - 1 - r
+    a = [F(i) for i in range(warm)]
+    for i in range(m - warm):
+        a += [F(warm + i), B(i)]
+    return a + [B(i) for i in range(max(m - warm, 0), m)]
+
+
+def all_stages_at_once(r, p, m):
+    return [right(s, p, m) for s in range(p)]
+
+
+def returns_nothing(r, p, m):
+    warm = min(p - 1 - r, m)
+    [F(i) for i in range(warm)]
+
+
+def same_warmup_everywhere(r, p, m):
+    warm = min(p - 1, m)
+    a = [F(i) for i in range(warm)]
+    for i in range(m - warm):
+        a += [F(warm + i), B(i)]
+    return a + [B(i) for i in range(m - warm, m)]
+
+
+WRONG = [
+    (no_warmup, "it runs, but its simulated bubble is 75.0%, 1F1B's is (p-1)/(m+p-1) = 27.3%"),
+    (warmup_reversed, "deadlock"),
+    (no_cooldown, "stage 0 never runs B5"),
+    (backward_first, "stage 3 runs B0 (step 0) before F0 (step 1)"),
+    (gpipe_order, "stage 0 keeps 8 micro-batches of activations alive at once; 1F1B keeps at most p - r = 4"),
+    (one_warmup_too_many, "stage 0 keeps 5 micro-batches"),
+    (steady_restarts_forwards, "stage 0 runs F0 (forward of micro-batch 0) twice"),
+    (cooldown_off_by_one, "out of range"),
+    (warmup_without_min, "p=4, m=2: stage 0, step 2: F2 is out of range"),
+    (all_stages_at_once, "is not an action"),
+    (returns_nothing, "returned NoneType"),
+    (same_warmup_everywhere, "stage 1 keeps 4 micro-batches"),
+]
+
+
+@pytest.mark.parametrize("fn,expect", WRONG, ids=[f.__name__ for f, _ in WRONG])
+def test_wrong_answers_get_their_diagnosis(fn, expect):
+    t = time.perf_counter()
+    ok, detail = judge_1f1b(fn)
+    assert not ok
+    assert expect in detail, detail
+    assert time.perf_counter() - t < 3
+
+
+@pytest.mark.parametrize("fn", [right, right_strings, right_counters])
+def test_right_answers_pass(fn):
+    assert judge_1f1b(fn) == (True, "valid with 1F1B's bubble and memory on 4 shapes")
+
+
+@pytest.mark.cluster
+def test_checker_on_the_cluster(cluster4, capsys):
+    assert schedule_1f1b(right, cluster=cluster4)
+    assert not schedule_1f1b(no_warmup, cluster=cluster4)
+
+    def stub(r, p, m):
+        raise NotImplementedError("exercise")
+    assert not schedule_1f1b(stub, cluster=cluster4)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("schedule_1f1b: pass (valid with 1F1B's bubble and memory on 4 shapes; ran on 4 "
+                             "ranks with m=8, gradients equal one process's)"), out
+    assert out[1].startswith("schedule_1f1b: FAIL (p=4, m=8: it runs, but its simulated bubble is 75.0%"), out
+    assert out[2].startswith("schedule_1f1b: not implemented yet"), out
+    assert cluster4.run(lambda: 1) == [1] * 4          # the cluster is still usable
