@@ -74,3 +74,15 @@ def test_explicit_prefetch_issues_the_next_gather_before_this_blocks_compute(clu
     # backward: FSDP2 prefetches the previous block by default (both runs)
     assert prefetch.gathered_ahead(plain["events"], "backward") == [1, 2, 3]
     assert sorted(plain["order"]) == sorted(ahead["order"])          # the same calls, another order
+
+
+def test_fsdp2_and_labkit_zero3_match_one_process_and_each_other(cluster4):
+    from labkit.fsdp import apply, parity
+    from labkit.fsdp.runs import tiny_gpt
+    padded = sum(g.param_bytes for g in apply.groups(tiny_gpt()[0], "block", "full", 4)) // 4
+    for r in cluster4.run(parity.zero3_vs_fsdp2, timeout=120):
+        assert r["fsdp2_err"] < 1e-5 and r["zero3_err"] < 1e-5 and not r["zero3_names_missing"], r
+        slack = 4 * (padded - r["n_params"] + 4 * 4)      # FSDP2 pads each tensor, Stage3 each unit
+        for cat in ("params", "grads", "momentum", "variance"):
+            a, b = getattr(r["fsdp2"], cat), getattr(r["zero3"], cat)
+            assert abs(a - b) <= slack and abs(b - 4 * r["n_params"] / 4) <= 4 * 4 * 4, (cat, a, b, slack)
