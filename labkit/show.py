@@ -12,6 +12,7 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import Normalize
+from matplotlib.ticker import MaxNLocator
 
 
 def _as_array(t) -> np.ndarray:
@@ -31,17 +32,19 @@ def _row(ax, y: float, values: np.ndarray, x0: float, norm, cmap) -> None:
                 color="white" if dark else "black")
 
 
-def before_after(results, title: str, labels=("before", "after")) -> None:
+def before_after(results, title: str, labels=("before", "after"), notes=None) -> None:
     """Show every rank's tensor before and after a collective (see before_after_figure)."""
-    before_after_figure(results, title, labels)
+    before_after_figure(results, title, labels, notes)
     plt.show()
 
 
-def before_after_figure(results, title: str, labels=("before", "after")):
+def before_after_figure(results, title: str, labels=("before", "after"), notes=None):
     """Draw every rank's tensor before and after a collective, one row per rank.
 
     `results` is what `cluster.run` returned when each rank returned ``(before, after)``;
-    cells are coloured by value (same scale for all) and show the number.
+    cells are coloured by value on ONE scale for both sides (a value keeps its colour, the
+    colour bar says which) and show the number. `notes`: one text per rank, written to the
+    right of its "after" row (e.g. which slice of the sum that rank holds).
     """
     rows = [(_as_array(b), _as_array(a)) for b, a in results]
     width_b = max(len(b) for b, _ in rows) or 1
@@ -50,20 +53,27 @@ def before_after_figure(results, title: str, labels=("before", "after")):
     norm = Normalize(allv.min() if allv.size else 0, allv.max() if allv.size else 1)
     cmap = plt.get_cmap("viridis")
     gap = 2.0
-    fig, ax = plt.subplots(figsize=(0.55 * (width_b + width_a + gap) + 1.2, 0.5 * len(rows) + 0.9))
+    note_w = max((len(n) for n in notes), default=0) * 0.16 if notes else 0.0
+    fig, ax = plt.subplots(figsize=(0.55 * (width_b + width_a + gap) + 1.2 + 0.55 * note_w + 0.9,
+                                    0.5 * len(rows) + 0.9))
     for r, (b, a) in enumerate(rows):
         y = len(rows) - 1 - r
         ax.text(-0.3, y + 0.4, f"rank {r}", ha="right", va="center", fontsize=9)
         _row(ax, y, b, 0, norm, cmap)
         _row(ax, y, a, width_b + gap, norm, cmap)
+        if notes:
+            ax.text(width_b + gap + width_a + 0.2, y + 0.4, notes[r], ha="left", va="center", fontsize=9)
     ax.text(width_b / 2, len(rows) + 0.1, labels[0], ha="center", fontsize=9)
     ax.text(width_b + gap + width_a / 2, len(rows) + 0.1, labels[1], ha="center", fontsize=9)
     ax.annotate("", xy=(width_b + gap - 0.3, len(rows) / 2), xytext=(width_b + 0.3, len(rows) / 2),
                 arrowprops=dict(arrowstyle="->"))
-    ax.set_xlim(-1.6, width_b + gap + width_a + 0.2)
+    ax.set_xlim(-1.6, width_b + gap + width_a + 0.2 + note_w)
     ax.set_ylim(-0.2, len(rows) + 0.6)
     ax.set_title(title, fontsize=10)
     ax.axis("off")
+    bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.03, pad=0.01)
+    bar.set_label("value (one scale, before and after)", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
     fig.tight_layout()
     return fig
 
@@ -71,8 +81,9 @@ def before_after_figure(results, title: str, labels=("before", "after")):
 class live:
     """Plot `y` against `x` per rank from `labkit.emit(...)` events while a run goes on.
 
-    In a notebook it redraws at most `fps` times a second through one display handle; the
-    final figure stays in the cell as a static PNG. Outside IPython it draws once at the end.
+    In a notebook it redraws at most `fps` times a second through one display handle, and
+    spends at most about a quarter of the time drawing (a slow machine gets fewer frames, not
+    a slower run); the final figure stays in the cell as a static PNG.
     """
 
     def __init__(self, cluster, y: str = "loss", x: str = "step", fps: float = 4.0, title: str = None):
@@ -80,6 +91,7 @@ class live:
         self.title = title or f"{y} per rank (live, from labkit.emit)"
         self.series = {}
         self._last = 0.0
+        self._gap = 1.0 / fps          # seconds from the end of one redraw to the next
         self._handle = None
 
     def _on_event(self, event) -> None:
@@ -88,7 +100,7 @@ class live:
             xs, ys = self.series.setdefault(event.rank, ([], []))
             xs.append(d.get(self.x, len(xs)))
             ys.append(d[self.y])
-            if time.monotonic() - self._last > 1.0 / self.fps:
+            if time.monotonic() - self._last > self._gap:
                 self._draw()
 
     def figure(self):
@@ -97,6 +109,9 @@ class live:
             ax.plot(xs, ys, marker=".", label=f"rank {r}")
         ax.set_xlabel(self.x)
         ax.set_ylabel(self.y)
+        xs = [x for xs, _ in self.series.values() for x in xs]
+        if xs and all(float(x).is_integer() for x in xs):       # steps: whole-number ticks only
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(self.title, fontsize=10)
         if self.series:
             ax.legend(fontsize=8)
@@ -104,7 +119,7 @@ class live:
         return fig
 
     def _draw(self) -> None:
-        self._last = time.monotonic()
+        t0 = time.monotonic()
         fig = self.figure()
         try:
             from IPython.display import display
@@ -114,6 +129,8 @@ class live:
                 self._handle.update(fig)
         finally:
             plt.close(fig)
+            self._last = time.monotonic()
+            self._gap = max(1.0 / self.fps, 3 * (self._last - t0))
 
     def __enter__(self):
         self._unsubscribe = self.cluster.on_event(self._on_event)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import labkit
-from labkit.comm import formulas, measure
+from labkit.comm import formulas, runs
 
 LENGTHS = [0, 1, 2, 3, 5, 7, 1001, 65537]
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"]
@@ -120,7 +120,7 @@ def test_bytes_on_the_wire_match_the_formulas(request, n):
     c = request.getfixturevalue(f"cluster{n}")
     ovh = c.run(_overhead, timeout=60)[0]
     S = (1 << 20) + 12                                        # not divisible by 3 or 8 chunks
-    rows = measure.traffic_rows(c, S, ops=["ring_all_reduce", "ring_all_reduce_simple",
+    rows = runs.traffic_rows(c, S, ops=["ring_all_reduce", "ring_all_reduce_simple",
                                            "naive_all_reduce", "torch_all_reduce"])
     for row in rows:
         what = f"N={n} {row['op']} rank {row['rank']}"
@@ -146,7 +146,7 @@ def test_bytes_on_the_wire_match_the_formulas(request, n):
 
 
 def test_single_rank_moves_nothing(cluster1):
-    rows = measure.traffic_rows(cluster1, 4096, ops=["ring_all_reduce", "naive_all_reduce"])
+    rows = runs.traffic_rows(cluster1, 4096, ops=["ring_all_reduce", "naive_all_reduce"])
     assert [(r["sent"], r["received"], r["payload_sent"]) for r in rows] == [(0, 0, 0)] * 2
 
 
@@ -154,7 +154,7 @@ def test_single_rank_moves_nothing(cluster1):
 @pytest.mark.parametrize("fast", [False, True], ids=["simple", "fast"])
 def test_recorded_ring_replays_to_the_sum(cluster3, fast):
     from labkit.comm import draw
-    events = measure.record_ring(cluster3, length=10, fast=fast)
+    events = runs.record_ring(cluster3, length=10, fast=fast)
     frames = draw.ring_frames(events, 3)
     assert len(frames) == 1 + 2 * 2
     assert all(cell == frozenset({0, 1, 2}) for row in frames[-1]["state"] for cell in row)
@@ -163,14 +163,58 @@ def test_recorded_ring_replays_to_the_sum(cluster3, fast):
     for e in events:
         assert e["recv_from"] == (e["rank"] - 1) % 3 and e["send_to"] == (e["rank"] + 1) % 3
         assert e["t1"] >= e["t0"]
+    table = runs.events_table(events, first=4)                 # times from the start, not the clock
+    assert len(table.rows) == 4 and "more events not shown" in table
+    assert all(0 <= float(row[6]) < 60e3 for row in runs.events_table(events).rows)
 
 
-def test_bench_sweep_table_and_ratio(cluster2):
-    from labkit.bench import collectives as bench
-    rows = bench.sweep(cluster2, sizes=[4096, 65536], iters=2, warmup=1)
-    assert {r["op"] for r in rows} == set(bench.OPS) and len(rows) == 2 * len(bench.OPS)
+def test_busbw_sweep_table_and_ratio(cluster2):
+    from labkit.comm import busbw
+    rows = busbw.sweep(cluster2, sizes=[4096, 65536], iters=2, warmup=1)
+    assert {r["op"] for r in rows} == set(busbw.OPS) and len(rows) == 2 * len(busbw.OPS)
     for r in rows:
         assert r["busbw"] == pytest.approx(r["algbw"] * formulas.BUSBW_FACTOR[
-            bench.FACTOR_OP.get(r["op"], r["op"])](2))
-    assert "labkit ring / gloo all_reduce busbw" in bench.table(rows)
-    assert bench.ratio(rows, 65536) > 0
+            busbw.FACTOR_OP.get(r["op"], r["op"])](2))
+    text = busbw.table(rows)
+    assert "labkit ring / torch all_reduce busbw" in text and "| 64K | ring_all_reduce |" in text.markdown()
+    assert busbw.ratio(rows, 65536) > 0
+    with pytest.raises(ValueError, match="unknown op"):
+        busbw.sweep(cluster2, sizes=[4096], ops=["all_reduce", "allreduce"])
+
+
+def _rows(times):
+    """busbw rows with these times: {(op, size): seconds}."""
+    return [{"op": op, "bytes": size, "seconds": t, "world_size": 4} for (op, size), t in times.items()]
+
+
+def test_busbw_observations_say_only_what_the_rows_show():
+    from labkit.comm import busbw
+    quiet = _rows({("all_reduce", 4096): 1.0, ("ring_all_reduce", 4096): 1.05,
+                   ("naive_all_reduce", 4096): 1.0})
+    assert busbw.observations(quiet) == []                    # within 10 %: nothing to say
+    rows = _rows({("all_reduce", 4096): 1.0, ("ring_all_reduce", 4096): 3.0, ("naive_all_reduce", 4096): 2.0,
+                  ("all_reduce", 1 << 20): 1.0, ("ring_all_reduce", 1 << 20): 1.0,
+                  ("naive_all_reduce", 1 << 20): 2.0})
+    said = busbw.observations(rows)
+    assert said == ["labkit's ring took longer than torch's all_reduce at 4K (the ring 3.0x the time)",
+                    "the naive all-reduce beat the ring at 4K (the ring 1.5x the time)"]
+
+
+def test_busbw_plateaus_name_where_each_op_levels_off():
+    from labkit.comm import busbw
+    rows = [{"op": "all_reduce", "bytes": 1 << k, "busbw": b} for k, b in ((12, 1.0), (16, 5.0), (20, 9.0), (24, 10.0))]
+    rows += [{"op": "ring_all_reduce", "bytes": 1 << k, "busbw": b} for k, b in ((12, 1.0), (24, 10.0))]
+    assert busbw.plateaus(rows) == [
+        "all_reduce: busbw within 80% of its best (1e-08 GB/s) from 1M on",
+        "ring_all_reduce: busbw within 80% of its best (1e-08 GB/s) only at the largest size, 16M: "
+        "no level stretch in this range"]
+    dip = [{"op": "all_reduce", "bytes": 1 << k, "busbw": b} for k, b in ((12, 1.0), (20, 10.0), (24, 5.0))]
+    assert busbw.plateaus(dip) == ["all_reduce: busbw within 80% of its best (1e-08 GB/s) at 1M, but not "
+                                   "level in this range: at 16M it is 50% of that"]
+
+
+def test_bench_cli_is_a_thin_layer_over_comm_busbw():
+    from labkit.bench import collectives
+    from labkit.comm import busbw
+    assert collectives.sweep is busbw.sweep and collectives.table is busbw.table
+    assert collectives.parse_size("4K") == 4096 and collectives.parse_size("1M") == 1 << 20

@@ -6,30 +6,42 @@ import pytest
 import labkit
 import labkit.check
 from labkit.ddp.parity import train_parity, train_skipping
-from labkit.ddp.timeline import overlap_fraction, traced_step, union_length
+from labkit.ddp.timeline import annotate, overlap_fraction, traced_step, union_length
 from labkit.models import GPTConfig
 
 TOL = 1e-5          # fp32, a few steps of SGD with momentum: observed differences are ~2e-7
 
-CASES = {"plain": {}, "accumulate": {"micro_batches": 3}, "unused": {"with_unused": True}}
+# parity cases: train_parity's options. "unused": a parameter unused on every rank (its .grad
+# must stay None, as torch DDP leaves it, or AdamW's weight decay would move it); "early": used
+# in the no_sync micro-batches only (the gradient accumulated there must survive the sync);
+# "rank0": used on rank 0 only (the other ranks contribute zeros).
+CASES = {"plain": {}, "accumulate": {"micro_batches": 3}, "unused": {"with_unused": True},
+         "unused adamw": {"with_unused": True, "optimizer": "adamw"},
+         "early unused": {"with_unused": "early", "micro_batches": 3},
+         "rank0 only adamw": {"with_unused": "rank0", "optimizer": "adamw"}}
+STRATEGIES = ["naive", "flat", "bucketed", "bucketed view"]
 
 
 def _options(strategy, case):
     kw = dict(CASES[case])
-    if strategy == "bucketed":
+    if strategy.startswith("bucketed"):
         kw["bucket_cap_mb"] = 0.0005                       # ~131 floats: several buckets
-        if case == "unused":
+        kw["gradient_as_bucket_view"] = strategy == "bucketed view"
+        if kw.get("with_unused"):
             kw["find_unused_parameters"] = True
-    return kw
+    return strategy.split()[0], kw
 
 
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("strategy", ["naive", "flat", "bucketed"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_parity_with_one_process(cluster, strategy, case):
-    results = cluster.run(train_parity, strategy, steps=4, **_options(strategy, case))
+    name, kw = _options(strategy, case)
+    results = cluster.run(train_parity, name, steps=4, **kw)
     for rank, res in enumerate(results):
         assert len(res["diffs"]) == 4
         assert max(res["diffs"]) < TOL, (rank, res)
+        # a parameter unused on every rank keeps .grad None (torch DDP's reducer leaves it alone)
+        assert res["grad_none"] == (["unused"] if kw.get("with_unused") is True else []), res
 
 
 def test_parity_fails_without_averaging(cluster2):
@@ -78,12 +90,14 @@ def test_no_sync_moves_no_bytes(cluster):
         from labkit.models import AwkwardNet, awkward_batch, lm_loss
         ddp = BucketedDDP(AwkwardNet(), bucket_cap_mb=0.0005)
         x, y = awkward_batch(4, seed=dist.get_rank())
+        loss = lm_loss(ddp(x), y)                  # (forward broadcasts the buffers: a few bytes)
         dist.barrier()
         with measure() as quiet:
             with ddp.no_sync():
-                lm_loss(ddp(x), y).backward()
+                loss.backward()
+        loss = lm_loss(ddp(x), y)
         with measure() as loud:
-            lm_loss(ddp(x), y).backward()
+            loss.backward()
             ddp.sync_gradients()
         return quiet.sent, loud.sent
     for quiet, loud in cluster.run(run):
@@ -91,6 +105,12 @@ def test_no_sync_moves_no_bytes(cluster):
 
 
 def test_overlap_fraction_maths():
+    ranks = [{"backward": (0, 10), "buckets": [(0, 2, 6, 1), (1, 5, 12, 1)]},
+             {"backward": (0, 4), "buckets": [(0, 4, 6, 1), (1, 4.5, 12, 1)]}]
+    fast, slow = annotate(ranks)
+    assert fast["waiting"] == [(2, 4)] and fast["running"] == [(4, 6), (6, 12)]
+    assert fast["overlap"] == 6 / 8                      # 4..10 inside backward, waiting excluded
+    assert slow["waiting"] == [(4.5, 5)] and slow["overlap"] == 0.0
     assert union_length([(0, 2), (1, 3), (5, 6)]) == 4
     assert overlap_fraction((0, 10), [(8, 12)]) == 0.5
     assert overlap_fraction((0, 10), [(10, 12)]) == 0.0
@@ -101,13 +121,18 @@ SMALL_GPT = GPTConfig(vocab_size=512, block_size=32, n_layer=3, n_head=2, n_embd
 
 
 def test_small_buckets_overlap_backward_large_ones_do_not(cluster2):
-    small = cluster2.run(traced_step, 0.01, cfg=SMALL_GPT, seq=32, warmup=1)
-    large = cluster2.run(traced_step, 1000, cfg=SMALL_GPT, seq=32, warmup=1)
+    small = annotate(cluster2.run(traced_step, 0.01, cfg=SMALL_GPT, seq=32, warmup=1))
+    large = annotate(cluster2.run(traced_step, 1000, cfg=SMALL_GPT, seq=32, warmup=1))
     for r in small:
         b0, b1 = r["backward"]
         assert len(r["buckets"]) > 5
         assert r["buckets"][0][1] < b1 - 1e-4              # first all-reduce launched mid-backward
-        assert all(a <= b for _, a, b, _ in r["buckets"]) and r["overlap"] > 0
+        assert all(a <= b for _, a, b, _ in r["buckets"])
+        # waiting (launched, not every rank there yet) and running tile launch..completion
+        for (_, a, b, _), (s, e) in zip(r["buckets"], r["running"]):
+            assert a <= s <= e == b
+    # the slowest rank's all-reduces run during its backward; a faster rank's mostly wait for it
+    assert max(r["overlap"] for r in small) > 0
     for r in large:
         assert len(r["buckets"]) == 1 and r["overlap"] == 0.0
         assert r["buckets"][0][1] >= r["backward"][1]        # one bucket: starts after backward

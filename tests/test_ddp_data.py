@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from labkit.bench.ddp import combine, summary, table
-from labkit.ddp import lr_scaling, measure, sampler
+from labkit.ddp import lr_scaling, sampler
+from labkit.ddp.benchmark import bench_ranks, combine, summary, table
 from labkit.models import GPTConfig, TinyGPT
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -69,8 +69,9 @@ def test_notes_minimal_example_under_torchrun():
 def test_bench_measures_bytes_and_bucket_memory(cluster2):
     cfg = GPTConfig(vocab_size=512, block_size=32, n_layer=2, n_head=2, n_embd=64)
     groups = [[("labkit bucketed", "bucketed", 1, False), ("torch", "torch", 1, False),
-               ("torch view", "torch", 1, True)], [("labkit flat", "flat", None, False)]]
-    res = combine(cluster2.run(measure.bench_ranks, groups, cfg, batch=2, seq=32, steps=2, warmup=1))
+               ("labkit bucketed view", "bucketed", 1, True), ("torch view", "torch", 1, True)],
+              [("labkit flat", "flat", None, False)]]
+    res = combine(cluster2.run(bench_ranks, groups, cfg, batch=2, seq=32, steps=2, warmup=1))
     grad = res["torch"]["grad_bytes"]
     assert grad == 4 * TinyGPT(cfg).num_params()
     for label, r in res.items():
@@ -80,7 +81,9 @@ def test_bench_measures_bytes_and_bucket_memory(cluster2):
     assert res["torch"]["memory"] == 2 * grad                # grads + a copy in the buckets
     assert res["torch view"]["memory"] == grad               # grads are views of the buckets
     assert res["labkit bucketed"]["memory"] == 2 * grad
+    assert res["labkit bucketed view"]["memory"] == grad     # .grad are views of the buckets
     assert res["labkit flat"]["memory"] == grad              # its flat buffer is freed after sync
     text = table(res, 2) + "\n" + summary(res)
-    assert "| labkit flat " in text and "| torch view " in text
+    assert "| labkit flat |" in text and "| torch view |" in text
     assert "bucket_cap_mb=1: labkit bucketed / torch DDP step time = " in text
+    assert "bucket_cap_mb=1, gradient_as_bucket_view: labkit bucketed / torch DDP step time = " in text

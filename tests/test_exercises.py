@@ -64,51 +64,20 @@ def test_build_every_course_notebook(tmp_path):
                 assert "### BEGIN SOLUTION" not in cell.source and "NBVAL_CHECK_OUTPUT" not in cell.source
 
 
-def _right(t):
-    import torch.distributed as dist
-    t = t.clone()
-    dist.all_reduce(t)
-    return t / labkit.world_size()
-
-
-def _sum_only(t):
-    import torch.distributed as dist
-    dist.all_reduce(t)
-    return t
-
-
-def _stub(t):
-    raise NotImplementedError("exercise: replace this line with your code")
+# answers from check_corpus: a module the ranks import in no time (this one imports nbformat)
+from check_corpus.mean import right_clone as _right, stub as _stub, sum_only as _sum_only  # noqa: E402
 
 
 def test_checker_verdicts(cluster, capsys):
-    assert labkit.check.mean_over_ranks(_right, cluster=cluster) is True
+    assert labkit.check.mean_over_ranks(_right, cluster=cluster, timeout=120) is True
     assert capsys.readouterr().out == ("mean_over_ranks: pass "
                                        f"({cluster.world_size} ranks, 4 tensors of different shapes and dtypes)\n")
-    assert labkit.check.mean_over_ranks(_sum_only, cluster=cluster) is False
+    assert labkit.check.mean_over_ranks(_sum_only, cluster=cluster, timeout=120) is False
     out = capsys.readouterr().out
-    assert out.startswith("mean_over_ranks: FAIL (rank 0, case 0 (shape (4,), float32): values differ by up to")
+    assert out.startswith("mean_over_ranks: FAIL (rank 0, case 0 (shape (4,), float32): the values are "
+                          f"exactly {cluster.world_size} x the mean")   # more: tests/test_check_corpus.py
     assert labkit.check.mean_over_ranks(_stub, cluster=cluster) is False
     assert capsys.readouterr().out.startswith("mean_over_ranks: not implemented yet")
-
-
-def test_checker_reports_a_crash_and_a_hang(capsys):
-    def crashes(t):
-        return t.reshape(3, -1)
-
-    def hangs(t):
-        import torch.distributed as dist
-        if labkit.rank() == 0:
-            dist.recv(t, src=1)
-        return t
-
-    with labkit.Cluster(2, spares=0) as c:
-        assert labkit.check.mean_over_ranks(crashes, cluster=c) is False
-        out = capsys.readouterr().out
-        assert out.startswith("mean_over_ranks: FAIL (failed on rank 0: RuntimeError: shape '[3, -1]'")
-        assert labkit.check.mean_over_ranks(hangs, cluster=c, timeout=2) is False
-        out = capsys.readouterr().out
-        assert out.startswith("mean_over_ranks: FAIL (hung: rank 0 stuck in recv()")
 
 
 def test_checker_without_a_cluster_says_so(capsys, monkeypatch):

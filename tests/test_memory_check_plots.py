@@ -51,13 +51,21 @@ def test_figures_render(tmp_path):
                                  gpu_gb=80), tmp_path, "zero.png")
     assert _png(M.explorer_figure(70e9, world_size=64, zero_stage=3, checkpointing="full"),
                 tmp_path, "explorer.png")
+    stages = [M.model_states(7.5e9, zero_stage=s, world_size=64) for s in range(4)]
+    fig = M.plot_breakdown(stages, gpu_gb=80, log=True, per="rank")
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and ax.get_ylabel() == "GB per rank (log scale)"
+    heights = sorted({round(p.get_height(), 3) for p in ax.patches})
+    assert heights[0] == 0.234 and 1.406 in heights          # ZeRO-3's shards, readable as bars
+    assert _png(fig, tmp_path, "zero_log.png")
 
 
 def test_explorer_builds_its_widgets_headless():
     controls = M.explorer(n_params=7e9, gpu_gb=80)
     assert set(controls) == {"n_params", "world_size", "zero_stage", "precision", "optimizer",
-                             "checkpointing", "seq", "micro_batch", "gpu_gb"}
+                             "checkpointing", "seq", "micro_batch", "gpu_gb", "log"}
     controls["zero_stage"].value = 3                   # redraws through the display handle
+    controls["log"].value = True                       # the right panel on a log scale
     matplotlib.pyplot.close("all")
 
 

@@ -6,6 +6,7 @@ import pytest
 import labkit.memory as M
 
 G = 1e9
+GiB = 2 ** 30
 
 
 def test_notes_70b_fp16_weights_are_140_gb():
@@ -73,22 +74,37 @@ def test_8bit_adam_cuts_the_moments_4x():
     assert (full.momentum + full.variance) / (q.momentum + q.variance) == 4
 
 
-def test_offload_moves_optimizer_state_to_host():
+def test_offload_moves_gradients_and_optimizer_state_to_host():
     b = M.model_states(7e9, zero_stage=1, world_size=8, offload=True)
-    assert set(b.on_host) == {"master", "momentum", "variance"}
-    assert b.host == 3 * 28 * G / 8
-    assert b.device == 28 * G and b.total == 28 * G + 10.5 * G
-    assert M.fits(b, 0, gpu_gb=40).needed == 28 * G
+    assert set(b.on_host) == {"grads", "master", "momentum", "variance"}      # ZeRO-Offload
+    assert b.host == 14 * G + 3 * 28 * G / 8
+    assert b.device == 14 * G and b.total == 28 * G + 10.5 * G                # only fp16 params
+    assert M.fits(b, 0, gpu_gb=40).needed == 14 * G
+    z2 = M.model_states(7.5e9, zero_stage=2, world_size=64, offload=True)
+    assert z2.device == M.deepspeed_estimate(7.5e9, 2, 64, offload=True) == 2 * 7.5e9
 
 
-def test_deepspeed_estimator_differs_from_paper():
+def test_deepspeed_estimator_by_release():
     psi, n = 7.5e9, 64
-    assert M.deepspeed_estimate(psi, 2, n) == 4 * psi + 16 * psi / n == 31.875 * G
-    assert M.model_states(psi, zero_stage=2, world_size=n).total == 2 * psi + 14 * psi / n
+    # DeepSpeed >= 0.14.3 (PR #5099): 2 Psi + 18 Psi / N; before: 4 Psi + 16 Psi / N
+    assert M.deepspeed_estimate(psi, 2, n) == 2 * psi + 18 * psi / n == 17.109375 * G
+    assert M.deepspeed_estimate(psi, 2, n, version="0.14.3") == M.deepspeed_estimate(psi, 2, n)
+    assert M.deepspeed_estimate(psi, 2, n, version="0.16.4") == M.deepspeed_estimate(psi, 2, n)
+    assert M.deepspeed_estimate(psi, 2, n, version="0.14.2") == 4 * psi + 16 * psi / n == 31.875 * G
+    assert M.deepspeed_estimate(psi, 2, n, version="v0.9.5") == 31.875 * G
+    # DeepSpeed's docs example: t5-3b, 2851e6 params on 8 GPUs, 15.93 GiB (old) per GPU
+    assert round(M.deepspeed_estimate(2851e6, 2, 8, version="0.14.0") / GiB, 2) == 15.93
+    assert round(M.deepspeed_estimate(2851e6, 2, 8) / GiB, 2) == 11.28
+    # the current form is the paper's 2 Psi + 14 Psi / N plus an fp32 gradient shard, 4 Psi / N
+    paper = M.model_states(psi, zero_stage=2, world_size=n).total
+    assert paper == 2 * psi + 14 * psi / n
+    assert M.deepspeed_estimate(psi, 2, n) - paper == 4 * psi / n
     assert M.deepspeed_estimate(psi, 2, n, offload=True) == 2 * psi
     assert M.deepspeed_estimate(psi, 3, n, largest_layer_params=1e8) == 4e8 + 18 * psi / n
     with pytest.raises(ValueError, match="2 and 3"):
         M.deepspeed_estimate(psi, 1, n)
+    with pytest.raises(ValueError, match="0.14.2"):
+        M.deepspeed_estimate(psi, 2, n, version="latest-ish")
 
 
 def test_activations_korthikanti_equations():
@@ -114,7 +130,7 @@ def test_fit_answers_with_the_numbers():
     f = M.fits(M.model_states(7e9, zero_stage=3, world_size=8), 10 * G, gpu_gb=24)
     assert f.needed == 24 * G and f.fits and f.margin == 0
     f = M.fits(M.model_states(7e9), M.activations(32, 4096, 32, 2048, 1), gpu_gb=80)
-    assert str(f).startswith("does not fit: needs 142.6 GB") and "62.6 GB over a 80 GB GPU" in str(f)
+    assert str(f).startswith("does not fit: needs 142.6 GB") and "62.6 GB over an 80 GB GPU" in str(f)
 
 
 def test_gpt_shape_matches_the_count():

@@ -33,3 +33,24 @@ def test_deliberate_errors_do_not_stop_run_all(path):
     for i, cell in enumerate(json.loads(path.read_text())["cells"]):
         if cell["cell_type"] == "code" and "".join(cell["source"]).lstrip().startswith("# NBVAL_RAISES_EXCEPTION"):
             assert "raises-exception" in cell["metadata"].get("tags", []), f"{path.name} cell {i}"
+
+
+# The learner's text of every notebook (issue 8, section 5).
+REVIEWED = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+ENGINEERING = ["flock", "labkit-bench.lock", "target", "shared 2-core", "shared machine", "a 80 GB",
+               "from labkit.bench", "labkit.bench import"]
+
+
+@pytest.mark.parametrize("name", REVIEWED)
+def test_learner_text_speaks_to_learners(name):
+    """No engineers' words (targets, lock files, someone else's machine), no benchmark CLI
+    internals, and checker lines end with `;` so no stray return value is printed."""
+    cells = json.loads((ROOT / "notebooks" / name).read_text())["cells"]
+    for i, cell in enumerate(cells):
+        src = "".join(cell["source"])
+        for word in ENGINEERING:
+            assert word not in src, f"{name} cell {i}: {word!r}"
+        if cell["cell_type"] == "code":
+            for line in src.splitlines():
+                if line.startswith("labkit.check."):
+                    assert line.rstrip().endswith(";"), f"{name} cell {i}: end {line!r} with ';'"

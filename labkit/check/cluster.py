@@ -1,16 +1,50 @@
 """Checkers for notebook 00 (your cluster)."""
-from labkit.check.core import checker
+from labkit.check.core import caught_verdict, checker, new_token
 
 __all__ = ["mean_over_ranks"]
 
 _CASES = [((4,), "float32"), ((3, 5), "float64"), ((7,), "float32"), ((1,), "float32")]
 
 
-def _drive_mean(fn):
-    """On each rank: call the learner's fn on rank-specific tensors, compare with all_reduce."""
+def _close(a, b) -> bool:
+    import torch
+    return a.shape == b.shape and bool(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
+
+
+def _what_is_wrong(got, t, expected, biggest, n) -> str:
+    """Name the mistake behind a wrong result (got) for input t, the mean `expected`."""
+    import torch
+    if _close(got, t) and not _close(t, expected):
+        return ("returned its own values unchanged: nothing was averaged (all-reduce the tensor "
+                "over the ranks, then divide by the world size)")
+    if _close(got, t / n) and not _close(t / n, expected):
+        return (f"returned its own values divided by {n}: they were never summed over the ranks "
+                "(dist.reduce leaves the sum on one rank; all_reduce gives it to every rank)")
+    if _close(got, expected * n):
+        return (f"the values are exactly {n} x the mean, the sum over ranks: divide by the "
+                f"world size ({n})")
+    if _close(got, expected / n):
+        return f"the values are the mean divided by {n} again: divide by the world size once"
+    if _close(got, biggest) and not _close(biggest, expected):
+        return "the values are the maximum over ranks: sum them (ReduceOp.SUM), then divide"
+    nonzero = expected.abs() > 1e-3
+    if nonzero.any():
+        ratio = got[nonzero] / expected[nonzero]
+        c = ratio.flatten()[0].item()
+        if torch.allclose(ratio, torch.full_like(ratio, c), rtol=1e-4) and abs(c - 1) > 1e-4:
+            return (f"the values are {c:.4g} x the mean: the mean is the sum over ranks divided "
+                    f"by the world size ({n})")
+    err = (got - expected).abs().max().item()
+    return f"values differ by up to {err:.3g} from the mean over ranks"
+
+
+def _drive_mean(fn, token):
+    """On each rank: call the learner's fn on rank-specific tensors, compare with all_reduce.
+    Returns [(case, problem or None)], or {"raised": Caught} when fn raised on some rank."""
     import torch
     import torch.distributed as dist
     import labkit
+    from labkit.check import guard
     rank, n = labkit.rank(), labkit.world_size()
     rows = []
     for k, (shape, dtype) in enumerate(_CASES):
@@ -19,14 +53,21 @@ def _drive_mean(fn):
         expected = t.clone()
         dist.all_reduce(expected)
         expected /= n
-        got = fn(t.clone())
-        if not isinstance(got, torch.Tensor):
+        biggest = t.clone()
+        dist.all_reduce(biggest, op=dist.ReduceOp.MAX)
+        got, caught = guard.attempt(fn, t.clone())
+        if any(guard.settle(token, str(k), caught)):
+            return {"raised": caught}
+        if got is None:
+            rows.append((k, "returned None: end your function with `return` and the mean"))
+        elif not isinstance(got, torch.Tensor):
             rows.append((k, f"returned {type(got).__name__}, not a tensor"))
         elif got.shape != expected.shape:
-            rows.append((k, f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}"))
-        elif not torch.allclose(got.to(expected.dtype), expected, rtol=1e-5, atol=1e-6):
-            err = (got.to(expected.dtype) - expected).abs().max().item()
-            rows.append((k, f"values differ by up to {err:.3g} from the mean over ranks"))
+            rows.append((k, f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}" +
+                         (": the mean over ranks is taken element by element, not over the "
+                          "tensor's elements" if got.numel() == 1 and expected.numel() > 1 else "")))
+        elif not _close(got.to(expected.dtype), expected):
+            rows.append((k, _what_is_wrong(got.to(expected.dtype), t, expected, biggest, n)))
         else:
             rows.append((k, None))
     return rows
@@ -35,10 +76,18 @@ def _drive_mean(fn):
 @checker("mean_over_ranks")
 def mean_over_ranks(fn, cluster, timeout: float = 30):
     """fn(t) must return the element-wise mean of t over all ranks, on every rank."""
-    results = cluster.run(_drive_mean, fn, timeout=timeout)
-    for rank, rows in enumerate(results):
-        for k, problem in rows:
-            if problem:
-                shape, dtype = _CASES[k]
-                return False, f"rank {rank}, case {k} (shape {shape}, {dtype}): {problem}"
+    results = cluster.run(_drive_mean, fn, new_token(timeout), timeout=timeout)
+    if any(isinstance(res, dict) for res in results):
+        return False, caught_verdict([res["raised"] for res in results])
+    for k, (shape, dtype) in enumerate(_CASES):
+        wrong = [(rank, rows[k][1]) for rank, rows in enumerate(results) if rows[k][1]]
+        if not wrong:
+            continue
+        rank, problem = wrong[0]
+        right = [r for r, rows in enumerate(results) if not rows[k][1]]
+        if right and problem.startswith("values differ"):
+            problem += (f"; rank{'s' if len(right) > 1 else ''} {', '.join(map(str, right))} got "
+                        "the mean, so the sum reached only some ranks: dist.reduce leaves it on "
+                        "one rank, all_reduce on every rank")
+        return False, f"rank {rank}, case {k} (shape {shape}, {dtype}): {problem}"
     return True, f"{cluster.world_size} ranks, {len(_CASES)} tensors of different shapes and dtypes"

@@ -2,7 +2,9 @@
 
 A checker is a function ``body(fn, cluster, ...) -> (ok, detail)`` wrapped by `@checker`,
 which turns a stub's NotImplementedError into "not implemented yet", a failure on a rank into
-"failed on rank r: ...", and a hang into "hung: ..." - always one line, never an exception.
+"failed on rank r: ..." (the rank that failed first, not one that only lost its peer), and a
+hang into "hung: ..." - always one line, never an exception. Rank-side helpers that keep the
+ranks alive through the learner's mistakes are in `guard.py`.
 """
 import functools
 
@@ -29,20 +31,80 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
 
+_PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+              "Connection refused", "communicator was aborted", "remote process exited")
+
+
+def lost_a_peer(message: str) -> bool:
+    """An error a rank only sees because another rank died or left (not its own fault)."""
+    return any(s in message for s in _PEER_LOST)
+
+
+def first_failure(failures: dict):
+    """(rank, Failure) that started it: a rank that died, else one whose error is its own
+    (not "Connection reset by peer", which only says that another rank went first), else the
+    lowest rank."""
+    order = sorted(failures.items(), key=lambda kv: (kv[1].type != "RankDied",
+                                                      lost_a_peer(kv[1].message), kv[0]))
+    return order[0]
+
+
+def _learner_frame(where: str) -> str:
+    """The innermost frame of a stuck rank's stack that is not labkit's or torch's."""
+    frames = [ln.strip() for ln in where.splitlines()[1:] if ln.startswith("  ") and not ln.startswith("    ")]
+    mine = [f for f in frames if not f.startswith("torch/") and "labkit/" not in f]
+    return (mine or frames or [""])[0]
+
+
+def describe_hang(stuck: dict, returned=()) -> str:
+    """'hung: rank r stuck in recv() at Cell In[5], line 7 ...' for the first stuck rank."""
+    r, where = sorted(stuck.items())[0]
+    at = _learner_frame(where)
+    text = f"hung: rank {r} stuck {where.splitlines()[0]}" + (f" at {at}" if at else "")
+    if returned:
+        text += (f", while rank{'s' if len(returned) > 1 else ''} {', '.join(map(str, returned))} "
+                 "had returned from your function (every rank must make the same collective "
+                 "calls, in the same order)")
+    else:
+        text += " (a send without a recv, or a collective not every rank called?)"
+    return text
+
+
 def describe_failure(exc: BaseException) -> str:
     """One line about a failure of the learner's code: which rank, what, where."""
     if isinstance(exc, RankTimeout):
-        r, where = sorted(exc.stuck.items())[0]
-        lines = where.splitlines()
-        at = lines[-2].strip() if len(lines) >= 2 else ""
-        return f"hung: rank {r} stuck {lines[0]}" + (f" at {at}" if at else "") + \
-            " (a send without a recv, or a collective not every rank called?)"
+        returned = sorted(r for r, where in exc.stuck.items() if "in settle()" in where)
+        inside = {r: where for r, where in exc.stuck.items() if r not in returned}
+        return describe_hang(inside or exc.stuck, returned if inside else ())
     if isinstance(exc, RankError):
-        r, f = sorted(exc.failures.items())[0]
+        r, f = first_failure(exc.failures)
         last = [ln.strip() for ln in f.traceback.splitlines() if ln.strip().startswith(("Cell", "<", "/"))]
         at = f" at {last[-1]}" if last else ""
         return f"failed on rank {r}: {f.type}: {_first_line(f.message)}{at}"
     return f"failed: {type(exc).__name__}: {_first_line(str(exc))}"
+
+
+def caught_verdict(caught: list) -> str:
+    """The detail line when the learner's function raised on some ranks (guard.Caught by
+    rank, None where it did not): the rank that failed first (the lowest of those that raised
+    the same error). Raises NotImplementedError for a stub, so the checker says "not
+    implemented yet"."""
+    raised = [c for c in caught if c is not None]
+    if any(c.stub for c in raised):
+        raise NotImplementedError
+    first = min(raised, key=lambda c: (lost_a_peer(c.message), c.time))
+    # the same error on several ranks: name the lowest, so the line does not change run to run
+    first = min((c for c in raised if (c.type, c.first_line) == (first.type, first.first_line)),
+                key=lambda c: c.rank)
+    return first.describe()
+
+
+def new_token(timeout: float) -> tuple:
+    """(a name unique to one checker call, for the keys its ranks leave in the store; how long
+    a rank waits for the others at guard.settle: at most half the checker's timeout)."""
+    import uuid
+    from labkit.check.guard import PATIENCE_S
+    return uuid.uuid4().hex[:12], min(PATIENCE_S, timeout / 2)
 
 
 def get_cluster(cluster=None):
@@ -61,6 +123,11 @@ def checker(name: str):
             try:
                 ok, detail = body(fn, get_cluster(cluster), *args, **kwargs)
             except Exception as exc:          # noqa: BLE001 - a checker never raises at the learner
+                ran_on = cluster if cluster is not None else _cluster.current()
+                raised = [e.data for e in getattr(ran_on, "events", None) or []
+                          if "learner_raised" in e.data]
+                if raised and not _not_implemented(exc):   # raised on some ranks, others stuck
+                    return report(name, False, caught_verdict([d["learner_raised"] for d in raised]))
                 if _not_implemented(exc):
                     print(f"{name}: not implemented yet (replace the `raise NotImplementedError` "
                           "line with your code, then run this cell again)")

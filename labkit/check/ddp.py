@@ -6,7 +6,7 @@
 """
 import hashlib
 
-from labkit.check.core import checker, report
+from labkit.check.core import caught_verdict, checker, new_token, report
 
 __all__ = ["replicas_in_sync", "average_gradients", "param_hashes"]
 
@@ -56,18 +56,122 @@ def replicas_in_sync(model, group=None, quiet: bool = False) -> bool:
     return ok
 
 
+def _close(a, b) -> bool:
+    import torch
+    return a.shape == b.shape and bool(torch.allclose(a, b, rtol=1e-4, atol=1e-6))
+
+
+def _grad_problem(name, p, want, mine, before, n) -> str:
+    """What is wrong with parameter `name` after the learner's function, or ''. want: the mean
+    gradient over ranks (one process on the global batch); mine: this rank's own gradient."""
+    import torch
+    g = p.grad
+    if not torch.equal(p.detach(), before):
+        return (f"your function changed the parameter {name!r} itself: average its .grad and "
+                "leave the weights to the optimizer")
+    if want is None:
+        if g is None:
+            return ""
+        why = "is frozen (requires_grad=False)" if not p.requires_grad else "is not used in forward"
+        return (f"{name!r} {why} and has no gradient on any rank, but your function gave it "
+                "one: leave .grad None there, as DDP does (an optimizer with weight decay would "
+                "move it otherwise)")
+    if g is None:
+        return f"{name!r} lost its gradient: .grad is None after your function"
+    if _close(g, want):
+        return ""
+    if _close(g, mine):
+        return (f"{name!r} still holds this rank's own gradient: it was not averaged over the "
+                "ranks (all_reduce works in place on the tensor you give it: all-reduce p.grad "
+                "itself, or copy the result back into p.grad)")
+    if _close(g, want * n):
+        return (f"{name!r} is exactly {n} x the mean gradient, the sum over ranks: divide by "
+                f"the world size ({n})")
+    if _close(g, want / n):
+        return f"{name!r} is the mean gradient divided by {n} again: divide by the world size once"
+    if _close(g, mine / n):
+        return (f"{name!r} is this rank's own gradient divided by {n}: all-reduce it (sum over "
+                "the ranks) before dividing")
+    err = (g - want).abs().max().item()
+    return (f"{name!r} differs from the mean gradient over ranks (one process on the global "
+            f"batch) by up to {err:.3g}")
+
+
+def _none_hint(model) -> str:
+    names = [name for name, p in model.named_parameters() if p.grad is None]
+    if not names:
+        return ""
+    return (f"{names[0]!r} has no gradient (.grad is None: a frozen parameter, or one not used "
+            "in forward): skip parameters whose .grad is None, as DDP does")
+
+
+def _drive_average(fn, token, steps: int, batch: int = 3, lr: float = 0.1):
+    """On each rank: train AwkwardNet with the learner's gradient averaging and, alongside,
+    one process on the global batch (the reference); after each backward compare every
+    gradient the learner's fn leaves with the reference's. Every rank stops at the same step.
+    Returns {"ok"}, {"raised": Caught or None} or {"problem": text or None, "step": k}."""
+    import torch
+    import torch.distributed as dist
+    from labkit.check import guard
+    from labkit.models import AwkwardNet, awkward_batch, lm_loss
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = AwkwardNet(with_unused=True)
+    torch.manual_seed(0)
+    ref = AwkwardNet(with_unused=True)                     # the same initial weights
+    bufs, ref_bufs = {}, {}                                # momentum buffers
+    for step in range(steps):
+        x, y = awkward_batch(n * batch, seed=1000 + step)
+        lm_loss(ref(x), y).backward()                      # one process, global batch
+        want = {k: None if p.grad is None else p.grad.clone() for k, p in ref.named_parameters()}
+        mine = slice(rank * batch, (rank + 1) * batch)
+        lm_loss(model(x[mine]), y[mine]).backward()
+        local = {k: None if p.grad is None else p.grad.clone() for k, p in model.named_parameters()}
+        before = {k: p.detach().clone() for k, p in model.named_parameters()}
+        _, caught = guard.attempt(fn, model)
+        problem = None
+        if caught is not None:
+            if caught.type in ("TypeError", "AttributeError") and "NoneType" in caught.message:
+                caught.hint = _none_hint(model)
+        else:
+            problem = next((f"rank {rank}, step {step + 1}: {why}" for why in
+                            (_grad_problem(k, p, want[k], local[k], before[k], n)
+                             for k, p in model.named_parameters()) if why), None)
+        flags = guard.settle(token, str(step), caught or problem)
+        if any(flags):
+            return {"raised": caught, "problem": problem, "step": step + 1}
+        _sgd(model, bufs, lr)
+        _sgd(ref, ref_bufs, lr)
+    return {"ok": True}
+
+
+def _sgd(model, bufs, lr=0.1, momentum=0.9) -> None:
+    """One SGD step with momentum, as torch.optim.SGD takes it (written out: torch's optimizers
+    import their compiler on first use, seconds on a busy machine, which the learner's
+    timeout must not pay). Parameters without a gradient do not move."""
+    import torch
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.grad is None:
+                continue
+            buf = bufs.get(name)
+            bufs[name] = buf = p.grad.clone() if buf is None else buf.mul_(momentum).add_(p.grad)
+            p.add_(buf, alpha=-lr)
+            p.grad = None
+
+
 @checker("average_gradients")
-def average_gradients(fn, cluster, steps: int = 3):
+def average_gradients(fn, cluster, steps: int = 3, timeout: float = 30):
     """fn(model), called after loss.backward() on every rank, must leave in each parameter's
-    .grad the mean of that gradient over ranks. Checked by training AwkwardNet (tied weight,
-    frozen and unused parameters) for `steps` SGD steps against one process on the global batch."""
-    from labkit.ddp.parity import train_parity
-    results = cluster.run(train_parity, fn, steps=steps, with_unused=True, timeout=60)
-    for rank, res in enumerate(results):
-        for step, (d, name) in enumerate(zip(res["diffs"], res["where"]), 1):
-            if not d <= 1e-5:
-                return False, (f"rank {rank}, after step {step}: parameter {name!r} differs "
-                               f"from one process on the global batch by {d:.3g} (every gradient "
-                               "all-reduced, then divided by the world size?)")
-    return True, (f"{cluster.world_size} ranks, {steps} steps: same weights as one process on the "
-                  "global batch, with a tied, a frozen and an unused parameter")
+    .grad the mean of that gradient over ranks (and None where there is none). Checked by
+    training AwkwardNet (tied weight, frozen and unused parameters) for `steps` SGD steps
+    against one process on the global batch, comparing every gradient after each step."""
+    results = cluster.run(_drive_average, fn, new_token(timeout), steps, timeout=timeout)
+    if any(res.get("raised") for res in results):
+        return False, caught_verdict([res.get("raised") for res in results])
+    problems = [res["problem"] for res in results if res.get("problem")]
+    if problems:
+        return False, problems[0]
+    return True, (f"{cluster.world_size} ranks, {steps} steps: every gradient is the mean over "
+                  "ranks, as one process on the global batch gets it, with a tied, a frozen "
+                  "and an unused parameter")

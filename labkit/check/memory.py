@@ -14,6 +14,29 @@ _STUB = ("mixed_adam_bytes: not implemented yet (replace the `raise NotImplement
          "with your code, then run this cell again)")
 
 
+# bytes per parameter of each category in mixed precision (bf16/fp16 working copy, fp32 rest)
+_WHY = {"params": "the working copy of the weights is fp16/bf16 in mixed precision: 2 bytes",
+        "grads": "gradients are computed in fp16/bf16, like the weights they belong to: 2 bytes",
+        "master": "the optimizer's master copy of the weights is fp32: 4 bytes",
+        "momentum": "Adam's first moment is kept in fp32: 4 bytes",
+        "variance": "Adam's second moment is kept in fp32: 4 bytes"}
+
+
+def _wrong(c, value, want, n) -> str:
+    """Why category c is `value` bytes instead of `want`, as a sentence."""
+    v = float(value)
+    per, unit = v / n, want / n
+    if v and any(abs(v - want / unit_) <= 1e-6 * want / unit_ for unit_ in (1e9, 2 ** 30)):
+        return f"{c} is {value!r}, which is {want:g} bytes in GB (or GiB): return bytes"
+    if abs(v - 8 * want) <= 1e-9 * want:
+        return f"{c} is {value!r}, 8 x {want:g}: that counts bits; return bytes"
+    if abs(v - unit) <= 1e-9 * unit and n != 1:
+        return (f"{c} is {value!r}, the bytes of one parameter: multiply by n_params "
+                f"({unit:g} x n_params = {want:g})")
+    return (f"{c} is {value!r} bytes ({per:g} per parameter), expected {want:g} "
+            f"({unit:g} per parameter): {_WHY[c]}")
+
+
 def mixed_adam_bytes(fn) -> bool:
     """fn(n_params) must return {'params', 'grads', 'master', 'momentum', 'variance': bytes} for
     mixed-precision Adam on one GPU (no ZeRO), as labkit.memory.model_states computes it."""
@@ -27,7 +50,10 @@ def mixed_adam_bytes(fn) -> bool:
             return False
         except Exception as exc:       # noqa: BLE001 - a checker never raises at the learner
             return report("mixed_adam_bytes", False,
-                          f"n_params={n:g}: raised {type(exc).__name__}: {exc}")
+                          f"n_params={n:g}: raised {type(exc).__name__}: {exc}" +
+                          (" (n_params may be a float such as 7e9: use it in arithmetic, not in "
+                           "range() or as an index)" if isinstance(n, float) and
+                           isinstance(exc, TypeError) else ""))
         if not isinstance(got, dict):
             return report("mixed_adam_bytes", False,
                           f"n_params={n:g}: returned {type(got).__name__}; return a dict with keys "
@@ -35,16 +61,27 @@ def mixed_adam_bytes(fn) -> bool:
         missing = [c for c in CATEGORIES if c not in got]
         if missing:
             return report("mixed_adam_bytes", False,
-                          f"n_params={n:g}: the dict has no {', '.join(missing)}")
+                          f"n_params={n:g}: the dict has no {', '.join(missing)} (keys: "
+                          + ", ".join(CATEGORIES) + ")")
+        wrong = []
         for c in CATEGORIES:
             w = getattr(want, c)
             try:
                 ok = abs(float(got[c]) - w) <= 1e-9 * w
             except (TypeError, ValueError):
-                ok = False
-            if not ok:
                 return report("mixed_adam_bytes", False,
-                              f"n_params={n:g}: {c} is {got[c]!r} bytes, expected {w:g} "
-                              f"({w / n:g} bytes per parameter)")
+                              f"n_params={n:g}: {c} is {got[c]!r}, not a number of bytes")
+            if not ok:
+                wrong.append(c)
+        if {"params", "master"} <= set(wrong) and \
+                abs(float(got["params"]) - want.master) <= 1e-9 * want.master and \
+                abs(float(got["master"]) - want.params) <= 1e-9 * want.params:
+            return report("mixed_adam_bytes", False,
+                          f"n_params={n:g}: params and master are swapped: the working weights "
+                          "are fp16/bf16 (2 bytes), the master copy fp32 (4 bytes)")
+        if wrong:
+            c = wrong[0]
+            return report("mixed_adam_bytes", False,
+                          f"n_params={n:g}: " + _wrong(c, got[c], getattr(want, c), n))
     return report("mixed_adam_bytes", True,
                   f"{len(SIZES)} sizes from 1 to {max(SIZES):.0e} parameters, 5 categories each")

@@ -7,7 +7,8 @@
 
 `ring.py` holds the simple versions (one exchange per step) and the naive all-reduce,
 `ring_fast.py` the pipelined ring with reused buffers, `formulas.py` the traffic formulas
-(pure: imports no torch), `draw.py` the pictures. Names load on first use, so
+(pure: imports no torch), `runs.py` recorded ring runs and bytes per rank on a cluster,
+`busbw.py` bandwidth in the convention of nccl-tests, `draw.py` the pictures. Names load on first use, so
 `import labkit.comm.formulas` stays free of torch.
 """
 import importlib
@@ -17,7 +18,7 @@ _LAZY = {  # name -> submodule that defines it
     "ring_reduce_scatter": "ring", "ring_all_reduce": "ring_fast",
     "chunk_bounds": "formulas", "record": "recorder",
 }
-_SUBMODULES = {"formulas", "traffic", "draw", "measure", "recorder", "ring", "ring_fast"}
+_SUBMODULES = {"formulas", "traffic", "draw", "runs", "busbw", "recorder", "ring", "ring_fast"}
 
 __all__ = ["ring_all_reduce", "ring_all_reduce_simple", "ring_reduce_scatter", "ring_all_gather",
            "naive_all_reduce", "chunk_bounds", "record", "traffic", "formulas"]

@@ -1,7 +1,7 @@
 """Pictures of collectives, drawn from measured runs (layer 4: matplotlib, ipywidgets).
 
-    frames = ring_frames(events, n)        # events from measure.record_ring(cluster)
-    draw_ring_steps(frames)                # static grid: one panel per step
+    frames = ring_frames(events, n)        # events from labkit.comm.runs.record_ring(cluster)
+    draw_ring_steps(frames)                # static grid: one panel per step, and a colour key
     ring_slider(frames)                    # the same, one step at a time with a slider
     draw_bytes_vs_n(rows)                  # bytes sent per rank / S, ring vs naive, against N
 """
@@ -33,44 +33,88 @@ def ring_frames(events: list, n: int) -> list:
     return frames
 
 
+_ARRIVED = "#b03a2e"     # border of a cell that just arrived
+
+
+def _colour(k: int, n: int):
+    """Colour of a cell that sums k of n ranks' data (1 = own data only, n = the full sum)."""
+    return _CMAP((k - 1) / max(n - 1, 1))
+
+
 def draw_frame(frame: dict, ax, n: int) -> None:
     """One step: rows are ranks, columns chunks; colour = how many ranks' data a cell sums,
-    text = which ranks; cells that just arrived have a thick border and say where from."""
+    text = which ranks; cells that just arrived have a thick dark-red border and say where
+    from, on a white label so it reads at any size."""
     state = frame["state"]
     arrived = {(dst, c): src for src, dst, c in frame["moves"]}
     for r in range(n):
         for c in range(n):
             k = len(state[r][c])
-            ax.add_patch(plt.Rectangle((c, r), 1, 1, facecolor=_CMAP((k - 1) / max(n - 1, 1)),
-                                       edgecolor="#c0392b" if (r, c) in arrived else "white",
-                                       linewidth=2.5 if (r, c) in arrived else 1))
+            new = (r, c) in arrived
+            ax.add_patch(plt.Rectangle((c, r), 1, 1, facecolor=_colour(k, n),
+                                       edgecolor=_ARRIVED if new else "white",
+                                       linewidth=3 if new else 1))
             label = "+".join(str(x) for x in sorted(state[r][c])) if k < n else "all"
-            ax.text(c + 0.5, r + 0.45, label, ha="center", va="center",
-                    fontsize=8 if n <= 4 else 6, color="white" if k == n else "black")
-            if (r, c) in arrived:
-                ax.text(c + 0.5, r + 0.82, f"from {arrived[(r, c)]}", ha="center", va="center",
-                        fontsize=6, color="#c0392b")
+            ax.text(c + 0.5, r + (0.36 if new else 0.5), label, ha="center", va="center",
+                    fontsize=9 if n <= 4 else 7, color="white" if k == n else "black",
+                    fontweight="bold" if k == n else "normal")
+            if new:
+                ax.text(c + 0.5, r + 0.76, f"from {arrived[(r, c)]}", ha="center", va="center",
+                        fontsize=8 if n <= 4 else 6, color=_ARRIVED,
+                        bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none"))
     ax.set_xlim(0, n)
     ax.set_ylim(n, 0)
-    ax.set_xticks([c + 0.5 for c in range(n)], [f"c{c}" for c in range(n)], fontsize=7)
-    ax.set_yticks([r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=7)
+    ax.set_xticks([c + 0.5 for c in range(n)], [f"chunk {c}" for c in range(n)], fontsize=7)
+    ax.set_yticks([r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=8)
     ax.tick_params(length=0)
     ms = max(frame["seconds"].values()) * 1e3 if frame["seconds"] else None
-    ax.set_title(frame["title"] + (f"\n(slowest rank {ms:.2f} ms)" if ms is not None else "\n"), fontsize=8)
+    ax.set_title(frame["title"] + (f"\n(slowest rank {ms:.2f} ms)" if ms is not None else "\n"), fontsize=9)
+
+
+def draw_key(ax, n: int) -> None:
+    """The colour key: what a cell's colour and border mean."""
+    ax.axis("off")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(n + 2.2, -0.4)
+    ax.text(0, -0.1, "key", fontsize=9, fontweight="bold", va="center")
+    for k in range(1, n + 1):
+        what = ("its own data only" if k == 1 else "the full sum (all)" if k == n
+                else f"a partial sum of {k} ranks")
+        ax.add_patch(plt.Rectangle((0, k - 0.4), 0.18, 0.8, facecolor=_colour(k, n), edgecolor="white"))
+        ax.text(0.24, k, what, fontsize=8, va="center")
+    y = n + 1.2
+    ax.add_patch(plt.Rectangle((0, y - 0.4), 0.18, 0.8, facecolor="white", edgecolor=_ARRIVED, linewidth=3))
+    ax.text(0.24, y, "arrived at this step\n(\"from r\": sent by rank r)", fontsize=8, va="center")
+    ax.text(0, y + 1.0, "a cell's text: whose data it sums", fontsize=8, va="center", style="italic")
 
 
 def draw_ring_steps(frames: list, cols: int = None):
-    """All frames of a recorded ring all-reduce as a grid of panels (a static figure)."""
+    """All frames of a recorded ring all-reduce, plus a colour key, as a static figure.
+
+    Top row: the start and the reduce-scatter steps; bottom row: the all-gather steps and the
+    key, so no panel is empty (N panels a row). `cols` forces one row-major grid instead."""
     n = len(frames[0]["state"])
-    cols = cols or min(len(frames), n + 1)
-    rows = -(-len(frames) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.3 * cols, 2.3 * rows + 0.4), squeeze=False)
-    for ax, frame in zip(axes.flat, frames):
-        draw_frame(frame, ax, n)
-    for ax in list(axes.flat)[len(frames):]:
-        ax.axis("off")
-    fig.suptitle(f"ring all-reduce on {n} ranks, recorded: reduce-scatter ({n - 1} steps), "
-                 f"then all-gather ({n - 1} steps)", fontsize=10)
+    rs = [f for f in frames if not f["title"].startswith("all-gather")]
+    ag = [f for f in frames if f["title"].startswith("all-gather")]
+    if cols is None and ag and len(rs) == len(ag) + 1:
+        layout = [rs, ag + ["key"]]
+    else:
+        cols = cols or len(frames) + 1
+        cells = frames + ["key"]
+        layout = [cells[i:i + cols] for i in range(0, len(cells), cols)]
+    width = max(len(row) for row in layout)
+    fig, axes = plt.subplots(len(layout), width, figsize=(2.6 * width, 2.7 * len(layout) + 0.4),
+                             squeeze=False)
+    for row, line in zip(axes, layout):
+        for ax, frame in zip(row, line):
+            if frame == "key":
+                draw_key(ax, n)
+            else:
+                draw_frame(frame, ax, n)
+        for ax in row[len(line):]:
+            ax.axis("off")
+    fig.suptitle(f"ring all-reduce on {n} ranks, recorded: reduce-scatter ({n - 1} steps, top), "
+                 f"then all-gather ({n - 1} steps, bottom)", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -88,8 +132,9 @@ def ring_slider(frames: list):
     def show(change=None):
         with out:
             out.clear_output(wait=True)
-            fig, ax = plt.subplots(figsize=(3.6, 3.6))
+            fig, (ax, key) = plt.subplots(1, 2, figsize=(6.2, 3.6), gridspec_kw={"width_ratios": [1, 0.85]})
             draw_frame(frames[slider.value], ax, n)
+            draw_key(key, n)
             fig.tight_layout()
             plt.show()
     slider.observe(show, names="value")

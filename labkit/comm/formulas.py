@@ -9,6 +9,7 @@ and send (N-1) x S, while every other rank sends S and receives S.
 Bus bandwidth follows nccl-tests (doc/PERFORMANCE.md): algbw = S / t and
 busbw = algbw x factor, the factor being what one rank's link must carry relative to S.
 """
+from collections import namedtuple
 
 BUSBW_FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
@@ -33,19 +34,41 @@ def chunk_bounds(length: int, parts: int) -> list:
     return out
 
 
+RingStep = namedtuple("RingStep", "phase step send recv")
+
+
+def ring_schedule(rank: int, n: int, owner_shift: int = 0) -> list:
+    """The ring all-reduce's schedule for `rank` of `n`: 2(N-1) RingStep(phase, step, send,
+    recv), the chunks (indices into chunk_bounds) it sends to rank+1 and receives from rank-1.
+
+        reduce-scatter step s: send chunk (r-s-1) % N, receive chunk (r-s-2) % N and add it
+        all-gather     step s: send chunk (r-s)   % N, receive chunk (r-s-1) % N and copy it
+
+    After the reduce-scatter rank r holds the whole sum of chunk r, as torch's
+    `reduce_scatter_tensor` leaves it. This is the one place the schedule is written: labkit's
+    rings, the traffic formula and the exercise checker all read it. `owner_shift` rotates it
+    (rank r then ends the reduce-scatter owning chunk (r + shift) % N); the checker uses that
+    only to follow a learner who rotated the chunks, which is just as correct."""
+    out = []
+    for s in range(n - 1):
+        out.append(RingStep("reduce-scatter", s, (rank + owner_shift - s - 1) % n,
+                            (rank + owner_shift - s - 2) % n))
+    for s in range(n - 1):
+        out.append(RingStep("all-gather", s, (rank + owner_shift - s) % n,
+                            (rank + owner_shift - s - 1) % n))
+    return out
+
+
 def ring_bytes_per_rank(size_bytes: float, n: int) -> float:
     """Bytes each rank sends (and receives) in a ring all-reduce of `size_bytes`: 2(N-1)/N x S."""
     return 2 * (n - 1) / n * size_bytes
 
 
 def ring_bytes_exact(length: int, n: int, itemsize: int, rank: int) -> int:
-    """Exact payload bytes `rank` sends in labkit's ring, chunks uneven (chunk_bounds).
-
-    Reduce-scatter step s sends chunk (rank-s-1) % n, all-gather step s sends (rank-s) % n."""
+    """Exact payload bytes `rank` sends in labkit's ring (ring_schedule), chunks uneven
+    (chunk_bounds)."""
     sizes = [b - a for a, b in chunk_bounds(length, n)]
-    rs = sum(sizes[(rank - s - 1) % n] for s in range(n - 1))
-    ag = sum(sizes[(rank - s) % n] for s in range(n - 1))
-    return (rs + ag) * itemsize
+    return sum(sizes[st.send] for st in ring_schedule(rank, n)) * itemsize
 
 
 def naive_bytes(size_bytes: float, n: int, rank: int, root: int = 0) -> tuple:

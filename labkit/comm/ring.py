@@ -4,17 +4,16 @@ The simple versions, one exchange per step, written to be read (picotron keeps t
 next to the fast one; the fast ring is `labkit.comm.ring_fast`). Every function works in
 place on the flattened tensor, for any world size >= 1 and any length, sums (op=SUM).
 
-Ring indices (N ranks, right = rank+1, left = rank-1, mod N), chunks from `chunk_bounds`:
-    reduce-scatter step s: send chunk (rank-s-1) % N, receive and add chunk (rank-s-2) % N
-    all-gather     step s: send chunk (rank-s)   % N, receive and copy chunk (rank-s-1) % N
-After the N-1 reduce-scatter steps rank r holds the full sum of chunk r, as
+Each rank sends to its right-hand neighbour (rank+1) and receives from its left (rank-1),
+mod N, the chunks (`chunk_bounds`) that `formulas.ring_schedule` names for each step. After
+the N-1 reduce-scatter steps rank r holds the full sum of chunk r, as
 `dist.reduce_scatter_tensor` gives it.
 """
 import torch
 import torch.distributed as dist
 
 from labkit.comm import recorder as record, traffic
-from labkit.comm.formulas import chunk_bounds
+from labkit.comm.formulas import chunk_bounds, ring_schedule
 
 
 def ring_setup(tensor: torch.Tensor, group=None):
@@ -62,19 +61,17 @@ def _reduce_scatter(flat, r, n, left, right, group):
     bounds = chunk_bounds(flat.numel(), n)
     chunk = [flat[a:b] for a, b in bounds]
     buf = torch.empty(max(b - a for a, b in bounds), dtype=flat.dtype, device=flat.device)
-    for s in range(n - 1):
-        send_c, recv_c = (r - s - 1) % n, (r - s - 2) % n
-        incoming = buf[:chunk[recv_c].numel()]
-        _step("reduce-scatter", s, r, right, send_c, left, recv_c, chunk[send_c], incoming,
-              lambda: chunk[recv_c].add_(incoming), group)
+    for st in ring_schedule(r, n)[:n - 1]:
+        incoming = buf[:chunk[st.recv].numel()]
+        _step(st.phase, st.step, r, right, st.send, left, st.recv, chunk[st.send], incoming,
+              lambda: chunk[st.recv].add_(incoming), group)
     return chunk[r]
 
 
 def _all_gather(flat, r, n, left, right, group):
     chunk = [flat[a:b] for a, b in chunk_bounds(flat.numel(), n)]
-    for s in range(n - 1):
-        send_c, recv_c = (r - s) % n, (r - s - 1) % n
-        _step("all-gather", s, r, right, send_c, left, recv_c, chunk[send_c], chunk[recv_c],
+    for st in ring_schedule(r, n)[n - 1:]:
+        _step(st.phase, st.step, r, right, st.send, left, st.recv, chunk[st.send], chunk[st.recv],
               lambda: None, group)
 
 

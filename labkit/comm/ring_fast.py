@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.comm import recorder as record, traffic
-from labkit.comm.formulas import chunk_bounds
+from labkit.comm.formulas import chunk_bounds, ring_schedule
 from labkit.comm.ring import finish, ring_setup
 
 PIECES = 4                  # pieces per chunk: enough to overlap adding with the link; more pieces
@@ -60,10 +60,9 @@ def ring_all_reduce(tensor: torch.Tensor, group=None, piece_bytes: int = None,
         piece_bytes = max(MIN_PIECE_BYTES, math.ceil(chunk_bytes / PIECES))
     pieces_per_chunk = max(1, math.ceil(chunk_bytes / piece_bytes))
     pieces = [[c[a:b] for a, b in chunk_bounds(c.numel(), pieces_per_chunk)] for c in chunks]
-    steps = 2 * (n - 1)
-    # step k < n-1 is reduce-scatter step k, else all-gather step k-(n-1)
-    send_c = [(r - k - 1) % n if k < n - 1 else (r - (k - n + 1)) % n for k in range(steps)]
-    recv_c = [(r - k - 2) % n if k < n - 1 else (r - (k - n + 1) - 1) % n for k in range(steps)]
+    schedule = ring_schedule(r, n)                     # step k < n-1: reduce-scatter, then all-gather
+    steps = len(schedule)
+    send_c, recv_c = [st.send for st in schedule], [st.recv for st in schedule]
     order = [(k, j) for k in range(steps) for j in range(pieces_per_chunk)]
     piece_numel = max(p.numel() for p in pieces[0])
     bufs = _buffer(window * piece_numel, flat).view(window, piece_numel)
@@ -112,9 +111,8 @@ def ring_all_reduce(tensor: torch.Tensor, group=None, piece_bytes: int = None,
         q.wait()
     traffic.count(sent, received, msgs_s, msgs_r)
     if recording:
-        for k in range(steps):
-            rs = k < n - 1
-            record.note(phase="reduce-scatter" if rs else "all-gather", step=k if rs else k - n + 1,
+        for k, st in enumerate(schedule):
+            record.note(phase=st.phase, step=st.step,
                         rank=r, send_to=right, send_chunk=send_c[k], recv_from=left,
                         recv_chunk=recv_c[k], sent=chunks[send_c[k]].numel() * flat.element_size(),
                         received=chunks[recv_c[k]].numel() * flat.element_size(),

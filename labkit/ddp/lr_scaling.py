@@ -29,18 +29,20 @@ def _task(n: int, seed: int, vocab: int = 37, seq: int = 6):
     return x, (3 * x + 1) % vocab
 
 
-def lr_rule_run(rule: str, base_lr: float = 0.05, batch: int = 4, samples: int = 1024) -> dict:
+def lr_rule_run(rule: str, base_lr: float = 0.05, batch: int = 4, samples: int = 1024,
+                lr: float = None) -> dict:
     """On every rank: train AwkwardNet with BucketedDDP on `samples` samples (each rank `batch`
     per step, global batch N*batch, so samples / (N*batch) steps) with the learning rate given
-    by `rule` from (base_lr at base batch `batch`). Also trains one process at the base batch
-    on the same samples (on rank 0 only). Returns (samples seen, loss) lists for both."""
+    by `rule` from (base_lr at base batch `batch`), or `lr` when given (to try one that is
+    scaled too far). Also trains one process at the base batch on the same samples (on rank 0
+    only). Returns (samples seen, loss) lists for both."""
     import torch
     import torch.distributed as dist
     from labkit.ddp.data_parallel import BucketedDDP
     from labkit.models import AwkwardNet, lm_loss
     rank, n = dist.get_rank(), dist.get_world_size()
     x, y = _task(samples, seed=3)
-    lr = scaled_lr(base_lr, batch, n * batch, rule)
+    lr = scaled_lr(base_lr, batch, n * batch, rule) if lr is None else lr
 
     def fresh():
         torch.manual_seed(0)

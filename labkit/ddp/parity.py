@@ -3,8 +3,10 @@
 The claim to test: N ranks, each on its own 1/N of the global batch, with gradients averaged,
 take exactly the steps that one process takes on the whole global batch (the mean of the
 per-rank mean losses is the global mean loss when the shards have equal size). Each rank
-also trains that single-process reference itself (a copy of rank 0's initial weights on the
-full batch, as cs336's tests do) and compares after every step.
+also trains that single-process reference itself (a copy of rank 0's initial weights, as
+cs336's tests do) and compares after every step. The reference runs forward and backward on
+every rank's every micro-batch in turn, each loss divided by their count: the same gradient
+as one pass over the global batch, and it can use a parameter where a rank does.
 """
 import contextlib
 
@@ -14,10 +16,41 @@ import torch.distributed as dist
 from labkit.ddp.data_parallel import STRATEGIES, NaiveDDP, trainable
 from labkit.models import AwkwardNet, awkward_batch, lm_loss
 
+# Where `AwkwardNet.unused` is used in forward (`with_unused=`): True (never: the parameter
+# is unused on every rank), "early" (in every micro-batch but the last: its gradient is
+# accumulated under no_sync only), "rank0" (only on rank 0: unused on the others).
+USES = (False, True, "early", "rank0")
 
-def _model(seed: int, with_unused: bool):
+
+class _Net(AwkwardNet):
+    """AwkwardNet whose `unused` parameter joins forward while `use_unused` is set."""
+
+    use_unused = False
+
+    def forward(self, tokens):
+        x = self.embed(tokens) + self.frozen
+        if self.use_unused:
+            x = x + self.unused.sum()            # a real gradient (not one that sums to ~0)
+        x = x + self.fc2(torch.tanh(self.fc1(x)))
+        return self.head(x)
+
+
+def _model(seed: int, with_unused):
     torch.manual_seed(seed)
-    return AwkwardNet(with_unused=with_unused)
+    return _Net(with_unused=bool(with_unused))
+
+
+def _uses(with_unused, rank: int, k: int, micro_batches: int) -> bool:
+    """Whether rank `rank`'s micro-batch `k` uses the `unused` parameter."""
+    return (with_unused == "early" and k < micro_batches - 1) or (with_unused == "rank0" and rank == 0)
+
+
+def _optimizer(kind: str, params, lr: float):
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if kind == "adamw":                      # weight decay moves any parameter that has a .grad
+        return torch.optim.AdamW(params, lr=lr / 10, weight_decay=0.5)
+    raise ValueError(f"optimizer must be 'sgd' or 'adamw', not {kind!r}")
 
 
 def max_param_diff(a, b) -> tuple:
@@ -32,12 +65,15 @@ def max_param_diff(a, b) -> tuple:
 
 
 def train_parity(strategy="bucketed", steps: int = 4, micro_batches: int = 1, batch: int = 3,
-                 with_unused: bool = False, lr: float = 0.1, seed: int = 0, **options) -> dict:
+                 with_unused=False, lr: float = 0.1, seed: int = 0, optimizer: str = "sgd",
+                 **options) -> dict:
     """Train AwkwardNet `steps` steps with a labkit DDP strategy (a name of STRATEGIES) or with
     `strategy(model)`, a learner's function that averages gradients after backward, and the
-    single-process reference alongside. `batch` rows per rank per micro-batch.
+    single-process reference alongside. `batch` rows per rank per micro-batch; `with_unused`
+    one of USES; `optimizer` "sgd" (with momentum) or "adamw" (with weight decay).
 
-    Returns {"diffs": max |DDP - reference| after each step, "where": the parameter of each}.
+    Returns {"diffs": max |DDP - reference| after each step, "where": the parameter of each,
+    "grad_none": names of the parameters whose .grad was None after the last sync}.
     A named strategy starts from different weights on each rank (its broadcast must fix that);
     a learner's function starts from identical ones.
     """
@@ -46,18 +82,24 @@ def train_parity(strategy="bucketed", steps: int = 4, micro_batches: int = 1, ba
     model = _model(seed + (rank if named else 0), with_unused)
     ref = _model(seed, with_unused)                        # rank 0's initial weights
     ddp = STRATEGIES[strategy](model, **options) if named else None
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=lr, momentum=0.9)
-    diffs, where = [], []
+    opt = _optimizer(optimizer, model.parameters(), lr)
+    ref_opt = _optimizer(optimizer, ref.parameters(), lr)
+    diffs, where, grad_none = [], [], []
     for step in range(steps):
         x, y = awkward_batch(n * micro_batches * batch, seed=1000 + step)
-        lm_loss(ref(x), y).backward()                      # one process, global batch
+        shards = [(x[r * micro_batches * batch:(r + 1) * micro_batches * batch].split(batch),
+                   y[r * micro_batches * batch:(r + 1) * micro_batches * batch].split(batch))
+                  for r in range(n)]
+        for r, (xs, ys) in enumerate(shards):              # one process, every micro-batch
+            for k in range(micro_batches):
+                ref.use_unused = _uses(with_unused, r, k, micro_batches)
+                (lm_loss(ref(xs[k]), ys[k]) / (n * micro_batches)).backward()
         ref_opt.step()
         ref_opt.zero_grad(set_to_none=True)
-        mine = slice(rank * micro_batches * batch, (rank + 1) * micro_batches * batch)
-        xs, ys = x[mine].split(batch), y[mine].split(batch)
+        xs, ys = shards[rank]
         for k in range(micro_batches):
             last = k == micro_batches - 1
+            model.use_unused = _uses(with_unused, rank, k, micro_batches)
             ctx = ddp.no_sync() if (named and not last) else contextlib.nullcontext()
             with ctx:
                 (lm_loss((ddp or model)(xs[k]), ys[k]) / micro_batches).backward()
@@ -65,12 +107,13 @@ def train_parity(strategy="bucketed", steps: int = 4, micro_batches: int = 1, ba
             ddp.sync_gradients()
         else:
             strategy(model)
+        grad_none = [name for name, p in trainable(model) if p.grad is None]
         opt.step()
         opt.zero_grad(set_to_none=True)
         d, name = max_param_diff(model, ref)
         diffs.append(d)
         where.append(name)
-    return {"diffs": diffs, "where": where}
+    return {"diffs": diffs, "where": where, "grad_none": grad_none}
 
 
 def train_skipping(skip: str = None, steps: int = 2, batch: int = 3, lr: float = 0.1):

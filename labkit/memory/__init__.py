@@ -21,9 +21,9 @@ from labkit.memory.formulas import (OPTIMIZERS, PRECISIONS, ZERO_PAPER_EXAMPLE, 
                                     zero_table)
 
 _LAZY = {  # name -> submodule; these import torch or matplotlib, so only on first use
-    "measure": "measured", "count_params": "measured", "local_tensor": "measured",
-    "gather": "measured", "per_rank": "measured", "table": "measured",
-    "label_ranks": "measured",
+    "measure": "accounting", "count_params": "accounting", "local_tensor": "accounting",
+    "gather": "accounting", "per_rank": "accounting", "table": "accounting",
+    "label_ranks": "accounting",
     "peak": "peaks", "Peak": "peaks",
     "plot_ranks": "plots", "plot_breakdown": "plots", "explorer_figure": "plots",
     "explorer": "widgets",

@@ -24,7 +24,7 @@ from labkit.memory.breakdown import GB
 from labkit.memory.formulas import _choice, _positive
 
 CHECKPOINTING = ("none", "selective", "full")
-GPU_SIZES_GB = (24, 40, 80, 141)     # RTX 4090 / A100-40G / A100-80G, H100 / H200
+GPU_SIZES_GB = (24, 40, 80, 141)     # RTX 4090 / A100 40GB / A100 80GB and H100 / H200
 
 
 def per_layer(seq: int, micro_batch: int, hidden: int, heads: int, *, tp: int = 1,
@@ -107,11 +107,20 @@ class Fit:
         need = (f"needs {self.needed / GB:.1f} GB (model state {self.model_state / GB:.1f} + "
                 f"activations {self.activations / GB:.1f})")
         if self.fits:
-            return f"fits: {need}, {self.margin / GB:.1f} GB to spare on a {self.capacity / GB:g} GB GPU"
-        return (f"does not fit: {need}, {-self.margin / GB:.1f} GB over a {self.capacity / GB:g} GB GPU "
+            return (f"fits: {need}, {self.margin / GB:.1f} GB to spare on {_a(self.capacity / GB)} "
+                    f"{self.capacity / GB:g} GB GPU")
+        return (f"does not fit: {need}, {-self.margin / GB:.1f} GB over {_a(self.capacity / GB)} "
+                f"{self.capacity / GB:g} GB GPU "
                 f"({self.needed / self.capacity:.2f}x its memory)")
 
     __repr__ = __str__
+
+
+def _a(number: float) -> str:
+    """'a' or 'an' before a number as it is read: an 80 GB GPU, an 11 GB card, a 24 GB one."""
+    whole = f"{number:g}".split(".")[0]
+    return "an" if whole.startswith("8") or whole in ("11", "18") or \
+        (len(whole) == 5 and whole[:2] in ("11", "18")) else "a"
 
 
 def fits(model_state, activation_bytes: float = 0.0, gpu_gb: float = 80) -> Fit:
@@ -122,11 +131,21 @@ def fits(model_state, activation_bytes: float = 0.0, gpu_gb: float = 80) -> Fit:
     return Fit(needed=dev + act, capacity=gpu_gb * GB, model_state=dev, activations=act)
 
 
-# GPT shapes (layers, hidden, heads) to attach to a parameter count in the explorer:
-# GPT-3's table (Brown et al. 2020, Table 2.1) plus the 530B / 1T configurations of
-# Narayanan et al. 2021 (arXiv 2104.04473, Table 1).
-SHAPES = ((24, 2048, 16), (32, 2560, 32), (32, 4096, 32), (40, 5120, 40), (48, 7168, 56),
-          (80, 8192, 64), (96, 12288, 96), (105, 20480, 128), (128, 25600, 160))
+# GPT shapes (layers, hidden, heads) to attach to a parameter count in the explorer, each with
+# where it comes from. GPT-3: Brown et al. 2020 (arXiv 2005.14165), Table 2.1. 530B and 1T:
+# Narayanan et al. 2021 (arXiv 2104.04473), Table 1. Two are illustrative fillers.
+SHAPES = (
+    (24, 2048, 16),      # GPT-3 XL 1.3B: 24 layers, d_model 2048 (the table's 24 heads of 128
+                         # do not divide 2048; 16 heads of 128 here)
+    (32, 2560, 32),      # GPT-3 2.7B
+    (32, 4096, 32),      # GPT-3 6.7B
+    (40, 5120, 40),      # GPT-3 13B (the table prints d_model 5140; 40 heads x 128 = 5120)
+    (48, 7168, 56),      # illustrative, between GPT-3 13B and 175B: no published model
+    (80, 8192, 64),      # illustrative (the shape of Llama 2 70B's released configuration)
+    (96, 12288, 96),     # GPT-3 175B
+    (105, 20480, 128),   # 530B, Narayanan et al. Table 1
+    (128, 25600, 160),   # 1T, Narayanan et al. Table 1
+)
 
 
 def gpt_shape(n_params: float) -> tuple:

@@ -84,18 +84,20 @@ class Breakdown:
     def scaled(self, factor: float) -> "Breakdown":
         return replace(self, **{c: getattr(self, c) * factor for c in CATEGORIES})
 
-    def table(self, unit: float = GB, name: str = "GB") -> str:
-        """One line per non-zero category, with its share of the total."""
+    def table(self, unit: float = GB, name: str = "GB") -> "Table":
+        """One row per non-zero category with its share of the total (prints as text, renders
+        as a table in a notebook)."""
+        from labkit.tables import Table
         tot = self.total or 1
-        lines = [self.label] if self.label else []
-        for c, v in self.nonzero().items():
-            where = "  (host)" if c in self.on_host else ""
-            lines.append(f"  {c:<11} {v / unit:10.3f} {name}  {100 * v / tot:5.1f} %{where}")
-        lines.append(f"  {'total':<11} {self.total / unit:10.3f} {name}")
-        if self.on_host:
-            lines.append(f"  {'on device':<11} {self.device / unit:10.3f} {name}, "
-                         f"on host {self.host / unit:.3f} {name}")
-        return "\n".join(lines)
+        rows = [[c, f"{v / unit:,.3f}", f"{100 * v / tot:.1f} %", "host" if c in self.on_host else ""]
+                for c, v in self.nonzero().items()]
+        rows.append(["total", f"{self.total / unit:,.3f}", "100.0 %", ""])
+        notes = ([f"on the device {self.device / unit:,.3f} {name}, on the host "
+                  f"{self.host / unit:,.3f} {name}"] if self.on_host else [])
+        header = ["category", name, "share", "held on"] if self.on_host else ["category", name, "share"]
+        if not self.on_host:
+            rows = [r[:3] for r in rows]
+        return Table(header, rows, align="lrrl"[:len(header)], title=self.label, notes=notes)
 
     def __repr__(self) -> str:
         parts = " + ".join(f"{c} {fmt_bytes(v)}" for c, v in self.nonzero().items())

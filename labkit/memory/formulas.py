@@ -69,8 +69,12 @@ def model_states(n_params: float, *, precision: str = "mixed", optimizer: str = 
     optimizer   'sgd' | 'momentum' | 'adam' | 'adamw' | 'adam8bit'.
     zero_stage  0 (replicated, DDP) | 1 (shard optimizer state) | 2 (+ gradients) | 3 (+ params),
                 each sharded over `world_size` data-parallel ranks.
-    offload     optimizer state (master, m, v) lives in host memory (ZeRO-Offload): it still
-                counts in `.total` but not in `.device`.
+    offload     ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840; DeepSpeed's docs: "offloading
+                optimizer and gradient states to CPU memory within ZeRO-2"): the gradients and
+                the optimizer state (master, m, v) live in host memory and the update runs on
+                the CPU; only the 16-bit parameters stay on the GPU (DeepSpeed's estimator:
+                2 Psi on the GPU for ZeRO-2 with offload). Offloaded bytes still count in
+                `.total` but not in `.device`.
 
     model_states(7e9) is the notes' table: params 14 + grads 14 + master 28 + momentum 28 +
     variance 28 = 112 GB; model_states(7.5e9, zero_stage=2, world_size=64).total is 16.64 GB.
@@ -91,7 +95,7 @@ def model_states(n_params: float, *, precision: str = "mixed", optimizer: str = 
     }
     values = {c: n_params * b * share[c] for c, b in per.items()}
     values = {c: (int(v) if v == int(v) else v) for c, v in values.items()}
-    on_host = tuple(c for c in ("master", "momentum", "variance") if offload and values[c])
+    on_host = tuple(c for c in ("grads", "master", "momentum", "variance") if offload and values[c])
     label = (f"{_short(n_params)} {precision} {optimizer} ZeRO-{zero_stage} N={n}"
              + (" offload" if offload else ""))
     return Breakdown(**values, on_host=on_host, label=label)
@@ -155,26 +159,53 @@ def zero_table(n_params: float, world_size: int, precision: str = "mixed",
                             world_size=world_size).model_state for s in ZERO_STAGES}
 
 
+# DeepSpeed changed its ZeRO-2 estimator in 0.14.3 (PR #5099, commit f4cb866, June 2024).
+DEEPSPEED_ZERO2_CHANGE = (0, 14, 3)
+
+
+def _version(v) -> tuple:
+    if v in (None, "current", "latest"):
+        return (99,)
+    if isinstance(v, tuple):
+        return v
+    try:
+        return tuple(int(x) for x in str(v).lstrip("v").split(".")[:3])
+    except ValueError:
+        raise ValueError(f"version must look like '0.14.2' (or 'current'), got {v!r}") from None
+
+
 def deepspeed_estimate(n_params: float, zero_stage: int, world_size: int,
-                       largest_layer_params: float = 0, offload: bool = False) -> float:
+                       largest_layer_params: float = 0, offload: bool = False,
+                       version: str = "current") -> float:
     """GPU bytes per rank by DeepSpeed's estimators (not the paper's formulas), for comparison.
 
-    ZeRO-2, `deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs`:
-        4 Psi + 16 Psi / N      (offload: 2 Psi)
-    ZeRO-3, `deepspeed.runtime.zero.stage3.estimate_zero3_model_states_mem_needs`:
-        4 x largest_layer + 18 Psi / N   (optimizer offloaded: 4 x largest + 2 Psi / N)
-    DeepSpeed's code gives the coefficients without a breakdown. Against the paper's
-    2 Psi + 14 Psi / N they fit this reading: +2 Psi for the full fp16 gradients that exist in
-    backward before they are reduce-scattered, and +4 Psi / N for the fp32 copy of this rank's
-    gradient shard that the fp32 optimizer step reads; for ZeRO-3, 18 = 2 (fp16 parameter
-    shard) + 16 (fp32 master, m, v, gradient), and one layer is gathered in fp16 with its fp16
-    gradient (2 + 2 bytes per parameter of the largest layer).
+    ZeRO-2, `estimate_zero2_model_states_mem_needs` in deepspeed/runtime/zero/stage_1_and_2.py:
+        DeepSpeed >= 0.14.3   2 Psi + 18 Psi / N     (offload_optimizer: 2 Psi)
+        DeepSpeed <  0.14.3   4 Psi + 16 Psi / N     (offload_optimizer: 2 Psi)
+      The 0.14.3 change (PR #5099, "was considering 4 bytes per model param, and 4 bytes per
+      gradient. fixed it to 2 bytes") comments the new terms: 2 = 16-bit params; 18 = 16-bit
+      grads 2 + fp32 grads 4 + fp32 params 4 + fp32 momentum and variance 8. DeepSpeed's docs page
+      (docs/code-docs/source/memory.rst) still showed the old 4 Psi + 16 Psi / N and its 15.93 GB
+      example in 0.16.4. Against the paper's 2 Psi + 14 Psi / N the current form adds 4 Psi / N:
+      the fp32 copy of this rank's gradient shard that the fp32 optimizer step reads.
+    ZeRO-3, `estimate_zero3_model_states_mem_needs` in deepspeed/runtime/zero/stage3.py
+    (unchanged by 0.14.3):
+        4 x largest_layer + 18 Psi / N   (offload_optimizer only: 4 x largest + 2 Psi / N)
+      one layer gathered in 16-bit with its 16-bit gradient (2 + 2 bytes per parameter of the
+      largest layer), and per rank 18 = 2 (16-bit parameter shard) + 16 (fp32 grads, params, m, v).
+    Checked against DeepSpeed's source at v0.16.4-6-g38327e07 (2025-02-21) and a later tree of
+    deepspeedai/DeepSpeed (commit 02aa38c, same lines); `version` picks
+    the release whose ZeRO-2 formula to use ('0.14.2' gives the old one; default: current).
     """
     _positive("n_params", n_params)
     _positive("world_size", world_size, whole=True)
     n = int(world_size)
     if zero_stage == 2:
-        return 2 * n_params if offload else 4 * n_params + int(16 * n_params / n)
+        if offload:
+            return 2 * n_params
+        if _version(version) < DEEPSPEED_ZERO2_CHANGE:
+            return 4 * n_params + int(16 * n_params / n)
+        return 2 * n_params + int(18 * n_params / n)
     if zero_stage == 3:
         return 4 * largest_layer_params + int((2 if offload else 18) * n_params / n)
     raise ValueError(f"DeepSpeed ships estimators for zero_stage 2 and 3 only, got {zero_stage!r}")

@@ -56,7 +56,7 @@ class Meter:
         return total
 
     def snapshot(self) -> dict:
-        from labkit.memory.measured import measure
+        from labkit.memory.accounting import measure
         b = measure(self.model, self.optimizer)
         gathered = getattr(self.model, "gathered_bytes", lambda: 0)()
         return {"params": b.params, "grads": b.grads, "master": b.master,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from labkit.memory.breakdown import OPTIMIZER, Breakdown
-from labkit.memory.measured import measure
+from labkit.memory.accounting import measure
 
 
 @dataclass(frozen=True)

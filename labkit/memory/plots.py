@@ -62,22 +62,32 @@ def plot_ranks(measured: list, formula=None, title: str = "memory per rank", ax=
             used |= set(f.nonzero())
             d = m.total - f.total
             pct = 100 * d / f.total if f.total else 0.0
-            ax.text(r - 0.2, m.total / div, f"{'+' if d >= 0 else ''}{d:,.0f} B\n({pct:+.4f} %)",
-                    ha="center", va="bottom", fontsize=7)
+            ax.text(r, max(m.total, f.total) / div * 1.02, f"{'+' if d >= 0 else ''}{d:,.0f} B\n({pct:+.4f} %)",
+                    ha="center", va="bottom", fontsize=9,
+                    bbox=dict(facecolor="white", edgecolor="#999999", boxstyle="round,pad=0.2"))
     ax.set_xticks(range(len(measured)),
                   [f"rank {r}\nmeasured | formula" if f is not None else f"rank {r}"
                    for r, f in enumerate(formulas)], fontsize=8)
     ax.set_ylabel(name)
-    ax.set_title(title, fontsize=10)
-    ax.set_ylim(0, 1.18 * max(b.total for b in shown) / div)
+    ax.set_title(title + ("\nabove each pair: measured - formula" if any(f is not None for f in formulas)
+                          else ""), fontsize=10)
+    ax.set_ylim(0, 1.25 * max(b.total for b in shown) / div)
     _legend(ax, used)
     if fig is not None:
         fig.tight_layout()
     return fig if fig is not None else ax.figure
 
 
-def plot_breakdown(breakdowns: list, labels=None, gpu_gb: float = None, title: str = "", ax=None):
-    """Formula (or measured) bars side by side, with an optional GPU memory line (in GB)."""
+def plot_breakdown(breakdowns: list, labels=None, gpu_gb: float = None, title: str = "", ax=None,
+                   per: str = "GPU", log: bool = False):
+    """Formula (or measured) bars side by side, with an optional GPU memory line (in GB).
+
+    Stacked by category on a linear axis; `log=True` draws each group (parameters,
+    gradients, optimizer state, activations) as its own bar on a log axis instead, so a
+    small share (ZeRO-3's optimizer state next to DDP's) stays readable. `per` names what one
+    bar is held by in the axis label: "GPU", or "rank" for ranks on a CPU."""
+    if log:
+        return _plot_groups_log(breakdowns, labels, gpu_gb, title, ax, per)
     name, div = _unit([b.total for b in breakdowns] + [(gpu_gb or 0) * GB])
     fig = None
     if ax is None:
@@ -88,16 +98,62 @@ def plot_breakdown(breakdowns: list, labels=None, gpu_gb: float = None, title: s
         used |= set(b.nonzero())
         ax.text(i, b.total / div, f"{b.total / div:.1f} {name}", ha="center", va="bottom", fontsize=8)
     if gpu_gb:
-        ax.axhline(gpu_gb * GB / div, color="crimson", linestyle="--", linewidth=1.2)
-        ax.annotate(f"{gpu_gb:g} GB GPU ", (0.99, gpu_gb * GB / div), color="crimson",
-                    xycoords=("axes fraction", "data"), va="bottom", ha="right", fontsize=8)
+        _gpu_line(ax, gpu_gb, div)
     ax.set_xticks(range(len(breakdowns)), labels or [b.label for b in breakdowns], fontsize=8)
-    ax.set_ylabel(f"{name} per GPU")
+    ax.set_ylabel(f"{name} per {per}")
     ax.set_title(title, fontsize=10)
     top = max([b.total / div for b in breakdowns] + [(gpu_gb or 0) * GB / div])
     ax.set_ylim(0, 1.15 * top)
     handles = [Patch(color=COLORS[c], label=c) for c in CATEGORIES if c in used]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    if fig is not None:
+        fig.tight_layout()
+    return fig if fig is not None else ax.figure
+
+
+def _gpu_line(ax, gpu_gb: float, div: float) -> None:
+    ax.axhline(gpu_gb * GB / div, color="crimson", linestyle="--", linewidth=1.2)
+    ax.annotate(f"{gpu_gb:g} GB GPU ", (0.99, gpu_gb * GB / div), color="crimson",
+                xycoords=("axes fraction", "data"), va="bottom", ha="right", fontsize=8)
+
+
+# the log view's groups: category names -> one bar
+GROUPS = {"parameters": ("params",), "gradients": ("grads",),
+          "optimizer state": ("master", "momentum", "variance", "other"),
+          "activations": ("activations", "temporary")}
+GROUP_COLORS = {"parameters": COLORS["params"], "gradients": COLORS["grads"],
+                "optimizer state": COLORS["master"], "activations": COLORS["activations"]}
+
+
+def _plot_groups_log(breakdowns, labels, gpu_gb, title, ax, per):
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(2.2 + 1.6 * len(breakdowns), 4.2))
+    values = [{g: sum(getattr(b, c) for c in cs) / GB for g, cs in GROUPS.items()} for b in breakdowns]
+    groups = [g for g in GROUPS if any(v[g] for v in values)]
+    w = 0.8 / len(groups)
+    for i, v in enumerate(values):
+        for j, g in enumerate(groups):
+            if v[g]:
+                x = i - 0.4 + w * (j + 0.5)
+                ax.bar(x, v[g], w * 0.95, color=GROUP_COLORS[g])
+                ax.text(x, v[g] * 1.08, f"{v[g]:.3g}", ha="center", va="bottom", fontsize=7, rotation=90,
+                        bbox=dict(facecolor="white", edgecolor="none", pad=0.3))
+    for i, b in enumerate(breakdowns):                 # the stacked bar's height, to hold against the GPU
+        ax.hlines(b.total / GB, i - 0.42, i + 0.42, color="black", linewidth=1.5)
+    if gpu_gb:
+        _gpu_line(ax, gpu_gb, GB)
+    ax.set_yscale("log")
+    low = min(v[g] for v in values for g in groups if v[g])
+    high = max([v[g] for v in values for g in groups] + [gpu_gb or 0])
+    ax.set_ylim(low / 3, high * 6)
+    ax.set_xticks(range(len(breakdowns)), labels or [b.label for b in breakdowns], fontsize=8)
+    ax.set_ylabel(f"GB per {per} (log scale)")
+    ax.set_title(title, fontsize=10)
+    from matplotlib.lines import Line2D
+    ax.legend(handles=[Patch(color=GROUP_COLORS[g], label=g) for g in groups]
+              + [Line2D([], [], color="black", linewidth=1.5, label=f"total per {per}")],
+              loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     if fig is not None:
         fig.tight_layout()
     return fig if fig is not None else ax.figure
@@ -118,23 +174,28 @@ def configuration(n_params=7e9, world_size=1, zero_stage=0, precision="mixed", o
 
 
 def explorer_figure(n_params=7e9, world_size=1, zero_stage=0, precision="mixed",
-                    optimizer="adam", checkpointing="none", seq=2048, micro_batch=1, gpu_gb=80):
-    """Left: this setting against the GPU line, answered in the title. Right: ZeRO-0..3 at the
-    same setting, to see which stage would fit."""
+                    optimizer="adam", checkpointing="none", seq=2048, micro_batch=1, gpu_gb=80,
+                    log=False):
+    """Left: this setting, what one GPU holds (model state and activations) against the GPU
+    line, answered in the title. Right: ZeRO-0..3 at the same setting, to see which stage would
+    fit (`log=True`: each group as its own bar on a log axis)."""
     kw = dict(n_params=n_params, world_size=world_size, precision=precision, optimizer=optimizer,
               checkpointing=checkpointing, seq=seq, micro_batch=micro_batch, gpu_gb=gpu_gb)
     here, fit = configuration(zero_stage=zero_stage, **kw)
     stages = [configuration(zero_stage=s, **kw)[0] for s in range(4)]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [1, 2.2]})
-    plot_breakdown([here], labels=[f"ZeRO-{zero_stage}"], gpu_gb=gpu_gb, ax=a1)
+    plot_breakdown([here], labels=[f"this setting:\nZeRO-{zero_stage}, N={world_size}"], gpu_gb=gpu_gb, ax=a1)
     a1.get_legend().remove()
+    a1.legend(handles=[Patch(color=COLORS[c], label=c) for c in CATEGORIES if getattr(here, c)],
+              loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=7)
     verdict = "fits" if fit.fits else "does NOT fit"
-    a1.set_title(f"{verdict}: {fit.needed / GB:.1f} of {gpu_gb:g} GB\n"
+    a1.set_title(f"one GPU holds: {verdict}\n{fit.needed / GB:.1f} of {gpu_gb:g} GB "
                  f"({'spare' if fit.fits else 'over by'} {abs(fit.margin) / GB:.1f} GB)",
                  fontsize=10, color="darkgreen" if fit.fits else "crimson")
-    plot_breakdown(stages, labels=[f"ZeRO-{s}" for s in range(4)], gpu_gb=gpu_gb, ax=a2,
-                   title=f"{n_params / 1e9:g}B params, {precision} {optimizer}, N={world_size}, "
-                         f"seq {seq} x batch {micro_batch}, checkpointing {checkpointing}")
+    plot_breakdown(stages, labels=[f"ZeRO-{s}" for s in range(4)], gpu_gb=gpu_gb, ax=a2, log=log,
+                   title=f"every ZeRO stage, same setting: {n_params / 1e9:g}B params, {precision} "
+                         f"{optimizer}, N={world_size},\nseq {seq} x batch {micro_batch}, "
+                         f"checkpointing {checkpointing}")
     fig.tight_layout()
     return fig
 

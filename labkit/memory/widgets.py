@@ -36,12 +36,14 @@ def _controls(start: dict) -> dict:
                                    description="micro-batch", style=style),
         "gpu_gb": w.ToggleButtons(options=list(GPU_SIZES_GB), value=start["gpu_gb"],
                                   description="GPU (GB)", style=style),
+        "log": w.Checkbox(value=start["log"], description="log scale (right panel)", style=style),
     }
 
 
 def explorer(n_params=7e9, world_size=1, zero_stage=0, precision="mixed", optimizer="adam",
-             checkpointing="none", seq=2048, micro_batch=1, gpu_gb=80):
+             checkpointing="none", seq=2048, micro_batch=1, gpu_gb=80, log=False):
     """Show the controls and the figure; every change redraws the figure and the verdict.
+    `log=True` starts with the right panel on a log scale (small shares readable).
 
     Returns the dict of widgets (so a cell can set e.g. ``ex["zero_stage"].value = 3``).
     """
@@ -49,14 +51,14 @@ def explorer(n_params=7e9, world_size=1, zero_stage=0, precision="mixed", optimi
     from IPython.display import DisplayHandle, display
     start = dict(n_params=n_params, world_size=world_size, zero_stage=zero_stage,
                  precision=precision, optimizer=optimizer, checkpointing=checkpointing,
-                 seq=seq, micro_batch=micro_batch, gpu_gb=gpu_gb)
+                 seq=seq, micro_batch=micro_batch, gpu_gb=gpu_gb, log=log)
     controls = _controls(start)
     verdict = w.HTML()
 
     def draw(settings: dict):
         fig = explorer_figure(**settings)
         plt.close(fig)              # shown through the display handle, not again by inline
-        _, fit = configuration(**settings)
+        _, fit = configuration(**{k: v for k, v in settings.items() if k != "log"})
         color = "darkgreen" if fit.fits else "crimson"
         verdict.value = f"<b style='color:{color}'>{fit}</b>"
         return fig

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.comm import traffic
-from labkit.memory.measured import measure
+from labkit.memory.accounting import measure
 from labkit.models import AwkwardNet, awkward_batch, lm_loss
 
 

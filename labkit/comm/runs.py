@@ -1,7 +1,9 @@
-"""Measured runs for the course: recorded ring steps, and bytes per rank against the formulas.
+"""Runs of the course's collectives on a cluster: recorded ring steps, and bytes per rank.
 
     events = record_ring(cluster, length=12)        # per rank: what the ring did, step by step
+    events_table(events)                            # the same, as a table (times from the start)
     rows = traffic_rows(cluster, nbytes=4 << 20)    # bytes each rank sent, per collective
+    traffic_table(rows)                             # measured next to the formula
 
 Both run real collectives on the cluster's ranks; nothing here is simulated.
 """
@@ -88,14 +90,33 @@ def traffic_rows(cluster, nbytes: int = 4 << 20, ops=TRAFFIC_OPS, repeats: int =
     return rows
 
 
-def traffic_table(rows) -> str:
-    """Measured bytes next to the formula, with the difference, one line per rank and op."""
-    lines = [f"{'N':>2} {'op':>17} {'rank':>4} {'sent/S':>7} {'recv/S':>7} {'formula/S':>9} "
-             f"{'sent - formula':>15} {'msgs':>5}"]
+def events_table(events: list, first: int = None):
+    """Recorded ring events as a table: who sent which chunk to whom at each step, and when
+    (milliseconds since the first step began, so no raw clock readings). `first`: only the
+    first so many events."""
+    from labkit.tables import Table
+    t_start = min(e["t0"] for e in events) if events else 0.0
+    shown = events if first is None else events[:first]
+    rows = [[e["phase"], e["step"] + 1, e["rank"],
+             "-" if e["send_to"] is None else f"c{e['send_chunk']} -> rank {e['send_to']}",
+             f"c{e['recv_chunk']} <- rank {e['recv_from']}", f"{e['sent']:,}",
+             f"{(e['t0'] - t_start) * 1e3:.2f}", f"{(e['t1'] - e['t0']) * 1e3:.2f}"]
+            for e in shown]
+    notes = [f"({len(events) - len(shown)} more events not shown)"] if len(shown) < len(events) else []
+    return Table(["phase", "step", "rank", "sends", "receives", "bytes sent", "start (ms)",
+                  "took (ms)"], rows, align="lrrllrrr", notes=notes)
+
+
+def traffic_table(rows):
+    """Measured bytes next to the formula, with the difference, one row per rank and op
+    (a `labkit.tables.Table`: text when printed, a table in a notebook)."""
+    from labkit.tables import Table
+    out = []
     for r in rows:
         S = r["bytes"]
-        msgs = r["messages_sent"] if not r["op"].startswith("torch") else "-"
-        lines.append(f"{r['world_size']:>2} {r['op']:>17} {r['rank']:>4} {r['sent'] / S:7.4f} "
-                     f"{r['received'] / S:7.4f} {r['formula'] / S:9.4f} {r['sent'] - r['formula']:>13} B "
-                     f"{msgs:>5}")
-    return "\n".join(lines)
+        msgs = str(r["messages_sent"]) if not r["op"].startswith("torch") else "-"
+        out.append([r["world_size"], r["op"], r["rank"], f"{r['sent'] / S:.4f}",
+                    f"{r['received'] / S:.4f}", f"{r['formula'] / S:.4f}",
+                    f"{r['sent'] - r['formula']:,} B", msgs])
+    return Table(["N", "op", "rank", "sent / S", "received / S", "formula / S", "sent - formula",
+                  "messages sent"], out, align="rlrrrrrr")

@@ -1,8 +1,10 @@
-"""Step time, bytes on the wire and gradient memory of each DDP variant (layer 4, in a rank).
+"""The DDP benchmark: step time, bytes on the wire and gradient memory of each DDP variant
+(layer 4: `bench_ranks` runs in a rank; `combine`, `table`, `summary` in the notebook or the
+CLI `python -m labkit.bench ddp`).
 
 Every configuration trains a fresh TinyGPT (same seed) with one wrapper: labkit's naive,
-flat or bucketed DDP, or torch's DistributedDataParallel with a bucket_cap_mb and
-gradient_as_bucket_view. Configurations compared with each other live together and step in
+flat or bucketed DDP, or torch's DistributedDataParallel, each bucketed one with a
+bucket_cap_mb and gradient_as_bucket_view. Configurations compared with each other live together and step in
 turn, so that a load change on the machine hits them all alike; a step's time is the slowest
 rank's.
 
@@ -18,6 +20,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from labkit.comm.formulas import ring_bytes_per_rank
 from labkit.ddp.data_parallel import STRATEGIES, trainable
 from labkit.ddp.timeline import BENCH_GPT
 
@@ -26,9 +29,11 @@ from labkit.ddp.timeline import BENCH_GPT
 # hits each alike; ratios are taken inside a group.
 GROUPS = [[("labkit naive", "naive", None, False), ("labkit flat", "flat", None, False),
            ("labkit bucketed 25 MB", "bucketed", 25, False), ("torch DDP 25 MB", "torch", 25, False),
+           ("labkit bucketed 25 MB view", "bucketed", 25, True),
            ("torch DDP 25 MB view", "torch", 25, True)]] + \
     [[(f"labkit bucketed {c} MB", "bucketed", c, False), (f"torch DDP {c} MB", "torch", c, False),
-      (f"torch DDP {c} MB view", "torch", c, True)] for c in (1, 5, 100)]
+      (f"labkit bucketed {c} MB view", "bucketed", c, True), (f"torch DDP {c} MB view", "torch", c, True)]
+     for c in (1, 5, 100)]
 
 
 def wrap(kind: str, model, cap=None, view=False):
@@ -36,7 +41,8 @@ def wrap(kind: str, model, cap=None, view=False):
     if kind == "torch":
         from torch.nn.parallel import DistributedDataParallel as DDP
         return DDP(model, bucket_cap_mb=cap, gradient_as_bucket_view=view), lambda: None
-    w = STRATEGIES[kind](model, bucket_cap_mb=cap) if kind == "bucketed" else STRATEGIES[kind](model)
+    w = STRATEGIES[kind](model, bucket_cap_mb=cap, gradient_as_bucket_view=view) \
+        if kind == "bucketed" else STRATEGIES[kind](model)
     return w, w.sync_gradients
 
 
@@ -131,3 +137,65 @@ def bench_ranks(groups=GROUPS, cfg=BENCH_GPT, batch: int = 2, seq: int = 64, ste
         if memory:
             r["memory"] = grad_memory(*r["config"], cfg=cfg, batch=batch, seq=seq)
     return out
+
+
+def combine(per_rank: list) -> dict:
+    """bench_ranks' results by rank -> one dict: times are already the slowest rank's (the same
+    on every rank); bytes are averaged over ranks."""
+    out = per_rank[0]
+    for lbl in out:
+        for key in ("sent", "received"):
+            out[lbl][key] = sum(r[lbl][key] for r in per_rank) / len(per_rank)
+    return out
+
+
+def paired_ratio(a: dict, b: dict) -> float:
+    """Median over rounds of a's step time / b's in the same round (they ran back to back, so a
+    load change on the machine mostly cancels out)."""
+    return statistics.median(x / y for x, y in zip(a["times"], b["times"]))
+
+
+def torch_twin(res: dict, r: dict):
+    """torch DDP at r's bucket cap and gradient_as_bucket_view, in r's group (stepped in turn)."""
+    for t in res.values():
+        if t["group"] == r["group"] and t["config"] == ("torch", *r["config"][1:]):
+            return t
+    return None
+
+
+def table(res: dict, n: int) -> str:
+    """The results as a Markdown table (display it with IPython.display.Markdown)."""
+    grad = next(iter(res.values()))["grad_bytes"]
+    ring = ring_bytes_per_rank(grad, n)
+    rows = [f"Gradient {grad / 1e6:.1f} MB; ring all-reduce formula 2(N-1)/N x gradient = "
+            f"{ring / 1e6:.1f} MB per rank per step (N={n}).", "",
+            "| variant | step ms | vs torch DDP, same cap and view | sent MB/step | sent/formula | "
+            "grad+bucket MB | / gradient |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for lbl, r in res.items():
+        twin = torch_twin(res, r) if r["config"][0] == "bucketed" else None
+        vs = f"{paired_ratio(r, twin):.2f}x" if twin is not None else ""
+        mem = r.get("memory")
+        rows.append(f"| {lbl} | {r['median'] * 1e3:.1f} | {vs} | {r['sent'] / 1e6:.1f} | "
+                    f"{r['sent'] / ring:.3f} | " +
+                    (f"{mem / 1e6:.1f} | {mem / grad:.2f} |" if mem is not None else " | |"))
+    rows += ["", "Step ms: median of the slowest rank's step. Ratios: median over rounds of the "
+             "ratio of steps taken back to back."]
+    return "\n".join(rows)
+
+
+def summary(res: dict) -> str:
+    """Paired step-time ratios inside one group, one line each."""
+    lines = []
+    for lbl, r in res.items():
+        kind, cap, view = r["config"]
+        twin = torch_twin(res, r)
+        if kind == "bucketed" and twin is not None:
+            lines.append(f"bucket_cap_mb={cap}{', gradient_as_bucket_view' if view else ''}: "
+                         f"labkit bucketed / torch DDP step time = {paired_ratio(r, twin):.2f}")
+        if kind == "naive":
+            for t in res.values():
+                if t["group"] == r["group"] and t["config"][0] in ("flat", "bucketed") and not t["config"][2]:
+                    lines.append(f"labkit naive / {t['config'][0]}"
+                                 f"{' %g MB' % t['config'][1] if t['config'][1] else ''} step time = "
+                                 f"{paired_ratio(r, t):.2f}")
+    return "\n".join(lines)

@@ -127,24 +127,24 @@ def label_ranks(breakdowns: list) -> list:
             for r, b in enumerate(breakdowns)]
 
 
-def table(breakdowns: list, formula: Breakdown = None, unit: str = "B") -> str:
+def table(breakdowns: list, formula: Breakdown = None, unit: str = "B"):
     """One row per rank, one column per non-zero category; with `formula`, a 'formula' row
-    and each rank's difference (measured - formula) in the last column. unit: 'B' or 'MB'."""
+    and each rank's difference (measured - formula) in the last column. unit: 'B' or 'MB'.
+    Returns a `labkit.tables.Table`: aligned text when printed, a table in a notebook."""
+    from labkit.tables import Table
     div = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[unit]
     rows = list(breakdowns) + ([formula] if formula is not None else [])
     cats = [k for k in Breakdown.__dataclass_fields__
             if k in rows[0].as_dict() and any(getattr(b, k) for b in rows)]
-    w = max(14, *(len(k) + 2 for k in cats))
-    fmt = (lambda v: f"{v / div:>{w},.0f}") if unit == "B" else (lambda v: f"{v / div:>{w},.3f}")
-    head = f"{'':<10}" + "".join(f"{k:>{w}}" for k in cats) + f"{'total':>{w + 2}}"
-    if formula is not None:
-        head += f"{'- formula':>{w + 2}}"
-    lines = [f"bytes ({unit})" if unit != "B" else "bytes", head]
+    fmt = (lambda v: f"{v / div:,.0f}") if unit == "B" else (lambda v: f"{v / div:,.3f}")
+    header = [""] + cats + ["total"] + (["measured - formula"] if formula is not None else [])
+    out = []
     for b in rows:
-        name = "formula" if b is formula else (b.label.split()[0] + " " + b.label.split()[1]
+        name = "formula" if b is formula else (" ".join(b.label.split()[:2])
                                                if b.label.startswith("rank") else b.label[:10])
-        line = f"{name:<10}" + "".join(fmt(getattr(b, k)) for k in cats) + "  " + fmt(b.total)
-        if formula is not None and b is not formula:
-            line += "  " + fmt(b.total - formula.total)
-        lines.append(line)
-    return "\n".join(lines)
+        line = [name] + [fmt(getattr(b, k)) for k in cats] + [fmt(b.total)]
+        if formula is not None:
+            line.append("" if b is formula else fmt(b.total - formula.total))
+        out.append(line)
+    return Table(header, out, align="l" + "r" * (len(header) - 1),
+                 title=f"bytes ({unit})" if unit != "B" else "bytes")

@@ -1,0 +1,42 @@
+"""python -m labkit.bench plan [--full-step] [--sizes 8,64,1024]
+
+The planner's known cases, then the real Llama 2 7B / 70B sharded by FSDP2 (+ TP 8 for 70B) on a
+fake process group of each size, per-rank bytes against the formula; with --full-step, the
+peak of a whole 80-layer 70B step tracked by FSDPMemTracker under fake tensors (tens of seconds)."""
+import argparse
+import time
+
+from labkit.memory import GB
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m labkit.bench plan")
+    ap.add_argument("--sizes", default="8,64,1024")
+    ap.add_argument("--full-step", action="store_true", help="track a full-depth 70B step (slow)")
+    args = ap.parse_args(argv)
+    from labkit.plan.fake_scale import fake_scale
+    from labkit.plan.models import MODELS, Hardware
+    from labkit.plan.planner import plan
+    for k, hw in (("1B", Hardware(gpus_per_node=1)), ("7B", Hardware()), ("70B", Hardware(nodes=4)),
+                  ("175B", Hardware(gpu="A100-80GB", nodes=128))):
+        t = time.perf_counter()
+        p = plan(MODELS[k], hw)
+        print(f"{k:5s} on {hw.gpus:5d} x {hw.gpu}: {p.chosen.short()}  [{time.perf_counter() - t:.2f} s to plan]")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    cases = [("7B", n, 1) for n in sizes] + [("70B", n, 8) for n in sizes]
+    step = dict(name="70B", n_layers=80, world_size=1024, tp=8, seq=4096) if args.full_step else None
+    out = fake_scale(cases, step=step, timeout=1800)
+    print(f"{'model':5s} {'N':>5s} {'TP':>3s} {'measured GB':>12s} {'formula GB':>11s} {'DP-only GB':>11s} "
+          f"{'padding kB':>11s} {'diff B':>7s} {'seconds':>8s}")
+    for r in out["rows"]:
+        print(f"{r['model']:5s} {r['world_size']:5d} {r['tp']:3d} {r['measured'] / GB:12.3f} {r['formula'] / GB:11.3f} "
+              f"{r['dp only'] / GB:11.3f} {r['padding'] / 1e3:11.1f} {r['difference']:7.0f} {r['seconds']:8.1f}")
+    if out["step"]:
+        st = out["step"]
+        print(f"{st['model']} N={st['world_size']} TP={st['tp']}: peak of step 2 by category (GB), "
+              f"{st['seconds']:.0f} s:")
+        for k, v in st["peak"].items():
+            if v:
+                print(f"  {k:16s} {v / GB:8.2f}")
+        print(f"  formula: sharded params {st['formula params'] / GB:.2f}, Adam state {st['formula optimizer'] / GB:.2f}")
+    return 0

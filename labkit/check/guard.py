@@ -1,0 +1,99 @@
+"""Calling the learner's function on the ranks without letting one rank's mistake cost the others.
+
+Runs inside a rank. `attempt` calls the learner's function and catches what it raises; `settle`
+then makes every rank tell the others, through the process group's key-value store (not a
+collective, so it cannot meet the learner's own half-finished collectives), whether it got
+through. Two things follow:
+
+- When every rank raises (a stub's NotImplementedError, or one bug on every rank), every rank
+  returns normally with what it caught: the checker answers at once and the ranks are kept.
+  Without this, the first rank to raise ends the run and ranks still busy elsewhere (computing
+  the checker's reference) would be taken for stuck and replaced.
+- When only some ranks raise, the others are usually waiting for them inside a collective and
+  never come back. The ranks that raised wait `patience` seconds for them, then raise what
+  they caught (and emit it, for the checker's line); the runtime stops the stuck ranks.
+
+A rank whose call went through waits for the others as long as the run may last: a slow rank
+on a busy machine is not a hang. If the others never come, the run's timeout reports where
+each rank waits (this one "in settle()": it had returned from the learner's function).
+"""
+import datetime
+import time
+import traceback
+
+PATIENCE_S = 5.0        # seconds a rank that raised waits for the others before it gives up
+
+
+class Caught:
+    """What the learner's function raised on one rank: picklable, with the learner's frames."""
+
+    def __init__(self, exc: BaseException, rank: int):
+        self.type = type(exc).__name__
+        self.message = str(exc).strip()
+        self.rank = rank
+        self.time = time.time()
+        self.stub = isinstance(exc, NotImplementedError)
+        frames = traceback.extract_tb(exc.__traceback__)
+        mine = [f for f in frames if "/labkit/" not in f.filename.replace("\\", "/")
+                and "/torch/" not in f.filename.replace("\\", "/")]
+        # the learner's innermost frame, put into words in the notebook (describe), where a
+        # cell's file name can be turned into "Cell In[7]"
+        self.frame = (mine[-1].filename, mine[-1].lineno, (mine[-1].line or "").strip()) if mine else None
+        self.hint = ""                  # a sentence the checker adds when it knows the cause
+        self.exception = exc            # dropped when pickled (see __getstate__)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["exception"] = None
+        return state
+
+    @property
+    def first_line(self) -> str:
+        return self.message.splitlines()[0] if self.message else ""
+
+    def describe(self) -> str:
+        at = ""
+        if self.frame:
+            from labkit.runtime.errors import where
+            at = f" at {where(self.frame[0], self.frame[1])}" + (f": {self.frame[2]}" if self.frame[2] else "")
+        hint = f" - {self.hint}" if self.hint else ""
+        return f"failed on rank {self.rank}: {self.type}: {self.first_line}{at}{hint}"
+
+
+def attempt(fn, *args, **kwargs):
+    """(value, None), or (None, Caught) when fn raised an Exception."""
+    import labkit
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as exc:            # noqa: BLE001 - every rank must reach settle()
+        return None, Caught(exc, labkit.rank())
+
+
+def _store():
+    import torch.distributed as dist
+    # torch keeps the store the process group was made with; there is no public getter.
+    return dist.distributed_c10d._get_default_store()
+
+
+def settle(token: tuple, key: str, flag=None) -> list:
+    """Tell every rank whether this one's call raised or went wrong (`flag`: a Caught, a
+    problem, or None when all is well); return each rank's answer (True = flagged), by rank.
+    A rank that caught an exception waits at most the patience (seconds) that `token` =
+    (name, patience) carries, then raises it. The name is unique to one checker call
+    (core.new_token), `key` to one call of the learner's function."""
+    import torch.distributed as dist
+    token, patience = token
+    rank, n = dist.get_rank(), dist.get_world_size()
+    store = _store()
+    keys = [f"labkit-check/{token}/{key}/{r}" for r in range(n)]
+    store.set(keys[rank], "1" if flag is not None else "0")
+    raised = getattr(flag, "exception", None)
+    try:
+        store.wait(keys, datetime.timedelta(seconds=patience if raised is not None else 24 * 3600))
+    except Exception:                   # noqa: BLE001 - a store timeout: someone is stuck
+        if raised is None:
+            raise
+        import labkit
+        labkit.emit(learner_raised=flag)            # so the checker can still say what it was
+        raise raised from None
+    return [store.get(k) == b"1" for k in keys]

@@ -1,0 +1,133 @@
+"""Watching the learner's ring from inside a rank (used by `labkit.check.comm`).
+
+While the learner's function runs, `watch` replaces `dist.send/recv/isend/irecv` with versions
+that log each message (kind, peer, where in the tensor, size, dtype) and emit it (so a hang can
+be explained from the notebook), and `dist.get_world_size/get_rank` (and labkit's) with ones
+that notice a call without the group. Three mistakes are stopped before they reach gloo, where
+they would hang or kill a rank:
+
+- a message to or from a rank that is not the ring neighbour (RingMistake, raised before it is
+  posted, so nothing is left half-sent when every rank makes the same mistake);
+- the world's size or rank asked for inside a group (RingMistake, at the call);
+- a buffer of another dtype than the tensor: the message travels in the tensor's dtype (so the
+  sizes still match and the ring goes on) and the mistake is noted for the verdict.
+"""
+import contextlib
+import sys
+
+import torch
+import torch.distributed as dist
+
+P2P = ("send", "recv", "isend", "irecv")
+
+
+class RingMistake(Exception):
+    """A mistake the watch recognised on the spot; its message is the diagnosis."""
+
+
+def start_of(t, flat):
+    """Element offset of `t` inside `flat`, or None if `t` is a separate buffer."""
+    if t.numel() == 0 or flat.numel() == 0:
+        return None
+    if t.untyped_storage().data_ptr() != flat.untyped_storage().data_ptr() or t.dtype != flat.dtype:
+        return None
+    off = (t.data_ptr() - flat.data_ptr()) // flat.element_size()
+    return off if 0 <= off < flat.numel() else None
+
+
+class _Converted:
+    """A receive made in the tensor's dtype, copied into the learner's buffer when it is done."""
+
+    def __init__(self, work, tmp, dst):
+        self.work, self.tmp, self.dst, self.done = work, tmp, dst, False
+
+    def wait(self, *args, **kwargs):
+        out = self.work.wait(*args, **kwargs)
+        if not self.done:
+            self.dst.copy_(self.tmp)
+            self.done = True
+        return out
+
+    def is_completed(self):
+        return self.work.is_completed()
+
+
+def _from_learner() -> bool:
+    """True when the caller two frames up is not labkit's or torch's own code."""
+    name = sys._getframe(2).f_code.co_filename.replace("\\", "/")
+    return "/labkit/" not in name and "/torch/" not in name
+
+
+@contextlib.contextmanager
+def watch(flat, group, k, world, log, notes, emit):
+    """Patch torch.distributed (and labkit.rank/world_size) for the learner's call."""
+    import labkit
+    orig = {name: getattr(dist, name) for name in P2P + ("get_world_size", "get_rank")}
+    orig_lab = {"rank": labkit.rank, "world_size": labkit.world_size}
+    me = orig["get_rank"](group)
+    right, left = (me + 1) % k, (me - 1) % k
+
+    def p2p(kind):
+        send = kind.endswith("send")
+
+        def call(tensor, peer=None, group=None, tag=0, **kw):
+            peer = kw.pop("dst" if send else "src", peer)
+            gpeer = kw.get("group_dst" if send else "group_src")
+            if gpeer is None and peer is not None:
+                gpeer = peer if group is None else dist.get_group_rank(group, peer)
+            want = right if send else left
+            if gpeer is not None and gpeer != want and tensor.numel():
+                side = "sends to" if send else "receives from"
+                ring = (f"sends to the right-hand neighbour {right}" if send
+                        else f"receives from the left-hand neighbour {left}")
+                raise RingMistake(f"rank {me} {side} rank {gpeer} ({kind}); the ring {ring} "
+                                  "(group ranks: rank + 1 and rank - 1, mod the group's size)")
+            real, convert = tensor, None
+            if tensor.dtype != flat.dtype and tensor.numel():
+                what = "sends a" if send else "receives into a"
+                notes.append(f"rank {me} {what} {str(tensor.dtype)[6:]} buffer while the tensor is "
+                             f"{str(flat.dtype)[6:]}: make buffers with torch.empty_like(chunk), "
+                             "the same dtype as the tensor (gloo and NCCL match messages by bytes)")
+                if send:
+                    real = tensor.to(flat.dtype)
+                else:
+                    real = convert = torch.empty(tensor.shape, dtype=flat.dtype, device=tensor.device)
+            if tensor.numel():
+                entry = (kind, gpeer, start_of(tensor, flat), tensor.numel(), group is not None)
+                log.append(entry)
+                emit(p2p=list(entry), n=len(log))
+            work = orig[kind](real, peer, group, tag, **kw)
+            if convert is None:
+                return work
+            if kind == "recv":
+                tensor.copy_(convert)
+                return work
+            return _Converted(work, convert, tensor)
+        return call
+
+    def asked(what, fn_orig, lab=False):
+        def call(group_arg=None, *a, **kw):
+            group_arg = kw.pop("group", group_arg)
+            if group is not None and group_arg is None and (lab or _from_learner()):
+                if lab and not _from_learner():
+                    return fn_orig(*a, **kw)
+                raise RingMistake(
+                    f"your function asked for the {what} without the group: inside a group of {k} "
+                    f"of the {world} ranks that is the world's, not the group's; use "
+                    "dist.get_world_size(group) and dist.get_rank(group)")
+            return fn_orig(group_arg, *a, **kw) if not lab else fn_orig()
+        return call
+
+    patched = {name: p2p(name) for name in P2P}
+    patched["get_world_size"] = asked("world size (dist.get_world_size())", orig["get_world_size"])
+    patched["get_rank"] = asked("rank (dist.get_rank())", orig["get_rank"])
+    try:
+        for name, f in patched.items():
+            setattr(dist, name, f)
+        labkit.world_size = asked("world size (labkit.world_size())", orig_lab["world_size"], lab=True)
+        labkit.rank = asked("rank (labkit.rank())", orig_lab["rank"], lab=True)
+        yield
+    finally:
+        for name, f in orig.items():
+            setattr(dist, name, f)
+        labkit.world_size, labkit.rank = orig_lab["world_size"], orig_lab["rank"]

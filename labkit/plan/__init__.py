@@ -1,0 +1,26 @@
+"""Choosing a layout: traffic per dimension, the notes' decision tree with numbers, full-scale checks.
+
+    from labkit.plan import plan, MODELS, Hardware
+    p = plan(MODELS["70B"], Hardware(gpus_per_node=8, nodes=4))
+    print(p)                    # TP / PP / DP with a reason for each, memory, traffic, bubble, MFU
+
+Pure arithmetic (no torch): traffic.py, flops.py, models.py, planner.py. `fake_scale` and
+`llama` (torch's fake process group, the real model on meta), `draw` and `form` (matplotlib,
+ipywidgets) import on first use.
+"""
+from labkit.plan.traffic import Traffic, link_times, ranking_sentence, step_traffic
+
+_LAZY = {"plan": "planner", "evaluate": "planner", "Model": "models", "Hardware": "models",
+         "MODELS": "models", "form": "form", "render": "form", "draw_layout": "draw",
+         "fake_scale": "fake_scale"}
+
+__all__ = ["Traffic", "step_traffic", "link_times", "ranking_sentence"]
+__all__ += list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+        mod = importlib.import_module(f"{__name__}.{_LAZY[name]}")
+        return mod if name == _LAZY[name] else getattr(mod, name)
+    raise AttributeError(f"labkit.plan has no attribute {name!r}")

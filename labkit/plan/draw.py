@@ -1,0 +1,43 @@
+"""Pictures of a 3D layout: nodes as boxes, each rank coloured by its group along TP, PP, DP."""
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyBboxPatch, Rectangle
+
+from labkit.parallel_dims import Layout
+
+_TITLES = {"tp": "TP groups", "pp": "PP groups (pipelines)", "dp": "DP groups (replicas)"}
+
+
+def draw_layout(layout: Layout, dims=("tp", "pp", "dp"), cols: int = 4):
+    """One panel per dimension; in each, every node is a box of its ranks, and ranks of the same
+    group share a colour. Returns the figure."""
+    n_nodes, g = layout.nodes, layout.gpus_per_node
+    rows_per_node = -(-g // cols)
+    fig, axes = plt.subplots(len(dims), 1, figsize=(max(6, 2.6 * n_nodes), 1.9 * len(dims) * rows_per_node / 2 + 0.6),
+                             squeeze=False)
+    cmap = plt.get_cmap("tab20")
+    for ax, dim in zip(axes[:, 0], dims):
+        groups = layout.groups(dim)
+        colour = {r: cmap(i % 20) for i, grp in enumerate(groups) for r in grp}
+        for node in range(n_nodes):
+            x0 = node * (cols + 1)
+            ax.add_patch(FancyBboxPatch((x0 - 0.15, -0.15), cols + 0.3 - 0.0, rows_per_node + 0.3,
+                                        boxstyle="round,pad=0.05", fill=False, lw=1.5, ec="0.3"))
+            ax.text(x0 + cols / 2, rows_per_node + 0.35, f"node {node}", ha="center", va="bottom", fontsize=9)
+            for k in range(g):
+                r = node * g + k
+                if r >= layout.world_size:
+                    break
+                x, y = x0 + k % cols, rows_per_node - 1 - k // cols
+                ax.add_patch(Rectangle((x + 0.05, y + 0.05), 0.9, 0.9, color=colour[r]))
+                ax.text(x + 0.5, y + 0.5, str(r), ha="center", va="center", fontsize=8)
+        where = "crosses nodes" if layout.spans_nodes(dim) else "inside each node"
+        ax.set_title(f"{_TITLES[dim]}: {len(groups)} of {len(groups[0])} ranks, {where} "
+                     f"(colour = group, number = global rank)", fontsize=9, loc="left")
+        ax.set_xlim(-0.4, n_nodes * (cols + 1) - 0.6)
+        ax.set_ylim(-0.4, rows_per_node + 0.9)
+        ax.set_aspect("equal")
+        ax.axis("off")
+    fig.suptitle(f"dp {layout.dp} x pp {layout.pp} x tp {layout.tp} = {layout.world_size} GPUs, "
+                 f"order {layout.order} (fastest first)", fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,248 @@
+"""The notes' decision tree, walked with numbers (layer 1: pure arithmetic).
+
+    p = plan(MODELS["70B"], Hardware(nodes=4))
+    print(p)            # TP / PP / DP, ZeRO stage, checkpointing, each with its reason and numbers
+
+Every layout the hardware allows (TP a divisor of the node that divides the heads, PP a
+divisor of the layers, DP the rest; ZeRO 0-3 or hybrid sharding; checkpointing none /
+selective / full; micro-batch 1..32) is costed: memory per GPU from `labkit.memory`, traffic
+from `labkit.plan.traffic`, the bubble, and a step time. The plan is the fastest that fits;
+the reasons walk the notes' tree (one GPU? DP / ZeRO / FSDP? checkpointing, 8-bit optimizer?
+TP inside the node? PP? hybrid sharding over a slow network?) and give, at each branch, the
+best layout of that branch with its numbers. Where the notes' tree is loose it follows practice:
+- "fits: no parallelism" vs "DP first for throughput": with more than one GPU a model that fits
+  is replicated (DP): the GPUs would otherwise sit idle.
+- TP is chosen for memory, or to cut the data-parallel traffic that crosses the slow network
+  (TP's own traffic stays on NVLink), not because it is fast in itself.
+Step time model (stated assumptions): matmuls run at `efficiency` of peak; TP and PP traffic is
+not overlapped; DP traffic overlaps with backward (2/3 of compute; ZeRO-3 prefetches, so all of
+it); a pipeline's time is stretched by 1 / (1 - bubble). 10 % of GPU memory is kept free
+(allocator fragmentation, communication buffers, CUDA context).
+"""
+from dataclasses import dataclass, field
+
+from labkit.memory import GB, activations, model_states
+from labkit.parallel_dims import Layout
+from labkit.plan.flops import bubble_ratio, flops_per_token
+from labkit.plan.models import Hardware, Model
+from labkit.plan.traffic import Traffic, step_traffic
+
+USABLE = 0.9              # fraction of GPU memory a plan may fill
+EFFICIENCY = 0.5          # fraction of peak the matmuls reach (well-tuned bf16 kernels)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    tp: int
+    pp: int
+    dp: int
+    zero_stage: int
+    hybrid: bool
+    checkpointing: str
+    optimizer: str
+    micro_batch: int
+    micro_batches: int
+    model_state: float          # bytes per GPU
+    activations: float          # bytes per GPU (peak)
+    working: float              # bytes per GPU: ZeRO-3's gathered layers
+    capacity: float
+    traffic: Traffic
+    comm_seconds: dict          # dim -> seconds on the wire per step
+    compute_seconds: float
+    bubble: float
+    step_seconds: float
+    mfu: float
+
+    @property
+    def memory(self) -> float:
+        return self.model_state + self.activations + self.working
+
+    @property
+    def fits(self) -> bool:
+        return self.memory <= self.capacity * USABLE
+
+    @property
+    def sharding(self) -> str:
+        if self.hybrid:
+            return "hybrid sharding (ZeRO-3 in the node, replicas across nodes)"
+        return {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3 / FSDP"}[self.zero_stage] if self.dp > 1 \
+            else "none"
+
+    def short(self) -> str:
+        return (f"TP {self.tp} x PP {self.pp} x DP {self.dp} ({self.sharding}), "
+                f"checkpointing {self.checkpointing}, micro-batch {self.micro_batch}: "
+                f"{self.memory / GB:.1f} GB/GPU, step {self.step_seconds:.2f} s, MFU {self.mfu:.0%}")
+
+
+def evaluate(model: Model, hw: Hardware, tp: int, pp: int, dp: int, zero_stage: int = 0,
+             checkpointing: str = "none", micro_batch: int = 1, optimizer: str = "adam",
+             hybrid: bool = False, efficiency: float = EFFICIENCY) -> Candidate:
+    """Cost one layout: memory per GPU, traffic, bubble, step time and MFU."""
+    m = model.global_batch // (dp * micro_batch)
+    if m < 1 or m * dp * micro_batch != model.global_batch:
+        raise ValueError(f"global batch {model.global_batch} does not split into dp {dp} x "
+                         f"micro-batch {micro_batch} x a whole number of micro-batches")
+    shard_group = hw.gpus_per_node if hybrid else dp
+    held = model.params / (tp * pp)                                 # parameters on this GPU
+    ms = model_states(held, optimizer=optimizer, zero_stage=zero_stage, world_size=shard_group).device
+    act = activations(model.layers // pp, model.hidden, model.heads, model.seq, micro_batch, tp=tp,
+                      sequence_parallel=tp > 1, checkpointing=checkpointing, vocab=model.vocab)
+    in_flight = min(pp, m)                                          # 1F1B: first stage holds p
+    act_bytes = act.stored * in_flight + act.recompute + act.output
+    layer = 12 * model.hidden ** 2 / tp                             # one layer's parameters here
+    working = 4 * layer * 2 if zero_stage == 3 else 0               # 2 gathered layers + grads, 16-bit
+    lay = Layout(dp=dp, pp=pp, tp=tp, gpus_per_node=hw.gpus_per_node)
+    tr = step_traffic(lay, n_params=model.params, layers=model.layers, hidden=model.hidden,
+                      seq=model.seq, micro_batch=micro_batch, micro_batches=m,
+                      zero_stage=zero_stage, recompute=checkpointing == "full")
+    bw = {d: (hw.inter_gbps if lay.spans_nodes(d) else hw.intra_gbps) * 1e9 for d in ("tp", "pp", "dp")}
+    comm = {"tp": tr.tp / bw["tp"], "pp": tr.pp / bw["pp"], "dp": tr.dp / bw["dp"]}
+    if hybrid and dp > shard_group:      # ZeRO-3 inside the node, all-reduce across nodes
+        g, r = shard_group, dp // shard_group
+        grads = held * 2
+        intra = 3 * m * (g - 1) / g * grads
+        inter = 2 * (r - 1) / r * grads / g
+        tr = Traffic(tp=tr.tp, pp=tr.pp, dp=intra + inter, calls={**tr.calls, "dp": 3 * m + 1})
+        comm["dp"] = intra / (hw.intra_gbps * 1e9) + inter / (hw.inter_gbps * 1e9)
+    per_token = flops_per_token(model.params, model.layers, model.hidden, model.seq)
+    useful = per_token * model.tokens_per_step
+    extra = {"none": 0.0, "selective": 4 * model.layers * model.hidden * model.seq,
+             "full": 2 * model.params + 4 * model.layers * model.hidden * model.seq}[checkpointing]
+    compute = (per_token + extra) * model.tokens_per_step / hw.gpus / (hw.peak_tflops * 1e12 * efficiency)
+    bub = bubble_ratio(pp, m)
+    overlap = (1.0 if zero_stage == 3 else 2 / 3) * compute
+    step = (compute + comm["tp"] + comm["pp"]) / (1 - bub) + max(0.0, comm["dp"] - overlap)
+    mfu = useful / (step * hw.gpus * hw.peak_tflops * 1e12)
+    return Candidate(tp, pp, dp, zero_stage, hybrid, checkpointing, optimizer, micro_batch, m, ms,
+                     act_bytes, working, hw.gpu_gb * GB, tr, comm, compute, bub, step, mfu)
+
+
+def candidates(model: Model, hw: Hardware, optimizers=("adam",), efficiency: float = EFFICIENCY):
+    """Every layout the hardware and the model allow, costed."""
+    G = hw.gpus
+    for tp in (t for t in (1, 2, 4, 8, 16) if hw.gpus_per_node % t == 0 and model.heads % t == 0
+               and t <= hw.gpus_per_node):
+        for pp in (p for p in range(1, min(model.layers, 64) + 1) if model.layers % p == 0):
+            if G % (tp * pp):
+                continue
+            dp = G // (tp * pp)
+            for zero in ((0,) if dp == 1 else (0, 1, 2, 3)):
+                for hybrid in ((False, True) if zero == 3 and tp == pp == 1 and hw.nodes > 1 else (False,)):
+                    for ckpt in ("none", "selective", "full"):
+                        for opt in optimizers:
+                            for mb in (1, 2, 4, 8, 16, 32):
+                                if model.global_batch % (dp * mb):
+                                    continue
+                                c = evaluate(model, hw, tp, pp, dp, zero, ckpt, mb, opt, hybrid,
+                                             efficiency)
+                                yield c
+                                if not c.fits:      # a larger micro-batch needs more memory still
+                                    break
+
+
+def _simplicity(c: Candidate) -> tuple:
+    return ((c.tp > 1) + (c.pp > 1), c.pp, c.tp, c.zero_stage, c.hybrid,
+            ("none", "selective", "full").index(c.checkpointing), -c.micro_batch)
+
+
+def _best(cands, pred=lambda c: True):
+    ok = [c for c in cands if c.fits and pred(c)]
+    if not ok:
+        return None
+    fastest = min(c.step_seconds for c in ok)
+    return min((c for c in ok if c.step_seconds <= fastest * 1.02), key=_simplicity)
+
+
+@dataclass
+class Plan:
+    model: Model
+    hardware: Hardware
+    chosen: Candidate               # None when nothing fits
+    reasons: list = field(default_factory=list)    # [(branch of the tree, sentence)]
+
+    @property
+    def tp(self):
+        return self.chosen.tp if self.chosen else None
+
+    @property
+    def pp(self):
+        return self.chosen.pp if self.chosen else None
+
+    @property
+    def dp(self):
+        return self.chosen.dp if self.chosen else None
+
+    def __str__(self) -> str:
+        hw = self.hardware
+        head = (f"{self.model.name} on {hw.nodes} node(s) x {hw.gpus_per_node} {hw.gpu} "
+                f"({hw.gpu_gb:g} GB, {hw.peak_tflops:g} TFLOP/s)")
+        body = "\n".join(f"  {k}: {v}" for k, v in self.reasons)
+        if self.chosen is None:
+            return f"{head}\n{body}\n  => nothing fits"
+        c = self.chosen
+        tail = (f"  => {c.short()}\n     memory/GPU: model state {c.model_state / GB:.1f} + activations "
+                f"{c.activations / GB:.1f} + gathered layers {c.working / GB:.1f} GB; traffic/GPU/step: "
+                f"TP {c.traffic.tp / GB:.1f}, PP {c.traffic.pp / GB:.2f}, DP {c.traffic.dp / GB:.1f} GB; "
+                f"bubble {c.bubble:.1%}")
+        return f"{head}\n{body}\n{tail}"
+
+    __repr__ = __str__
+
+
+def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:
+    """Walk the decision tree; return the fastest layout that fits, with a reason per branch."""
+    cands = list(candidates(model, hw, efficiency=efficiency))
+    R, G = [], hw.gpus
+    one = evaluate(model, hw, 1, 1, 1, micro_batch=1) if model.global_batch >= 1 else None
+    states = model_states(model.params).device
+    R.append(("1. one GPU?", f"model state {states / GB:.0f} GB (16 B/param, mixed-precision Adam) + "
+              f"activations {one.activations / GB:.1f} GB at micro-batch 1 = {one.memory / GB:.0f} GB "
+              f"vs {USABLE * hw.gpu_gb:.0f} GB usable: " + ("fits" if one.fits else "does not fit")))
+    best = _best(cands)
+    if best is None:
+        cands8 = list(candidates(model, hw, optimizers=("adam8bit",), efficiency=efficiency))
+        best = _best(cands8)
+        R.append(("8-bit optimizer", "nothing fits with fp32 Adam states; " +
+                  ("8-bit Adam (m, v in 1 byte) makes it fit" if best else "not even with 8-bit Adam")))
+        if best is None:
+            return Plan(model, hw, None, R)
+        cands = cands8
+    if G == 1:
+        R.append(("2. data parallel", "one GPU: nothing to replicate"))
+    else:
+        ddp = _best(cands, lambda c: c.tp == c.pp == 1 and c.zero_stage == 0)
+        zero = _best(cands, lambda c: c.tp == c.pp == 1 and c.zero_stage > 0 and not c.hybrid)
+        R.append(("2. DP / ZeRO / FSDP", (f"DDP fits ({ddp.short()}); the notes' 'fits: no parallelism' is "
+                  "for one GPU: with more GPUs practice replicates the model for throughput" if ddp else
+                  "DDP does not fit (every GPU holds all 16 B/param)") +
+                  (f"; best sharded: {zero.short()}" if zero else "; ZeRO over all GPUs does not fit")))
+    ck = [c for c in cands if c.fits and (c.tp, c.pp, c.dp, c.zero_stage, c.hybrid, c.micro_batch) ==
+          (best.tp, best.pp, best.dp, best.zero_stage, best.hybrid, best.micro_batch)]
+    none = evaluate(model, hw, best.tp, best.pp, best.dp, best.zero_stage, "none", best.micro_batch,
+                    best.optimizer, best.hybrid, efficiency)
+    R.append(("3. checkpointing", f"{best.checkpointing}: activations {best.activations / GB:.1f} GB/GPU "
+              f"(without: {none.activations / GB:.1f} GB, {'fits' if none.fits else 'does not fit'})"
+              + ("" if len(ck) > 1 or best.checkpointing == "none" else "; the only setting that fits")))
+    no_tp = _best(cands, lambda c: c.tp == 1)
+    if best.tp > 1:
+        why = ("without TP nothing fits" if no_tp is None else
+               f"best without TP: {no_tp.short()}")
+        R.append(("4. TP inside the node", f"TP {best.tp} keeps its {best.traffic.calls['tp']} all-reduces "
+                  f"per step on NVLink and divides weights, activations and DP traffic by {best.tp}; {why}"))
+    else:
+        tp8 = _best(cands, lambda c: c.tp > 1)
+        R.append(("4. TP inside the node", "not needed: the layers fit whole" +
+                  (f" (best with TP: {tp8.short()})" if tp8 else "")))
+    no_pp = _best(cands, lambda c: c.pp == 1)
+    if best.pp > 1:
+        R.append(("5. PP across nodes", f"PP {best.pp}: bubble {best.bubble:.1%} with "
+                  f"{best.micro_batches} micro-batches; " + ("without PP nothing fits" if no_pp is None
+                                                             else f"best without PP: {no_pp.short()}")))
+    else:
+        R.append(("5. PP across nodes", "not needed: the layers fit on each GPU (or its TP group)"))
+    if hw.nodes > 1:
+        hyb = _best(cands, lambda c: c.hybrid)
+        R.append(("6. hybrid sharding", (f"{'chosen' if best.hybrid else 'best hybrid'}: {hyb.short()}"
+                  if hyb else "does not fit (a node's GPUs alone cannot hold the model states)")))
+    R.append(("choice", "the fastest layout that fits (among those within 2 % of it, the simplest)"))
+    return Plan(model, hw, best, R)

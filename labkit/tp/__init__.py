@@ -1,0 +1,29 @@
+"""Tensor parallelism written by hand (Megatron-LM's f and g), and the same with DTensor.
+
+    from labkit.tp import ColumnParallelLinear, RowParallelLinear, TPBlock
+    TPBlock(block, group)                      # a labkit.models.Block split over the TP group
+    cluster.run(labkit.tp.block_parity)        # max |diff| against one device, per rank
+
+comms.py (f, g and the sequence-parallel pair), layers.py (column / row linears),
+blocks.py (MLP, attention, block), parity.py (runs on ranks), dtensor_tp.py (PyTorch's
+`parallelize_module`), two_d.py (FSDP2 x TP on a 2-D mesh), formulas.py (pure).
+"""
+import importlib
+
+_LAZY = {
+    "copy_to_tp": "comms", "reduce_from_tp": "comms", "scatter_seq": "comms", "gather_seq": "comms",
+    "ColumnParallelLinear": "layers", "RowParallelLinear": "layers", "shard_rows": "layers",
+    "TPMLP": "blocks", "TPAttention": "blocks", "TPBlock": "blocks", "parallelize_blocks": "blocks",
+    "sync_sequence_parallel_grads": "blocks",
+    "block_parity": "parity", "block_traffic": "parity", "saved_activation_bytes": "parity",
+    "reference_blocks": "parity",
+    "dtensor_blocks": "dtensor_tp", "dtensor_parity": "dtensor_tp", "dtensor_sp_traffic": "dtensor_tp",
+    "two_d_parity": "two_d",
+}
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"labkit.tp has no attribute {name!r}")

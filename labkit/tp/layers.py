@@ -1,0 +1,72 @@
+"""Column- and row-parallel linear layers (Megatron-LM, arXiv 1909.08053, section 3).
+
+A linear layer Y = X A^T + b (torch stores A as [out, in]):
+- column parallel: rank r keeps rows r of A (its 1/t of the outputs). Its input goes through
+  f (identity forward, all-reduce backward); its output stays split, one slice per rank.
+- row parallel: rank r keeps columns r of A (its 1/t of the inputs) and takes the split output
+  of a column-parallel layer as input. Each rank's product is a partial sum, summed by g
+  (all-reduce forward, identity backward); the bias is added once, after the sum.
+An MLP is column then row: one all-reduce forward (g) and one backward (f).
+
+Both are built from a single-device nn.Linear (`from_linear`), so a test can compare them with it.
+"""
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from labkit.tp import comms
+
+
+def shard_rows(n: int, t: int, r: int, what: str) -> slice:
+    """Rank r's slice of n rows split t ways; a clear error when t does not divide n."""
+    if n % t:
+        raise ValueError(f"{what} ({n}) does not divide by the tensor-parallel degree ({t}): "
+                         f"{n} / {t} = {n / t:.2f} per rank. Tensor parallelism splits it into "
+                         f"equal parts: pick a TP degree among the divisors of {n}, or pad it")
+    k = n // t
+    return slice(r * k, (r + 1) * k)
+
+
+def _tp(group):
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
+class ColumnParallelLinear(nn.Module):
+    """Rank r holds rows r of the weight (and of the bias). `parts` = 3 for a fused QKV weight:
+    each of q, k, v is split, so rank r gets the same heads of all three."""
+
+    def __init__(self, linear: nn.Linear, group=None, parts: int = 1, sequence_parallel=False,
+                 impl: str = "ring", name: str = "weight"):
+        super().__init__()
+        t, r = _tp(group)
+        self.group, self.sp, self.impl = group, sequence_parallel, impl
+        out = linear.out_features // parts
+        rows = torch.cat([torch.arange(i * out, (i + 1) * out)[shard_rows(out, t, r, f"{name} outputs")]
+                          for i in range(parts)])
+        self.weight = nn.Parameter(linear.weight.detach()[rows].clone())
+        self.bias = nn.Parameter(linear.bias.detach()[rows].clone()) if linear.bias is not None else None
+        self.rows = rows                            # which rows of the full weight this rank holds
+
+    def forward(self, x):
+        x = comms.gather_seq(x, self.group, self.impl) if self.sp else comms.copy_to_tp(x, self.group)
+        return F.linear(x, self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Module):
+    """Rank r holds columns r of the weight; the bias is whole and added after the sum."""
+
+    def __init__(self, linear: nn.Linear, group=None, sequence_parallel=False, impl: str = "ring",
+                 name: str = "weight"):
+        super().__init__()
+        t, r = _tp(group)
+        self.group, self.sp, self.impl = group, sequence_parallel, impl
+        self.cols = shard_rows(linear.in_features, t, r, f"{name} inputs")
+        self.weight = nn.Parameter(linear.weight.detach()[:, self.cols].clone())
+        self.bias = nn.Parameter(linear.bias.detach().clone()) if linear.bias is not None else None
+
+    def forward(self, x):
+        partial = F.linear(x, self.weight)
+        y = comms.scatter_seq(partial, self.group, self.impl) if self.sp \
+            else comms.reduce_from_tp(partial, self.group)
+        return y if self.bias is None else y + self.bias

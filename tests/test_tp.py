@@ -1,0 +1,99 @@
+"""Tensor parallelism on real gloo ranks against the same blocks on one device."""
+import pytest
+
+from labkit.tp.layers import shard_rows
+from labkit.tp.parity import block_parity, block_traffic, saved_activation_bytes
+
+pytestmark = pytest.mark.cluster   # starts ranks or a subprocess
+
+TOL = 1e-5
+
+
+@pytest.mark.parametrize("sp", [False, True], ids=["tp", "tp+sp"])
+def test_blocks_match_one_device(cluster, sp):
+    res = cluster.run(block_parity, sequence_parallel=sp)
+    for rank, diffs in enumerate(res):
+        worst = max(diffs, key=diffs.get)
+        assert diffs[worst] < TOL, (rank, worst, diffs[worst])
+    assert {"0.attn.qkv.weight", "0.attn.proj.weight", "1.mlp.fc_out.bias", "input grad"} <= set(res[0])
+
+
+def test_uneven_sizes_give_clear_errors():
+    with pytest.raises(ValueError, match=r"MLP hidden size \(fc\) \(10\) does not divide by the "
+                                         r"tensor-parallel degree \(4\): 10 / 4 = 2.50"):
+        shard_rows(10, 4, 0, "MLP hidden size (fc)")
+    assert shard_rows(12, 4, 2, "x") == slice(6, 9)
+
+
+def _uneven_heads():
+    try:
+        block_parity(n_embd=48, n_head=6)
+    except ValueError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_heads_not_divisible_on_ranks(cluster4):
+    msg = cluster4.run(_uneven_heads)[0]
+    assert "number of attention heads (6) does not divide by the tensor-parallel degree (4)" in msg
+
+
+def test_four_all_reduces_per_layer(cluster):
+    for rank, r in enumerate(cluster.run(block_traffic, n_layer=2)):
+        assert r["calls each way"] == 4
+        for way in ("forward", "backward"):     # bytes within 1 % of 2 (t-1)/t x activation, x2 layers
+            assert abs(r[way] / r["formula each way"] - 1) < 0.01, (rank, way, r)
+
+
+def test_sequence_parallel_same_bytes_less_memory(cluster4):
+    tp = cluster4.run(block_traffic)[0]
+    sp = cluster4.run(block_traffic, sequence_parallel=True)[0]
+    sp_gloo = cluster4.run(block_traffic, sequence_parallel=True, impl="torch")[0]
+    assert abs(sp["forward"] / tp["forward"] - 1) < 0.01      # ring reduce-scatter + all-gather
+    assert abs(sp_gloo["forward"] / tp["forward"] - 1.5) < 0.03   # gloo's reduce-scatter = all-reduce
+    full = cluster4.run(saved_activation_bytes)[0]
+    split = cluster4.run(saved_activation_bytes, sequence_parallel=True)[0]
+    assert split < full
+
+
+def test_dtensor_same_results(cluster4):
+    """PyTorch's parallelize_module (4 ranks only: importing DTensor costs seconds per rank)."""
+    from labkit.tp.dtensor_tp import dtensor_parity
+    for sp in (False, True):
+        for rank, diffs in enumerate(cluster4.run(dtensor_parity, sequence_parallel=sp)):
+            worst = max(diffs, key=diffs.get)
+            assert diffs[worst] < TOL, (sp, rank, worst, diffs[worst])
+    from labkit.tp.dtensor_tp import dtensor_sp_traffic
+    dt = cluster4.run(dtensor_sp_traffic)[0]
+    act = dt["activation bytes"]      # gloo: 4 pairs x (1.5 + 0.75); separate q, k, v: 6 all-reduces x 1.5
+    assert abs(dt["DTensor TP+SP"] / act - 9) < 0.1 and abs(dt["DTensor TP"] / act - 9) < 0.1, dt
+
+
+def test_fsdp2_times_tp_equals_one_process(cluster4):
+    from labkit.tp.two_d import two_d_parity
+    res = cluster4.run(two_d_parity, dp=2, tp=2)
+    for r in res:
+        assert r["max diff"] < TOL, r
+    assert res[0]["mesh"] == [[0, 1], [2, 3]]
+    assert res[0]["local shape"] == (16, 64)        # q: 64 rows / tp 2 / dp 2
+
+
+def _group_sums():
+    import torch
+    import torch.distributed as dist
+
+    from labkit.parallel_dims import Layout, build_groups
+    groups = build_groups(Layout(dp=2, pp=1, tp=2, gpus_per_node=2))
+    out = {}
+    for d in ("tp", "pp", "dp"):
+        t = torch.tensor([float(dist.get_rank())])
+        dist.all_reduce(t, group=groups[d])
+        out[d] = int(t.item())
+    return out
+
+
+def test_layout_builds_real_groups(cluster4):
+    sums = cluster4.run(_group_sums)
+    assert [s["tp"] for s in sums] == [1, 1, 5, 5]          # TP groups {0, 1}, {2, 3}
+    assert [s["dp"] for s in sums] == [2, 4, 2, 4]          # DP groups {0, 2}, {1, 3}
+    assert [s["pp"] for s in sums] == [0, 1, 2, 3]          # PP 1: each rank alone
