@@ -21,7 +21,8 @@ CPU offload (CPUOffloadPolicy) keeps the sharded parameters, their gradients and
 state in host memory and copies a unit to the device only to gather it. On this CPU-only
 machine there is no device to leave: the report is accounting of which measured bytes would
 leave the GPU (all model states) and which stay (gathered units, activations), beside the
-formula's offload=True, which moves only the optimizer state (ZeRO-Offload).
+formula's offload=True (ZeRO-Offload: gradients and optimizer state to the host, 16-bit
+parameters stay).
 """
 import copy
 
