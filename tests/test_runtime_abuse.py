@@ -225,8 +225,8 @@ def test_a_killed_driver_leaves_no_worker_and_no_folder(tmp_path):
         p.kill()
         p.wait()
     assert _wait_gone(set(pids + children), 5.0) == []
-    assert os.path.isdir(stack_dir)
-    assert stack_dir in procs.remove_stale_dirs(os.path.dirname(stack_dir))
+    if os.path.isdir(stack_dir):    # the zygote removes it once the notebook is gone; else the next Cluster
+        assert stack_dir in procs.remove_stale_dirs(os.path.dirname(stack_dir))
     assert not os.path.exists(stack_dir)
 
 

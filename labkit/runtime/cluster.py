@@ -6,8 +6,8 @@
 The ranks start once and wait for work; `run` sends `fn` by value to every rank, streams each
 rank's prints into the cell as ``[rank N] ...`` and returns the results by rank. Failures come
 back as `RankError` (a traceback per rank) and hangs as `RankTimeout` (where each rank was
-stuck). After a hang, a crash or an interrupt the ranks are replaced by spares that have
-already imported torch, so the next `run` works within a second.
+stuck). After a hang, a crash or an interrupt the ranks are replaced by spares (forked from a
+zygote in ~0.1 s, zygote.py), so the next `run` works within a second, failure after failure.
 """
 import itertools
 import os
@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 
-from labkit.runtime import errors, interrupts, procs, wire
+from labkit.runtime import errors, interrupts, procs, shm, wire
 from labkit.runtime.collect import Event, collect
 from labkit.runtime.options import check_env, check_world_size, resolve_backend, seconds
 from labkit.runtime.output import Outputs
@@ -48,7 +48,7 @@ class Cluster:
                  pg_timeout: float = None, output_lines: int = 10_000,
                  output_bytes: int = 1_000_000):
         """timeout: default seconds a run may take before RankTimeout.
-        spares: standby workers kept ready for recovery (default: world_size).
+        spares: standby workers kept ready for recovery (default: world_size; LABKIT_ZYGOTE=0).
         env: extra environment variables for every rank, set when its process starts, so before
             torch and the process group read them: ``env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}``.
         pg_timeout: seconds a collective may wait inside gloo/NCCL before it fails (the
@@ -168,14 +168,16 @@ class Cluster:
         """Run ``fn(*args, **kwargs)`` on every rank; return the results, index = rank."""
         __tracebackhide__ = True
         self._check_open()
-        payload = wire.dumps_call(fn, args, kwargs)
-        return self._execute("call", payload, timeout, f"{getattr(fn, '__name__', 'fn')}()")
+        with shm.outbox() as keep:                # tensors go through shared memory (shm.py)
+            payload = wire.dumps_call(fn, args, kwargs, keep=keep)
+            return self._execute("call", payload, timeout, f"{getattr(fn, '__name__', 'fn')}()")
 
     def push(self, **values) -> None:
         """Set variables in every rank's %%ranks namespace: ``cluster.push(lr=0.1)``."""
         __tracebackhide__ = True
         self._check_open()
-        self._execute("push", wire.dumps_values(values), None, "push")
+        with shm.outbox() as keep:
+            self._execute("push", wire.dumps_values(values, keep=keep), None, "push")
 
     def pull(self, name: str) -> list:
         """A variable from every rank's %%ranks namespace, as a list by rank."""
@@ -211,12 +213,9 @@ class Cluster:
                 task_id = next(self._task_ids)
                 self.events = []
                 self._in_flight = True
-                try:
-                    for w in self._ranks:
-                        w.conn.send(("task", task_id, kind, payload))
-                except (BrokenPipeError, OSError):
-                    pass                           # a dead rank shows up as EOF below
+                wire.send_task(self._ranks, task_id, kind, payload)   # a dead rank: EOF below
                 outcome = collect(self, task_id, timeout)
+                wire.release(self._ranks, task_id)  # results loaded: ranks free their copies
                 if self._closed:
                     raise RuntimeError(f"the cluster was closed (close() was called) while {label} "
                                        "was running; start a new one with labkit.Cluster(...)")

@@ -185,7 +185,7 @@ def collect(host: Host, task_id: int, timeout: float) -> Outcome:
                             fail(r, errors.failure_from_report(r, msg[3]))
                 if w.garbled or w.eof:
                     gone.add(r)
-                    sel.unregister(w.conn.fileno())
+                    sel.unregister(key.fileobj)       # the conn may be closed by close()
                 if w.garbled:
                     out.broken.add(r)
                     if r in out.pending:

@@ -4,12 +4,17 @@ A spare has imported torch and said hello on the control socket but has no rank 
 `take(n)` hands spares to the Cluster (starting more if too few are on the way); `top_up()`
 starts replacements in the background, so that recovering from a hang costs a process-group
 init, not an `import torch`.
+
+Workers are forked by the pool's zygote (zygote.py: ~0.1 s each, so the standby never runs
+dry, even after several failures in a row); if the zygote cannot start or dies, they are
+spawned as fresh interpreters instead (2-10 s each).
 """
 import shutil
+import sys
 import threading
 import time
 
-from labkit.runtime import procs
+from labkit.runtime import procs, zygote
 
 
 class WorkerPool:
@@ -23,21 +28,73 @@ class WorkerPool:
         self.env = dict(env or {})               # extra environment of every worker
         self.stack_dir = procs.make_stack_dir()
         self.server = procs.ControlServer(self._on_hello)
+        self.forking = 0                          # asked of the zygote, pid not known yet
+        self.forked = 0                           # workers the zygote made (spawned: the rest)
+        self._early = {}                          # pid -> a hello that beat the zygote's answer
+        self.zygote = None
+        if zygote.ENABLED:
+            try:
+                self.zygote = zygote.Zygote(self.server, self.stack_dir, threads, self.env,
+                                            self._on_forked, self._on_zygote_lost)
+            except OSError as exc:
+                print(f"labkit: could not start the process that forks ranks quickly ({exc}); "
+                      "ranks start as fresh interpreters instead.", file=sys.stderr)
 
     def launch(self, n: int) -> None:
+        """Start n workers (call with self.cond held): forked by the zygote, else spawned."""
         for _ in range(n):
+            if self.zygote is not None and self.zygote.alive:
+                try:
+                    self.zygote.fork()
+                    self.forking += 1
+                    continue
+                except OSError:
+                    pass                          # the zygote is gone: spawn this one
             w = procs.launch(self.server, self.stack_dir, self.threads, self.env)
             self.workers[w.pid] = w
+
+    def _on_forked(self, proc) -> None:
+        """The zygote forked a worker (called from the zygote reader thread)."""
+        w = procs.Worker(proc)
+        with self.cond:
+            self.forking -= 1
+            self.forked += 1
+            if self.closed:
+                w.kill()
+                return
+            self.workers[w.pid] = w
+            early = self._early.pop(w.pid, None)
+            if early is not None:
+                self._attach(w, *early)
+            self.cond.notify_all()
+
+    def _on_zygote_lost(self, lost: int) -> None:
+        """The zygote died; `lost` forks it never answered are spawned instead."""
+        with self.cond:
+            self.forking -= lost
+            if not self.closed:
+                if lost:
+                    self.launch(lost)
+                print("labkit: the process that forks ranks quickly has stopped "
+                      f"({zygote_exit(self.zygote)}); new ranks start as fresh interpreters "
+                      "(2-10 s each).", file=sys.stderr)
+            self.cond.notify_all()
 
     def _on_hello(self, pid, conn, main_ident, stack_path) -> None:
         with self.cond:
             w = self.workers.get(pid)
+            if w is None and self.forking > 0 and not self.closed:
+                self._early[pid] = (conn, main_ident, stack_path)   # the zygote's answer follows
+                return
             if w is None or self.closed:
                 conn.close()
                 return
-            w.conn, w.main_ident, w.stack_path = conn, main_ident, stack_path
-            self.spares.append(w)
-            self.cond.notify_all()
+            self._attach(w, conn, main_ident, stack_path)
+
+    def _attach(self, w, conn, main_ident, stack_path) -> None:
+        w.conn, w.main_ident, w.stack_path = conn, main_ident, stack_path
+        self.spares.append(w)
+        self.cond.notify_all()
 
     def _starting(self) -> list:
         return [w for w in self.workers.values() if w.conn is None and w.alive()]
@@ -46,7 +103,8 @@ class WorkerPool:
         """Start spares up to the target (they import torch in the background)."""
         with self.cond:
             if not self.closed:
-                missing = self.spare_target - len(self.spares) - len(self._starting())
+                missing = (self.spare_target - len(self.spares) - len(self._starting())
+                           - self.forking)
                 if missing > 0:
                     self.launch(missing)
 
@@ -64,7 +122,7 @@ class WorkerPool:
         """n spares, oldest first; starts what is missing and says why a start failed."""
         with self.cond:
             self.spares = [w for w in self.spares if w.alive()]
-            missing = n - len(self.spares) - len(self._starting())
+            missing = n - len(self.spares) - len(self._starting()) - self.forking
             if missing > 0:
                 self.launch(missing)
             while len(self.spares) < n:
@@ -86,17 +144,36 @@ class WorkerPool:
         self.workers.pop(w.pid, None)
 
 
+def zygote_exit(z) -> str:
+    code = z.proc.poll() if z is not None else None
+    if code is None:
+        return "closed its connection"
+    if code < 0:
+        return f"killed by signal {-code}"
+    try:
+        with open(z.log_path, errors="replace") as f:
+            tail = f.read()[-400:].strip()
+    except OSError:
+        tail = ""
+    return f"exit code {code}" + (f": {tail}" if tail else "")
+
+
 def shutdown(pool: WorkerPool, store: list) -> None:
     """Kill every process of the pool and free its sockets and files (also at exit).
     `store` holds the cluster's TCPStore; emptying it destroys the store and its socket."""
     with pool.cond:
         pool.closed = True
         pool.spares = []
+        early, pool._early = list(pool._early.values()), {}
+    for conn, _, _ in early:
+        conn.close()
     workers = list(pool.workers.values())
     for w in workers:
         w.kill("the cluster was closed")
     for w in workers:
         w.reap(1.0)
+    if pool.zygote is not None:
+        pool.zygote.close()                       # it kills any child the pool never heard of
     pool.workers.clear()
     pool.server.close()
     store.clear()

@@ -194,9 +194,9 @@ class _Launcher:
 _launcher = _Launcher()
 
 
-def launch(server: ControlServer, stack_dir: str, threads: int, extra_env: dict = None) -> Worker:
-    """Start one spare worker: a fresh interpreter running labkit.runtime.worker, leading its
-    own process group (killed as a group), with `extra_env` set before anything imports."""
+def worker_env(threads: int, extra_env: dict = None) -> dict:
+    """The environment of a worker (spawned, or forked from the zygote), with `extra_env` set
+    before anything imports."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_LABKIT_ROOT, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"                 # prints reach the notebook as they happen
@@ -208,11 +208,18 @@ def launch(server: ControlServer, stack_dir: str, threads: int, extra_env: dict 
         env.pop(var, None)                        # a torchrun parent must not leak into ranks
     env.update(extra_env or {})
     env["LABKIT_DRIVER_PID"] = str(os.getpid())   # the worker dies with this process
+    return env
+
+
+def launch(server: ControlServer, stack_dir: str, threads: int, extra_env: dict = None) -> Worker:
+    """Start one spare worker: a fresh interpreter running labkit.runtime.worker, leading its
+    own process group (killed as a group)."""
     host, port = server.address
     proc = _launcher(lambda: subprocess.Popen(
         [sys.executable, "-m", "labkit.runtime.worker", host, str(port), stack_dir],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        env=env, cwd=os.getcwd(), close_fds=True, start_new_session=True))
+        env=worker_env(threads, extra_env), cwd=os.getcwd(), close_fds=True,
+        start_new_session=True))
     proc.stdin.write(server.authkey.hex().encode() + b"\n")   # the key never shows in `ps`
     proc.stdin.flush()
     return Worker(proc)

@@ -8,10 +8,13 @@ closure variable of the function.
 import io
 import pickle
 import sys
+import threading
 import types
 from collections import ChainMap
 
 import cloudpickle
+
+from labkit.runtime import learner, shm
 
 
 def _code_reduce(code):
@@ -62,11 +65,36 @@ if hasattr(cloudpickle.cloudpickle, "_find_imported_submodules"):
 
 class _Pickler(cloudpickle.Pickler):
     dispatch_table = ChainMap({types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
+    shm_reducers = {}
+
+    def reducer_override(self, obj):
+        reduce = self.shm_reducers.get(type(obj))
+        if reduce is not None:
+            return reduce(obj)
+        return super().reducer_override(obj)
 
 
-def dumps(obj) -> bytes:
+def dumps(obj, keep: list = None, private: bool = True) -> bytes:
+    """Pickle `obj`. With `keep` (a list), big CPU tensor storages go through one shared-memory
+    segment (see shm.py), appended to `keep`: the caller closes it (shm.close) once every
+    receiver has loaded the message. private: receivers map it copy-on-write."""
     buf = io.BytesIO()
-    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    p = _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    segment = None
+    if keep is not None and shm.ENABLED and "torch" in sys.modules:
+        segment = shm.Segment(private)
+        p.shm_reducers = shm.reducers(segment)
+    try:
+        p.dump(obj)
+    except BaseException:
+        if segment is not None:
+            segment.close()
+        raise
+    if segment is not None:
+        if segment.fd is None:
+            segment.close()
+        else:
+            keep.append(segment)
     return buf.getvalue()
 
 
@@ -98,13 +126,14 @@ def _culprits(fn) -> list:
     return found
 
 
-def dumps_call(fn, args: tuple, kwargs: dict) -> bytes:
-    """Pickle (fn, args, kwargs) once for every rank; say exactly what cannot be sent."""
+def dumps_call(fn, args: tuple, kwargs: dict, keep: list = None) -> bytes:
+    """Pickle (fn, args, kwargs) once for every rank; say exactly what cannot be sent.
+    keep: see `dumps` (tensors through shared memory)."""
     if not callable(fn):
         raise TypeError(f"cluster.run needs a function to run on every rank, got "
                         f"{type(fn).__name__}: {fn!r}")
     try:
-        return dumps((fn, args, kwargs))
+        return dumps((fn, args, kwargs), keep)
     except Exception:                             # noqa: BLE001 - find the culprit below
         pass
     name = getattr(fn, "__name__", repr(fn))
@@ -126,12 +155,52 @@ def dumps_call(fn, args: tuple, kwargs: dict) -> bytes:
                     "Create such objects inside the function, where each rank makes its own.")
 
 
-def dumps_values(values: dict) -> bytes:
+def dumps_values(values: dict, keep: list = None) -> bytes:
+    try:
+        return dumps(values, keep)
+    except Exception:                             # noqa: BLE001 - find the culprit below
+        pass
     for k, v in values.items():
         why = _why(v)
         if why:
             raise TypeError(f"{k}= ({type(v).__name__}) cannot be sent to the ranks ({why}).")
-    return dumps(values)
+    return dumps(values, keep)
+
+
+_sent = []                 # a rank's result segments, until the notebook has loaded them
+_sent_lock = threading.Lock()
+
+
+def dumps_result(value) -> bytes:
+    """On a rank: pickle a result, its tensors through shared memory the notebook maps."""
+    with _sent_lock:
+        return dumps(value, keep=_sent, private=False)
+
+
+def send_task(ranks, task_id: int, kind: str, payload) -> None:
+    """In the notebook: send a task to every rank, with the notebook's folder, sys.path and
+    edited modules (learner.py). A rank that is gone shows up as EOF when results are read."""
+    msg = ("task", task_id, kind, payload, learner.snapshot())
+    for w in ranks:
+        try:
+            w.conn.send(msg)
+        except (BrokenPipeError, OSError):
+            pass
+
+
+def release(ranks, task_id: int) -> None:
+    """In the notebook: every result of task `task_id` is loaded; ranks may free their copies."""
+    for w in ranks:
+        try:
+            w.conn.send(("release", task_id))
+        except (BrokenPipeError, OSError):
+            pass
+
+
+def release_results() -> None:
+    """On a rank: the notebook has loaded the last result; let go of its segments."""
+    with _sent_lock:
+        shm.close(_sent)
 
 
 def loads(data: bytes):

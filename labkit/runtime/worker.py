@@ -54,13 +54,25 @@ def _exit_all() -> None:
     os._exit(0)
 
 
-def _control_loop(conn) -> None:
+def _owner_alive_check(owner: int):
+    """Is the notebook (pid `owner`) still there? A forked worker's parent is the zygote, so it
+    watches the notebook through a pidfd (the zygote needs Linux >= 5.3: zygote.ENABLED)."""
+    if owner == os.getppid():
+        return lambda: os.getppid() == owner
+    import select
+    poller = select.poll()
+    poller.register(os.pidfd_open(owner), select.POLLIN)   # readable once the notebook exits
+    return lambda: not poller.poll(0)
+
+
+def _control_loop(conn, owner: int) -> None:
     """Read messages from the notebook; exit the process when the notebook goes away."""
-    ppid = os.getppid()
+    from labkit.runtime import wire
+    owner_alive = _owner_alive_check(owner)
     while True:
         try:
             if not conn.poll(1.0):
-                if os.getppid() != ppid:       # reparented: our kernel is gone
+                if not owner_alive():          # our kernel is gone
                     _exit_all()
                 continue
             msg = conn.recv()
@@ -68,6 +80,9 @@ def _control_loop(conn) -> None:
             _exit_all()
         if msg[0] == "exit":
             _exit_all()
+        if msg[0] == "release":                # the notebook has loaded our last result
+            wire.release_results()
+            continue
         _tasks.put(msg)
 
 
@@ -197,8 +212,7 @@ def _run_task(kind: str, payload, ns: dict):
 
 
 def _serve(conn) -> None:
-    import cloudpickle
-    from labkit.runtime import context
+    from labkit.runtime import context, learner, wire
     ns = None
     while True:
         msg = _tasks.get()
@@ -215,13 +229,18 @@ def _serve(conn) -> None:
                 _flush()
                 conn.send(("init_failed", _failure(exc)))
             continue
-        _, task_id, kind, payload = msg
+        _, task_id, kind, payload = msg[:4]
+        wire.release_results()                # the notebook has long loaded the last result
         context._task_id = task_id
         error = None
         try:
+            learner.apply(msg[4] if len(msg) > 4 else None)   # the notebook's folder, path, modules
             value = _to_cpu(_run_task(kind, payload, ns))
+            learner.note_imports()
             try:
-                out = ("result", task_id, True, cloudpickle.dumps(value))
+                data = wire.dumps_result(value)   # tensors through shared memory
+                out = ("result", task_id, True, data)
+                del value, data                   # hold no argument or result between tasks
             except Exception as exc:
                 raise TypeError(f"the function's return value ({type(value).__name__}) cannot be "
                                 f"sent back to the notebook: {exc}. Return plain numbers, lists, "
@@ -243,13 +262,13 @@ def _after_fork_in_child() -> None:
     _die_with_parent()                           # a child of a rank dies with the rank
 
 
-def main() -> None:
-    _die_with_parent()
-    if os.environ.get("LABKIT_DRIVER_PID") not in (None, str(os.getppid())):
-        os._exit(0)                                # the notebook died before we could ask
+def start(host: str, port: int, stack_dir: str, authkey: bytes, owner: int) -> None:
+    """Become a spare: connect to the notebook's control socket, say hello, serve tasks.
+    Run by `main` in a spawned interpreter and by the zygote in each forked child (whose
+    parent is the zygote: it watches the notebook, `owner`, by pid instead)."""
+    global _PID
+    _PID = os.getpid()                             # the zygote imported this module
     os.register_at_fork(after_in_child=_after_fork_in_child)
-    host, port, stack_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    authkey = bytes.fromhex(sys.stdin.readline().strip())
     stack_path = os.path.join(stack_dir, f"stack-{os.getpid()}.txt")
     stack_file = open(stack_path, "w")
     faulthandler.enable(file=stack_file, all_threads=True)          # crashes: SIGSEGV, SIGABRT ...
@@ -263,8 +282,18 @@ def main() -> None:
 
     conn = labkit.runtime.context.Channel(Client((host, port), authkey=authkey))
     conn.send(("hello", os.getpid(), threading.main_thread().ident, stack_path))
-    threading.Thread(target=_control_loop, args=(conn,), daemon=True, name="labkit-control").start()
+    threading.Thread(target=_control_loop, args=(conn, owner), daemon=True,
+                     name="labkit-control").start()
     _serve(conn)
+
+
+def main() -> None:
+    _die_with_parent()
+    if os.environ.get("LABKIT_DRIVER_PID") not in (None, str(os.getppid())):
+        os._exit(0)                                # the notebook died before we could ask
+    host, port, stack_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    authkey = bytes.fromhex(sys.stdin.readline().strip())
+    start(host, port, stack_dir, authkey, os.getppid())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,309 @@
+"""The zygote: one small process that has imported torch and forks ready workers in ~0.1 s.
+
+A spawned worker spends 2-10 s importing torch. The zygote does that once, runs no threaded
+torch op, never touches CUDA and starts no thread, so forking it is safe (DESIGN.md: the rule
+against forked workers is about forking the notebook, which has used torch's thread pool).
+Each child becomes a worker exactly as a spawned one would (`worker.start`): its own session,
+its own output pipe (created by the notebook, passed over a Unix socket), its own stack file,
+its own connection to the control socket, torch threads set to the rank's share at init.
+
+    notebook                          zygote                         child
+    fork() -- "fork" + pipe fd -->    os.fork() ------------------>  worker.start(...)
+           <-- ("forked", pid) ---
+           <-- ("exit", pid, status)  (it reaps its children and reports how they ended)
+
+When the notebook dies the zygote kills its children and exits. If the zygote dies, the pool
+falls back to spawning workers. LABKIT_ZYGOTE=0 in the environment turns the zygote off.
+"""
+import collections
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from labkit.runtime import procs
+
+ENABLED = (os.environ.get("LABKIT_ZYGOTE", "1") != "0" and hasattr(os, "fork")
+           and hasattr(socket, "send_fds") and hasattr(os, "pidfd_open"))
+UNKNOWN_EXIT = 255          # a child's status after its zygote died (no one left to ask)
+
+
+class ForkedProc:
+    """A forked worker as the notebook sees it: the subset of subprocess.Popen that
+    procs.Worker uses (pid, stdout, stdin, poll, wait, kill, returncode)."""
+
+    def __init__(self, pid: int, out_fd: int, zygote: "Zygote"):
+        self.pid = pid
+        self.stdout = os.fdopen(out_fd, "rb", buffering=0)
+        self.stdin = None
+        self.returncode = None
+        self._zygote = zygote
+        self._ended = threading.Event()
+        try:
+            self._pidfd = os.pidfd_open(pid)      # signals reach this process, never a reused pid
+        except (AttributeError, OSError):
+            self._pidfd = None
+
+    def _ended_with(self, status: int) -> None:
+        self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        self._ended.set()
+        self._close_pidfd()
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            try:
+                os.close(self._pidfd)
+            except OSError:
+                pass
+            self._pidfd = None
+
+    def poll(self):
+        if self.returncode is None and not self._zygote.alive and not self._exists():
+            self.returncode = UNKNOWN_EXIT
+            self._ended.set()
+        return self.returncode
+
+    def _exists(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+
+    def wait(self, timeout: float = None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._ended.wait(0.05) and self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self._ended.is_set():
+            return
+        try:
+            if self._pidfd is not None:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            else:
+                os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+class Zygote:
+    """The notebook's side: start the zygote, ask it for workers, hear how they end."""
+
+    def __init__(self, server, stack_dir: str, threads: int, env: dict, on_forked, on_lost):
+        self.alive = True
+        self.ready_pid = None                     # set once torch is imported and forks can start
+        self._on_forked, self._on_lost = on_forked, on_lost
+        self._pending = collections.deque()       # pipe read ends of forks not answered yet
+        self._procs = {}                          # pid -> ForkedProc
+        self._lock = threading.Lock()
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        host, port = server.address
+        self.log_path = os.path.join(stack_dir, "zygote.log")
+        with open(self.log_path, "wb") as log:     # started from the launcher thread: see procs
+            self.proc = procs._launcher(lambda: subprocess.Popen(
+                [sys.executable, "-m", "labkit.runtime.zygote", host, str(port), stack_dir,
+                 str(theirs.fileno())],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                env=procs.worker_env(threads, env), cwd=os.getcwd(), close_fds=True,
+                pass_fds=(theirs.fileno(),)))
+        theirs.close()
+        self.proc.stdin.write(server.authkey.hex().encode() + b"\n")   # never in `ps`
+        self.proc.stdin.close()
+        self._reader = threading.Thread(target=self._read, daemon=True, name="labkit-zygote")
+        self._reader.start()
+
+    def fork(self) -> None:
+        """Ask for one worker; `on_forked(ForkedProc)` follows from the reader thread."""
+        r, w = os.pipe2(os.O_CLOEXEC)
+        try:
+            with self._lock:
+                if not self.alive:
+                    raise OSError("the zygote has stopped")
+                self._pending.append(r)
+                socket.send_fds(self.sock, [b"fork"], [w])
+        except OSError:
+            with self._lock:
+                if r in self._pending:
+                    self._pending.remove(r)
+            os.close(r)
+            raise
+        finally:
+            os.close(w)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(4096)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            msg = pickle.loads(data)
+            if msg[0] == "ready":
+                self.ready_pid = msg[1]
+            elif msg[0] == "forked":
+                with self._lock:
+                    r = self._pending.popleft()
+                    proc = ForkedProc(msg[1], r, self)
+                    self._procs[proc.pid] = proc
+                self._on_forked(proc)
+            elif msg[0] == "exit":
+                with self._lock:
+                    proc = self._procs.pop(msg[1], None)
+                if proc is not None:
+                    proc._ended_with(msg[2])
+        with self._lock:                          # the zygote is gone: what it owed us is lost
+            self.alive = False
+            lost = len(self._pending)
+            while self._pending:
+                os.close(self._pending.popleft())
+        self._on_lost(lost)
+
+    def close(self) -> None:
+        """Stop the zygote: it kills any child still alive (EOF on its socket), then exits."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(1.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(1.0)
+        self.sock.close()
+        self._reader.join(1.0)
+
+
+# -- the zygote process ----------------------------------------------------------------------
+def _child(out_fd: int, sock, wake_r: int, wake_w: int, argv: tuple, owner: int) -> None:
+    """In a fresh fork: shed the zygote's state and become a spare worker. Never returns."""
+    try:
+        os.setsid()                               # its own process group, like a spawned worker's
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        sock.close()
+        os.close(wake_r)
+        os.close(wake_w)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(out_fd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        if "numpy" in sys.modules:                # forks share the zygote's numpy seed
+            sys.modules["numpy"].random.seed()
+        from labkit.runtime import worker
+        host, port, stack_dir, authkey = argv
+        worker.start(host, port, stack_dir, authkey, owner)
+    except BaseException:                         # noqa: B902 - never return into the zygote loop
+        import traceback
+        traceback.print_exc()
+    finally:
+        os._exit(1)
+
+
+def _kill_children(children: set) -> None:
+    for pid in children:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+# Imported once here so that no rank pays for them: the first torch optimizer of a process imports
+# torch._dynamo (about 1.8 s of CPU each), and with it DTensor and FSDP. Importing starts no
+# thread and touches no device, so the forks stay clean. LABKIT_PRELOAD=0 skips it (to compare).
+PRELOAD = ("torch._dynamo", "torch.distributed.tensor", "torch.distributed.fsdp", "torch.optim")
+
+
+def _preload() -> None:
+    if os.environ.get("LABKIT_PRELOAD", "1") == "0":
+        return
+    import importlib
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:                         # an older torch without one of them: fine
+            pass
+
+
+def main() -> None:
+    import select
+    host, port, stack_dir, fd = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    authkey = bytes.fromhex(sys.stdin.readline().strip())
+    owner = os.getppid()
+    if os.environ.get("LABKIT_DRIVER_PID") not in (None, str(owner)):
+        os._exit(0)                               # the notebook died before we could start
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the notebook decides what an interrupt does
+    try:                                          # the kernel dying (even by SIGKILL) wakes us
+        import ctypes
+        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    import torch                                  # noqa: F401 - what every fork inherits
+    import torch.distributed                      # noqa: F401
+    _preload()
+    import labkit.runtime.learner                 # noqa: F401
+    import labkit.runtime.wire                    # noqa: F401
+    import labkit.runtime.worker                  # noqa: F401
+    sock = socket.socket(fileno=fd)
+    wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGTERM, lambda *_: None)   # checked below: is the notebook still there?
+    children = set()
+    sock.send(pickle.dumps(("ready", os.getpid())))
+    while True:
+        readable, _, _ = select.select([sock, wake_r], [], [], 1.0)
+        if wake_r in readable:
+            try:
+                os.read(wake_r, 4096)
+            except BlockingIOError:
+                pass
+        while children:                           # reap, and tell the notebook how each ended
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            children.discard(pid)
+            try:
+                sock.send(pickle.dumps(("exit", pid, status)))
+            except OSError:
+                pass
+        if os.getppid() != owner:                 # the notebook is gone: leave nothing behind
+            _kill_children(children)
+            import shutil
+            shutil.rmtree(stack_dir, ignore_errors=True)
+            os._exit(0)
+        if sock in readable:
+            try:
+                msg, fds, _, _ = socket.recv_fds(sock, 64, 4)
+            except OSError:
+                msg, fds = b"", []
+            if not msg:                           # the notebook closed the cluster (or died)
+                _kill_children(children)
+                os._exit(0)
+            pid = os.fork()
+            if pid == 0:
+                _child(fds[0], sock, wake_r, wake_w, (host, port, stack_dir, authkey), owner)
+            for f in fds:
+                os.close(f)
+            children.add(pid)
+            sock.send(pickle.dumps(("forked", pid)))
+
+
+if __name__ == "__main__":
+    main()
