@@ -15,6 +15,8 @@ PURE = [
     "labkit.memory.activations",
     "labkit.memory.breakdown",
     "labkit.comm.formulas",
+    "labkit.fsdp",
+    "labkit.fsdp.strategies",
     "labkit.paths",
     "labkit.comm.busbw",
     "labkit.tables",

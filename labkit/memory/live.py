@@ -34,7 +34,7 @@ class Meter:
 
     def forward(self):
         import torch
-        params = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
+        params = {getattr(p, "_local_tensor", p).untyped_storage().data_ptr() for p in self.model.parameters()}  # DTensor: its shard
 
         def pack(t):
             st = t.untyped_storage()

@@ -1,0 +1,94 @@
+"""Checker for notebook 05 (FSDP): choose wrapping, strategy, precision and offload to fit a budget.
+
+    labkit.check.fsdp_budget(choose, budget=600_000)
+
+`choose()` returns dict(wrap=..., strategy=..., precision=..., offload=...). The checker
+validates it (naming the allowed values, and FSDP1's names where the learner used them),
+measures the choice on the cluster (labkit.fsdp.runs.peak_report: FSDPMemTracker's peak over a
+training step, the largest over the ranks; with offload, the bytes a GPU would still hold),
+and says whether it fits and by how much. If it does not fit, it measures the choice with each
+knob in turn set to its thriftiest value (wrap='linear', strategy='full', precision='bf16',
+offload=True) and names the knob whose change saves the most: the choice that cost the most.
+Measurements are exact byte counts, so they are cached per (choice, world size).
+"""
+from labkit.check.core import checker, get_cluster
+
+__all__ = ["fsdp_budget"]
+
+KEYS = ("wrap", "strategy", "precision", "offload")
+THRIFTY = {"wrap": "linear", "strategy": "full", "precision": "bf16", "offload": True}
+_CACHE = {}
+
+
+def _validate(choice):
+    from labkit.fsdp.apply import WRAPS
+    from labkit.fsdp.strategies import STRATEGIES
+    if not isinstance(choice, dict):
+        return (f"choose() must return a dict with keys {list(KEYS)}, got {type(choice).__name__}")
+    missing = [k for k in KEYS if k not in choice]
+    extra = [k for k in choice if k not in KEYS]
+    if missing or extra:
+        return (f"the dict needs exactly the keys {list(KEYS)}" + (f"; missing {missing}" if missing else "")
+                + (f"; unknown {extra}" if extra else ""))
+    w, s, p, o = (choice[k] for k in KEYS)
+    if w not in WRAPS:
+        return f"wrap={w!r} is not one of {list(WRAPS)} (whole model, one unit per transformer block, one per nn.Linear)"
+    fsdp1 = {v.fsdp1: k for k, v in STRATEGIES.items()}
+    if s in fsdp1:
+        return (f"strategy={s!r} is FSDP1's name (ShardingStrategy.{s}); labkit.fsdp.shard takes "
+                f"the FSDP2 form: strategy={fsdp1[s]!r}")
+    if s not in STRATEGIES:
+        return f"strategy={s!r} is not one of {sorted(STRATEGIES)}"
+    if p not in ("fp32", "bf16"):
+        hint = " (fp16 needs a loss scaler; FSDP2's policy here is bf16)" if p == "fp16" else ""
+        return f"precision={p!r} is not 'fp32' or 'bf16'{hint}"
+    if not isinstance(o, bool):
+        return f"offload must be True or False, got {o!r} ({type(o).__name__})"
+    return None
+
+
+def _measure_many(choices: list) -> list:
+    """On a rank: the device peak of each choice (bytes)."""
+    from labkit.fsdp.runs import peak_report
+    return [peak_report(wrap=c[0], strategy=c[1], precision=c[2], offload=c[3])["device_peak"]
+            for c in choices]
+
+
+def _peaks(cluster, choices) -> dict:
+    n = cluster.world_size
+    todo = [c for c in dict.fromkeys(choices) if (c, n) not in _CACHE]
+    if todo:
+        per_rank = cluster.run(_measure_many, todo, timeout=120)
+        for i, c in enumerate(todo):
+            _CACHE[(c, n)] = max((per_rank[r][i], r) for r in range(n))
+    return {c: _CACHE[(c, n)] for c in choices}
+
+
+def _mb(b: float) -> str:
+    return f"{b / 1e6:.3f} MB"
+
+
+@checker("fsdp_budget")
+def fsdp_budget(choose, cluster, budget: int = 600_000):
+    choice = choose()
+    bad = _validate(choice)
+    if bad:
+        return False, bad
+    if cluster.world_size < 4 and choice["strategy"] == "hybrid":
+        return False, f"strategy='hybrid' needs a 2 x 2 mesh: run it on 4 ranks (this cluster has {cluster.world_size})"
+    mine = tuple(choice[k] for k in KEYS)
+    said = ", ".join(f"{k}={v!r}" for k, v in choice.items())
+    peak, rank = _peaks(cluster, [mine])[mine]
+    if peak <= budget:
+        return True, (f"{said}: peak {_mb(peak)} per rank (rank {rank}), "
+                      f"{_mb(budget - peak)} under the {_mb(budget)} budget")
+    alts = {}
+    for i, k in enumerate(KEYS):
+        if mine[i] != THRIFTY[k]:
+            alts[k] = mine[:i] + (THRIFTY[k],) + mine[i + 1:]
+    got = _peaks(cluster, list(alts.values()))
+    saving = {k: peak - got[c][0] for k, c in alts.items()}
+    k = max(saving, key=lambda x: (saving[x], x))
+    return False, (f"{said}: peak {_mb(peak)} per rank (rank {rank}), {_mb(peak - budget)} over the "
+                   f"{_mb(budget)} budget; the choice that cost the most: {k}={choice[k]!r} "
+                   f"({k}={THRIFTY[k]!r} would save {_mb(saving[k])})")

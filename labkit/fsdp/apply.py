@@ -1,0 +1,170 @@
+"""Apply PyTorch's FSDP2 (`fully_shard`) to a model written for one device (layer 3).
+
+    model = labkit.fsdp.shard(model, wrap="block", strategy="full")    # inside a rank
+    log = labkit.fsdp.comm_log(model)      # every all-gather / reduce-scatter of the steps since
+
+`wrap` sets the granularity (the notes' auto-wrap policy): "model" (one unit: the whole model is
+gathered at once, the highest peak), "block" (one unit per transformer block, the notes'
+advice), "linear" (one unit per nn.Linear: the lowest peak and the most, smallest calls).
+`strategy` is one of labkit.fsdp.strategies.STRATEGIES: "full", "grad_op", "no_shard",
+"hybrid" (a (replicas, shard) 2-D mesh; `replicas` ranks hold the same shard).
+
+Every unit's all-gathers and reduce-scatters go through labkit's counting wrappers
+(`FSDPModule.set_custom_all_gather` / `set_custom_reduce_scatter`, torch >= 2.8), which time
+and log each call and, with ring=True, run the reduce-scatter as labkit's ring (module 02) so
+the bytes on gloo are the (N-1)/N that NCCL would send instead of gloo's all-reduce-sized 2(N-1)/N.
+"""
+import time
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+# The comm interfaces FSDP2 accepts for custom collectives (private module, torch 2.8-2.13).
+from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+
+from labkit.fsdp.strategies import STRATEGIES, Group, _strategy, padded_numel
+
+WRAPS = ("model", "block", "linear")
+
+# torch 2.13 renamed the tensor collectives; older releases have only the old names.
+_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+_reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+
+
+def units(model: nn.Module, wrap: str) -> list:
+    """The submodules that get their own fully_shard call, bottom-up, root excluded."""
+    if wrap not in WRAPS:
+        raise ValueError(f"wrap must be one of {WRAPS}, got {wrap!r}")
+    if wrap == "model":
+        return []
+    if wrap == "block":
+        lists = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
+        if not lists:
+            raise ValueError(f"wrap='block' looks for the model's nn.ModuleList of blocks; "
+                             f"{type(model).__name__} has none: use wrap='linear' or 'model'")
+        return [b for ml in lists for b in ml]
+    owners = {}                    # parameter -> modules that hold it (tied weights)
+    for m in model.modules():
+        for p in m.parameters(recurse=False):
+            owners.setdefault(id(p), []).append(m)
+    # a Linear whose weight is tied to another module stays with the root (FSDP2 keeps tied
+    # parameters in one unit)
+    return [m for m in model.modules() if isinstance(m, nn.Linear)
+            and all(len(owners[id(p)]) == 1 for p in m.parameters(recurse=False))]
+
+
+def groups(model: nn.Module, wrap: str, strategy: str, shard: int, *, param_bytes: int = None,
+           grad_bytes: int = None) -> list:
+    """The FSDP units as labkit.fsdp.strategies.Group, computed from the unwrapped model: the
+    same partition fully_shard makes (each unit takes its parameters not taken by a unit below
+    it; the root takes the rest), padded as FSDP2 pads. Element sizes default to the
+    parameters' own (pass 2 for bf16 parameters or reductions)."""
+    s = _strategy(strategy)
+    taken, out = set(), []
+    for name, m in [(n, m) for n, m in model.named_modules() if any(m is u for u in units(model, wrap))] + [("", model)]:
+        params = [p for p in m.parameters() if id(p) not in taken]
+        taken.update(id(p) for p in params)
+        pb = sum(padded_numel(tuple(p.shape), shard) * (param_bytes or p.element_size()) for p in params)
+        gb = sum(padded_numel(tuple(p.shape), shard) * (grad_bytes or p.element_size())
+                 for p in params if p.requires_grad)
+        rsf = s.reshard_after_forward and name != ""   # FSDP2 keeps the root unsharded after forward
+        out.append(Group(pb, gb, rsf, name or "(root)"))
+    return out
+
+
+def shard(model: nn.Module, *, wrap: str = "block", strategy: str = "full", replicas: int = 2,
+          mp_policy=None, offload: bool = False, ring: bool = False, log: bool = True) -> nn.Module:
+    """fully_shard `model` (in place) on this rank's process group; returns it.
+    mp_policy: torch.distributed.fsdp.MixedPrecisionPolicy or None. offload: CPUOffloadPolicy
+    (on a CPU-only machine nothing leaves a device: the bytes it would move are accounting)."""
+    s = _strategy(strategy)
+    n = dist.get_world_size()
+    kind = "cuda" if torch.cuda.is_available() and dist.get_backend() == "nccl" else "cpu"
+    if s.name == "hybrid":
+        if n % replicas or replicas in (1, n):
+            raise ValueError(f"strategy='hybrid' needs 1 < replicas < world size and replicas "
+                             f"dividing it: world_size={n}, replicas={replicas}")
+        mesh = init_device_mesh(kind, (replicas, n // replicas), mesh_dim_names=("replicate", "shard"))
+    elif s.name == "no_shard":
+        mesh = init_device_mesh(kind, (n, 1), mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh(kind, (n,), mesh_dim_names=("shard",))
+    kw = {"mesh": mesh}
+    if mp_policy is not None:
+        kw["mp_policy"] = mp_policy
+    if offload:
+        from torch.distributed.fsdp import CPUOffloadPolicy
+        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=False)
+    if wrap == "linear":   # a wrapped Linear on 3-D input returns a view; nothing here edits it in place
+        warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    for m in units(model, wrap):
+        fully_shard(m, reshard_after_forward=s.reshard_after_forward, **kw)
+    fully_shard(model, **kw)
+    if log:
+        records = []
+        model._labkit_comm_log = records
+        for name, m in model.named_modules():
+            if isinstance(m, FSDPModule):
+                m.set_custom_all_gather(_LoggedAllGather(records, name or "(root)"))
+                m.set_custom_reduce_scatter(_LoggedReduceScatter(records, ring, name or "(root)"))
+    return model
+
+
+def comm_log(model: nn.Module, clear: bool = False) -> list:
+    """The collectives FSDP made since shard() (or the last clear): dicts with kind, bytes (the
+    full tensor), ranks, unit (the module's name), t0, t1 (time.perf_counter on this rank)."""
+    records = getattr(model, "_labkit_comm_log", None)
+    if records is None:
+        raise ValueError("this model was not sharded by labkit.fsdp.shard(..., log=True)")
+    out = list(records)
+    if clear:
+        records.clear()
+    return out
+
+
+def counts(records) -> dict:
+    out = {"all_gather": 0, "reduce_scatter": 0}
+    for r in records:
+        out[r["kind"]] += 1
+    return out
+
+
+class _Alloc:
+    def allocate(self, size, *, dtype, device):
+        return torch.empty(*size, dtype=dtype, device=device)
+
+
+class _LoggedAllGather(_Alloc, AllGather):
+    def __init__(self, records, unit: str = ""):
+        self.records, self.unit = records, unit
+
+    def __call__(self, output_tensor, input_tensor, group, async_op=False):
+        t0 = time.perf_counter()
+        _all_gather(output_tensor, input_tensor, group=group)
+        self.records.append({"kind": "all_gather", "bytes": output_tensor.numel() * output_tensor.element_size(),
+                             "ranks": dist.get_world_size(group), "unit": self.unit, "t0": t0, "t1": time.perf_counter()})
+        return None
+
+
+class _LoggedReduceScatter(_Alloc, ReduceScatter):
+    def __init__(self, records, ring: bool, unit: str = ""):
+        self.records, self.ring, self.unit = records, ring, unit
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        t0 = time.perf_counter()
+        if self.ring:
+            from labkit.comm import ring_reduce_scatter
+            out = ring_reduce_scatter(input_tensor, group=group)     # a sum, as a view
+            if op == dist.ReduceOp.AVG:
+                out = out / dist.get_world_size(group)
+            elif op != dist.ReduceOp.SUM:
+                raise NotImplementedError(f"labkit's ring reduce-scatter does sum and average, not {op}")
+            output_tensor.copy_(out)
+        else:
+            _reduce_scatter(output_tensor, input_tensor, op=op, group=group)
+        self.records.append({"kind": "reduce_scatter", "bytes": input_tensor.numel() * input_tensor.element_size(),
+                             "ranks": dist.get_world_size(group), "unit": self.unit, "t0": t0, "t1": time.perf_counter()})
+        return None
