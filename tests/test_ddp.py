@@ -174,5 +174,6 @@ def test_average_gradients_checker(cluster4, capsys):
     assert not labkit.check.average_gradients(_stub, cluster=cluster4)
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("average_gradients: pass (4 ranks, 3 steps")
-    assert lines[1].startswith("average_gradients: FAIL (rank 0, after step 1: parameter")
+    assert lines[1].startswith("average_gradients: FAIL (rank 0, step 1: ")
+    assert "divide by the world size (4)" in lines[1]
     assert lines[2].startswith("average_gradients: not implemented yet")

@@ -22,7 +22,9 @@ def test_checker_names_the_wrong_category(capsys):
     def fp16_master(n):
         return {**_right(n), "master": 2 * n}
     assert not labkit.check.mixed_adam_bytes(fp16_master)
-    assert "master is 2 bytes, expected 4 (4 bytes per parameter)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "master is 2 bytes (2 per parameter), expected 4 (4 per parameter)" in out
+    assert "master copy of the weights is fp32" in out
 
 
 def test_checker_on_stub_and_wrong_type(capsys):
