@@ -7,12 +7,12 @@
 Every figure is a static PNG (inline matplotlib), so it survives nbconvert, GitHub and nbval;
 live plots redraw through one display handle and leave the final picture in the cell.
 """
-import time
-
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import Normalize
 from matplotlib.ticker import MaxNLocator
+
+from labkit.livefig import LiveFigure  # re-exported: labkit.show.LiveFigure
 
 
 def _as_array(t) -> np.ndarray:
@@ -78,30 +78,24 @@ def before_after_figure(results, title: str, labels=("before", "after"), notes=N
     return fig
 
 
-class live:
-    """Plot `y` against `x` per rank from `labkit.emit(...)` events while a run goes on.
-
-    In a notebook it redraws at most `fps` times a second through one display handle, and
-    spends at most about a quarter of the time drawing (a slow machine gets fewer frames, not
-    a slower run); the final figure stays in the cell as a static PNG.
-    """
+class live(LiveFigure):
+    """Plot `y` against `x` per rank from `labkit.emit(...)` events while a run goes on
+    (see LiveFigure for how and how often it redraws)."""
 
     def __init__(self, cluster, y: str = "loss", x: str = "step", fps: float = 4.0, title: str = None):
-        self.cluster, self.x, self.y, self.fps = cluster, x, y, fps
+        super().__init__(cluster, fps)
+        self.x, self.y = x, y
         self.title = title or f"{y} per rank (live, from labkit.emit)"
         self.series = {}
-        self._last = 0.0
-        self._gap = 1.0 / fps          # seconds from the end of one redraw to the next
-        self._handle = None
 
-    def _on_event(self, event) -> None:
+    def _take(self, event) -> bool:
         d = event.data
-        if self.y in d:
-            xs, ys = self.series.setdefault(event.rank, ([], []))
-            xs.append(d.get(self.x, len(xs)))
-            ys.append(d[self.y])
-            if time.monotonic() - self._last > self._gap:
-                self._draw()
+        if self.y not in d:
+            return False
+        xs, ys = self.series.setdefault(event.rank, ([], []))
+        xs.append(d.get(self.x, len(xs)))
+        ys.append(d[self.y])
+        return True
 
     def figure(self):
         fig, ax = plt.subplots(figsize=(6, 3.2))
@@ -117,28 +111,6 @@ class live:
             ax.legend(fontsize=8)
         fig.tight_layout()
         return fig
-
-    def _draw(self) -> None:
-        t0 = time.monotonic()
-        fig = self.figure()
-        try:
-            from IPython.display import display
-            if self._handle is None:
-                self._handle = display(fig, display_id=True)
-            elif self._handle is not None:
-                self._handle.update(fig)
-        finally:
-            plt.close(fig)
-            self._last = time.monotonic()
-            self._gap = max(1.0 / self.fps, 3 * (self._last - t0))
-
-    def __enter__(self):
-        self._unsubscribe = self.cluster.on_event(self._on_event)
-        return self
-
-    def __exit__(self, *exc):
-        self._unsubscribe()
-        self._draw()
 
 
 class progress:

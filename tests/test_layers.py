@@ -18,6 +18,7 @@ PURE = [
     "labkit.fsdp",
     "labkit.fsdp.strategies",
     "labkit.paths",
+    "labkit.livefig",
     "labkit.comm.busbw",
     "labkit.tables",
     "labkit.parallel_dims",

@@ -16,8 +16,9 @@ Categories (bytes, storages counted once, as in `measure`): params, grads, maste
 `gathered_bytes()`), activations (tensors autograd saved for backward and still holds,
 excluding parameters; tracked with saved_tensors_hooks and weak references).
 """
-import time
 import weakref
+
+from labkit.livefig import LiveFigure
 
 CATEGORIES = ("params", "grads", "master", "moments", "gathered", "activations")
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "moments": "#c44e52",
@@ -93,48 +94,26 @@ class Meter:
         return mods[len(mods) // 2] if mods else root
 
 
-class Display:
+class Display(LiveFigure):
     """Notebook side: stacked bars by category, one panel per rank, one bar per (step, phase),
-    redrawn while the run goes on (at most `fps` a second); the final figure stays as a PNG."""
+    redrawn while the run goes on (labkit.livefig.LiveFigure); the final figure stays as a PNG."""
 
     def __init__(self, cluster, title: str = "memory per rank, live (labkit.emit)", fps: float = 3.0,
                  unit: float = 1e6, unit_name: str = "MB"):
-        self.cluster, self.title, self.fps = cluster, title, fps
-        self.unit, self.unit_name = unit, unit_name
+        super().__init__(cluster, fps)
+        self.title, self.unit, self.unit_name = title, unit, unit_name
         self.bars = {}                       # rank -> [(label, {category: bytes})]
-        self._handle, self._last = None, 0.0
 
-    def _on_event(self, event) -> None:
+    def _take(self, event) -> bool:
         d = event.data
-        if "memory" in d:
-            self.bars.setdefault(event.rank, []).append(
-                (f"{d.get('step', '')}:{d.get('phase', '')}", d["memory"]))
-            if time.monotonic() - self._last > 1.0 / self.fps:
-                self._draw()
+        if "memory" not in d:
+            return False
+        self.bars.setdefault(event.rank, []).append(
+            (f"{d.get('step', '')}:{d.get('phase', '')}", d["memory"]))
+        return True
 
     def figure(self):
         return figure(self.bars, self.title, self.unit, self.unit_name)
-
-    def _draw(self) -> None:
-        import matplotlib.pyplot as plt
-        self._last = time.monotonic()
-        fig = self.figure()
-        try:
-            from IPython.display import display
-            if self._handle is None:
-                self._handle = display(fig, display_id=True)
-            else:
-                self._handle.update(fig)
-        finally:
-            plt.close(fig)
-
-    def __enter__(self):
-        self._unsubscribe = self.cluster.on_event(self._on_event)
-        return self
-
-    def __exit__(self, *exc):
-        self._unsubscribe()
-        self._draw()
 
 
 def figure(bars: dict, title: str = "", unit: float = 1e6, unit_name: str = "MB"):

@@ -7,11 +7,11 @@
 Every figure is a static PNG (inline matplotlib); the live one redraws through one display
 handle and leaves its last picture in the cell.
 """
-import time
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
+from labkit.livefig import LiveFigure
 from labkit.pipeline.formulas import bubble_ratio
 from labkit.pipeline.simulate import Timeline, bubble_of, peak_in_flight
 from labkit.pipeline.schedules import Action
@@ -78,7 +78,7 @@ def side_by_side(left: Timeline, right: Timeline, path: str = None):
     return fig
 
 
-class live_gantt:
+class live_gantt(LiveFigure):
     """A Gantt chart per stage that grows in the cell as the ranks' actions complete.
 
     Ranks running `run_schedule(..., live=True)` emit one event per action; this draws them
@@ -86,9 +86,9 @@ class live_gantt:
     the formula's. The last picture stays in the cell as a PNG."""
 
     def __init__(self, cluster, schedule, fps: float = 3.0):
-        self.cluster, self.schedule, self.fps = cluster, schedule, fps
+        super().__init__(cluster, fps)
+        self.schedule = schedule
         self.intervals = [[] for _ in range(schedule.stages)]
-        self._last, self._cost, self._handle = 0.0, 0.0, None
 
     def timeline(self) -> Timeline:
         s = self.schedule
@@ -97,12 +97,12 @@ class live_gantt:
                for row in self.intervals]
         return Timeline(s.name, s.stages, s.microbatches, s.chunks, ivs, measured=True)
 
-    def _on_event(self, event) -> None:
+    def _take(self, event) -> bool:
         d = event.data
-        if "pipeline" in d and event.rank < len(self.intervals):
-            self.intervals[event.rank].append((d["t0"], d["t1"], Action(d["kind"], d["mb"], d["chunk"])))
-            if time.monotonic() - self._last > max(1.0 / self.fps, 3 * self._cost):
-                self._draw()
+        if "pipeline" not in d or event.rank >= len(self.intervals):
+            return False
+        self.intervals[event.rank].append((d["t0"], d["t1"], Action(d["kind"], d["mb"], d["chunk"])))
+        return True
 
     def figure(self):
         t = self.timeline()
@@ -116,29 +116,6 @@ class live_gantt:
                 transform=ax.transAxes, ha="right", fontsize=8)
         fig.tight_layout()
         return fig
-
-    def _draw(self) -> None:
-        start = time.monotonic()
-        fig = self.figure()
-        try:
-            from IPython.display import display
-            if self._handle is None:
-                self._handle = display(fig, display_id=True)
-            else:
-                self._handle.update(fig)
-        finally:
-            plt.close(fig)
-            # drawing must not fall behind the events: at most a quarter of the time goes to it
-            self._last = time.monotonic()
-            self._cost = self._last - start
-
-    def __enter__(self):
-        self._unsubscribe = self.cluster.on_event(self._on_event)
-        return self
-
-    def __exit__(self, *exc):
-        self._unsubscribe()
-        self._draw()
 
 
 def bubble_vs_m(measured: dict, stages: int, chunks: dict = None, path: str = None):
