@@ -102,8 +102,8 @@ def _print_standby(n: int) -> None:
             ("spawned spares=world size (before)", standby(n, n, False)),
             ("spawned spares=3x world size", standby(n, 3 * n, False))]
     mb = 2**20
-    print(f"\nstandby: 3 failures in a row (crash, hang, interrupt), seconds from the failure "
-          f"to the next run's result")
+    print("\nstandby: 3 failures in a row (crash, hang, interrupt), seconds from the failure "
+          "to the next run's result")
     print(f"{'workers':36} {'crash':>7} {'hang':>7} {'Ctrl-C':>7} {'max':>7} {'idle spare Pss':>15} "
           f"{'zygote Pss':>11}")
     base = max(rows[1][1]["times"])

@@ -10,7 +10,6 @@ import argparse
 def _time_block(n_embd, seq, repeats, tp, sp=False, impl="ring"):
     import time
 
-    import torch
     from labkit.tp.blocks import parallelize_blocks
     from labkit.tp.parity import _local_seq, batch, reference_blocks
     blocks = reference_blocks(2, n_embd, 8)

@@ -104,7 +104,6 @@ def _drive(fn, token):
     """On every rank: every case in the same order; all ranks stop at the first case where
     any rank saw a problem (none is left waiting). Returns what _case found in that case on
     this rank (None outside its group, or when every case passed)."""
-    import torch.distributed as dist
     import labkit
     from labkit.check import guard
     rank, world = labkit.rank(), labkit.world_size()

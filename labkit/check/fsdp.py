@@ -11,7 +11,7 @@ knob in turn set to its thriftiest value (wrap='linear', strategy='full', precis
 offload=True) and names the knob whose change saves the most: the choice that cost the most.
 Measurements are exact byte counts, so they are cached per (choice, world size).
 """
-from labkit.check.core import checker, get_cluster
+from labkit.check.core import checker
 
 __all__ = ["fsdp_budget"]
 

@@ -13,7 +13,6 @@ it waited for the slowest rank to launch it (an all-reduce cannot progress befor
 rank has joined) and the time it ran, and gives each rank's overlap: the share of its
 running all-reduce time that fell inside its own backward. Waiting is not counted as overlap.
 """
-import time
 
 from labkit.models import GPTConfig
 

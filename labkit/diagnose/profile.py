@@ -7,7 +7,6 @@ without putting timers in the training loop - the way one finds it in a real job
 """
 import time
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 COMM_WORDS = ("allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter", "broadcast",

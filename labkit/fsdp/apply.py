@@ -25,7 +25,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 # The comm interfaces FSDP2 accepts for custom collectives (private module, torch 2.8-2.13).
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
-from labkit.fsdp.strategies import STRATEGIES, Group, _strategy, padded_numel
+from labkit.fsdp.strategies import Group, _strategy, padded_numel
 
 WRAPS = ("model", "block", "linear")
 

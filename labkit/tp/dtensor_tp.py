@@ -9,7 +9,6 @@ wrong place (rank 0 would get all of q), so the block is first rebuilt with sepa
 (`SplitBlock`, same weights), as torchtitan's Llama does (wq, wk, wv).
 The plan follows torchtitan's `apply_tp` (torchtitan/models/llama3/infra/parallelize.py).
 """
-import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F

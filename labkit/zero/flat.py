@@ -76,7 +76,7 @@ def reduce_scatter(flat: torch.Tensor, group=None) -> torch.Tensor:
     On gloo the ring works in place and the shard is a view into `flat`."""
     if is_gloo(group):
         return ring_reduce_scatter(flat, group)
-    n, r = dist.get_world_size(group), dist.get_rank(group)
+    n = dist.get_world_size(group)
     out = torch.empty(flat.numel() // n, dtype=flat.dtype, device=flat.device)
     (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(out, flat, group=group)
     return out

@@ -10,10 +10,10 @@ backward says so instead of silently doing nothing.
 """
 import torch
 
-from labkit.zero.optim import check_optimizer_class
+from labkit.zero.optim import InnerOptimizer, check_optimizer_class
 
 
-class MasterOptimizer:
+class MasterOptimizer(InnerOptimizer):
     def __init__(self, params, optimizer_class, *, mixed_precision=False, owner=None,
                  masters=None, **optimizer_kwargs):
         check_optimizer_class(optimizer_class)
@@ -25,20 +25,6 @@ class MasterOptimizer:
         else:
             self.work = self.params
         self.inner = optimizer_class(self.work, **optimizer_kwargs)
-
-    @property
-    def param_groups(self):
-        return self.inner.param_groups
-
-    @property
-    def state(self):
-        return self.inner.state
-
-    def state_dict(self):
-        return self.inner.state_dict()
-
-    def load_state_dict(self, sd):
-        self.inner.load_state_dict(sd)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:

@@ -80,7 +80,26 @@ class Bucket:
         self.ready = 0            # gradients accumulated in this backward (stage 2)
 
 
-class ZeroOptimizer:
+class InnerOptimizer:
+    """torch.optim.Optimizer's face for a wrapper whose real optimizer is `self.inner` (built on
+    this rank's shards or masters): param_groups, state and state dicts are the inner one's."""
+
+    @property
+    def param_groups(self):
+        return self.inner.param_groups
+
+    @property
+    def state(self):
+        return self.inner.state
+
+    def state_dict(self):
+        return self.inner.state_dict()
+
+    def load_state_dict(self, sd):
+        self.inner.load_state_dict(sd)
+
+
+class ZeroOptimizer(InnerOptimizer):
     """A sharding optimizer with the signature of torch's ZeroRedundancyOptimizer.
 
     ZeroOptimizer(params, optimizer_class, *, stage=1, group=None, mixed_precision=False,
@@ -117,21 +136,6 @@ class ZeroOptimizer:
         for b in self.buckets:
             for p in b.params:
                 self._hooks.append(p.register_post_accumulate_grad_hook(stage2.make_hook(self, b, p)))
-
-    # -- torch.optim.Optimizer's face -------------------------------------------------------
-    @property
-    def param_groups(self):
-        return self.inner.param_groups
-
-    @property
-    def state(self):
-        return self.inner.state
-
-    def state_dict(self):
-        return self.inner.state_dict()
-
-    def load_state_dict(self, sd):
-        self.inner.load_state_dict(sd)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Zero the gradient buffers (they are kept: their memory is the gradients')."""
