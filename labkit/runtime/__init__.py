@@ -10,7 +10,8 @@ options.py   checking a Cluster's arguments before anything starts
 output.py    a rank's output on its way to the cell: live partial lines, \r, the output cap
 worker.py    the rank side (forked by the zygote, or a fresh interpreter)
 pool.py      spares and every worker process of one Cluster
-zygote.py    one process with torch imported that forks ready workers in ~0.1 s
+zygote.py    one process with torch imported that forks ready workers in ~0.1 s (the notebook side;
+             zygote_main.py is the process itself)
 wire.py      sending functions and values by value (cloudpickle), with clear errors
 shm.py       tensors through shared memory (anonymous, so a SIGKILL leaves nothing)
 learner.py   the notebook's folder, sys.path and edited modules, carried by every task

@@ -1,0 +1,136 @@
+"""The zygote process itself (the notebook's side is zygote.py): imports torch and what every
+rank needs once, then forks a spare worker each time the notebook asks, reaps the children and
+reports how each ended; it kills them all and exits when the notebook is gone.
+
+    python -m labkit.runtime.zygote_main HOST PORT STACK_DIR   (started by zygote.Zygote)
+"""
+import os
+import pickle
+import signal
+import socket
+import sys
+
+
+def _child(out_fd: int, sock, wake_r: int, wake_w: int, argv: tuple, owner: int) -> None:
+    """In a fresh fork: shed the zygote's state and become a spare worker. Never returns."""
+    try:
+        os.setsid()                               # its own process group, like a spawned worker's
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        sock.close()
+        os.close(wake_r)
+        os.close(wake_w)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(out_fd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        if "numpy" in sys.modules:                # forks share the zygote's numpy seed
+            sys.modules["numpy"].random.seed()
+        from labkit.runtime import worker
+        host, port, stack_dir, authkey = argv
+        worker.start(host, port, stack_dir, authkey, owner)
+    except BaseException:                         # noqa: B902 - never return into the zygote loop
+        import traceback
+        traceback.print_exc()
+    finally:
+        os._exit(1)
+
+
+def _kill_children(children: set) -> None:
+    for pid in children:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+# Imported once here so that no rank pays for them: the first torch optimizer of a process imports
+# torch._dynamo (about 1.8 s of CPU each), and with it DTensor and FSDP. Importing starts no
+# thread and touches no device, so the forks stay clean. LABKIT_PRELOAD=0 skips it (to compare).
+PRELOAD = ("torch._dynamo", "torch.distributed.tensor", "torch.distributed.fsdp", "torch.optim")
+
+
+def _preload() -> None:
+    if os.environ.get("LABKIT_PRELOAD", "1") == "0":
+        return
+    import importlib
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:                         # an older torch without one of them: fine
+            pass
+
+
+def main() -> None:
+    import select
+    host, port, stack_dir, fd = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    authkey = bytes.fromhex(sys.stdin.readline().strip())
+    owner = os.getppid()
+    if os.environ.get("LABKIT_DRIVER_PID") not in (None, str(owner)):
+        os._exit(0)                               # the notebook died before we could start
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the notebook decides what an interrupt does
+    try:                                          # the kernel dying (even by SIGKILL) wakes us
+        import ctypes
+        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    import torch                                  # noqa: F401 - what every fork inherits
+    import torch.distributed                      # noqa: F401
+    _preload()
+    import labkit.runtime.learner                 # noqa: F401
+    import labkit.runtime.wire                    # noqa: F401
+    import labkit.runtime.worker                  # noqa: F401
+    sock = socket.socket(fileno=fd)
+    wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGTERM, lambda *_: None)   # checked below: is the notebook still there?
+    children = set()
+    sock.send(pickle.dumps(("ready", os.getpid())))
+    while True:
+        readable, _, _ = select.select([sock, wake_r], [], [], 1.0)
+        if wake_r in readable:
+            try:
+                os.read(wake_r, 4096)
+            except BlockingIOError:
+                pass
+        while children:                           # reap, and tell the notebook how each ended
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            children.discard(pid)
+            try:
+                sock.send(pickle.dumps(("exit", pid, status)))
+            except OSError:
+                pass
+        if os.getppid() != owner:                 # the notebook is gone: leave nothing behind
+            _kill_children(children)
+            import shutil
+            shutil.rmtree(stack_dir, ignore_errors=True)
+            os._exit(0)
+        if sock in readable:
+            try:
+                msg, fds, _, _ = socket.recv_fds(sock, 64, 4)
+            except OSError:
+                msg, fds = b"", []
+            if not msg:                           # the notebook closed the cluster (or died)
+                _kill_children(children)
+                os._exit(0)
+            pid = os.fork()
+            if pid == 0:
+                _child(fds[0], sock, wake_r, wake_w, (host, port, stack_dir, authkey), owner)
+            for f in fds:
+                os.close(f)
+            children.add(pid)
+            sock.send(pickle.dumps(("forked", pid)))
+
+
+if __name__ == "__main__":
+    main()
