@@ -32,20 +32,9 @@ def live_steps(strategy: str = "full", wrap: str = "block", steps: int = 2, batc
     shard(model, wrap=wrap, strategy=strategy, log=False)
     model.gathered_bytes = lambda: gathered_bytes(model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    meter = Meter(model, opt)
     x, y = batch(n, batch_per_rank)
     x, y = x[batch_per_rank * r:batch_per_rank * (r + 1)], y[batch_per_rank * r:batch_per_rank * (r + 1)]
-    for step in range(steps):
-        meter.probe_backward(step, module=model.blocks[len(model.blocks) // 2])
-        with meter.forward():
-            loss = lm_loss(model(x), y)
-        meter.emit("after forward", step)
-        loss.backward()
-        opt.step()
-        meter.emit("after step", step)
-        opt.zero_grad()
-        del loss
-    return meter.snapshot()
+    return Meter(model, opt).train([(x, y)] * steps, lm_loss, probe=model.blocks[len(model.blocks) // 2])
 
 
 def notes_fsdp1_config() -> dict:

@@ -70,6 +70,23 @@ class Meter:
         labkit.emit(memory=snap, phase=phase, step=step)
         return snap
 
+    def train(self, batches, loss_fn, probe=None) -> dict:
+        """The loop the live figure watches: for each (x, y) in `batches` one step, emitting
+        'after forward' (activations tracked), 'during backward' (when backward reaches `probe`,
+        default the middle layer) and 'after step'. Returns the last snapshot."""
+        model, opt = self.model, self.optimizer
+        for step, (x, y) in enumerate(batches):
+            self.probe_backward(step, module=probe)
+            with self.forward():
+                loss = loss_fn(model(x), y)
+            self.emit("after forward", step)
+            loss.backward()
+            opt.step()
+            self.emit("after step", step)
+            opt.zero_grad()
+            del loss
+        return self.snapshot()
+
     def probe_backward(self, step: int, module=None):
         """Emit 'during backward' once, when backward reaches `module` (default: the middle
         layer). Call it before the forward: full backward hooks attach during forward."""

@@ -16,19 +16,8 @@ def live_steps(stage: int, steps: int = 2, mixed: bool = False, batch: int = 4, 
     torch.manual_seed(0)
     net, batch_fn = tiny_gpt(**{**SMALL, **model_kwargs})
     model, opt = wrap(net, torch.optim.Adam, stage=stage, mixed_precision=mixed, lr=1e-3)
-    meter = Meter(model, opt)
-    for step in range(steps):
-        x, y = batch_fn(batch, 10 * step + dist.get_rank())
-        meter.probe_backward(step)                  # fires inside the coming backward
-        with meter.forward():
-            loss = lm_loss(model(x).float(), y)
-        meter.emit("after forward", step)
-        loss.backward()
-        opt.step()
-        meter.emit("after step", step)
-        opt.zero_grad()
-        del loss
-    return meter.snapshot()
+    batches = [batch_fn(batch, 10 * step + dist.get_rank()) for step in range(steps)]
+    return Meter(model, opt).train(batches, lambda out, y: lm_loss(out.float(), y))
 
 
 def stage3_events(prefetch: bool = False, **model_kwargs) -> list:
