@@ -15,6 +15,7 @@ import pytest
 
 import labkit
 from labkit.runtime import procs
+from runtime_helpers import gone, works
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(120)
@@ -26,32 +27,13 @@ def c():
         yield cl
 
 
-def _works(c) -> float:
-    """Seconds for a run with a collective to succeed."""
-    def fn():
-        import torch
-        import torch.distributed as dist
-        t = torch.ones(1)
-        dist.all_reduce(t)
-        return t.item()
-    t0 = time.monotonic()
-    assert c.run(fn, timeout=30) == [2.0, 2.0]
-    return time.monotonic() - t0
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
 
 
 def _wait_gone(pids, limit: float) -> list:
     t0 = time.monotonic()
-    while time.monotonic() - t0 < limit and not all(_gone(p) for p in pids):
+    while time.monotonic() - t0 < limit and not all(gone(p) for p in pids):
         time.sleep(0.05)
-    return [p for p in pids if not _gone(p)]
+    return [p for p in pids if not gone(p)]
 
 
 # -- fault 1: emit from threads; a garbled connection ----------------------------------------
@@ -93,7 +75,7 @@ def test_garbage_or_half_a_message_on_the_control_connection(c):
     err = info.value
     assert err.ranks == [1] and sorted(err.stuck) == [0] and err.restarted
     assert "rank 1 sent the notebook a message it cannot decode" in str(err)
-    assert _works(c) < 30
+    assert works(c) < 30
 
 
 # -- fault 2: destroy_process_group inside a rank --------------------------------------------
@@ -107,7 +89,7 @@ def test_destroy_process_group_in_a_rank_then_the_next_run_works(c):
         return dist.is_initialized()
 
     assert c.run(fn) == [False, False]
-    assert _works(c) < 30
+    assert works(c) < 30
     assert c.pull("kept") == ["still here"] * 2, "the ranks joined a new group, state kept"
 
 
@@ -132,10 +114,10 @@ def test_forked_children_neither_answer_for_the_rank_nor_survive(c, tmp_path):
 
     assert c.run(fn, str(tmp_path)) == ["from the rank"] * 2
     pids = [int((tmp_path / n).read_text()) for n in ("fork", "mp", "sub")]
-    assert _gone(pids[0]), "the forked child exited where it would have answered"
+    assert gone(pids[0]), "the forked child exited where it would have answered"
     c.restart()
     assert _wait_gone(pids, 3.0) == [], "every process a rank started goes with it"
-    assert _works(c) < 30
+    assert works(c) < 30
 
 
 # -- fault 6: double Ctrl-C ------------------------------------------------------------------
@@ -242,7 +224,7 @@ def test_a_stopped_rank_is_reported_as_stopped(c):
     with pytest.raises(labkit.RankTimeout) as info:
         c.run(fn, timeout=1.0)
     assert info.value.stuck[1].startswith("stopped (SIGSTOP"), info.value.stuck
-    assert _works(c) < 30
+    assert works(c) < 30
 
 
 @pytest.mark.parametrize("bad", [0, -1, math.nan, math.inf, True, "5"])

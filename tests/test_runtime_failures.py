@@ -4,6 +4,7 @@ import time
 import pytest
 
 import labkit
+from runtime_helpers import works
 
 
 @pytest.fixture(scope="module")
@@ -18,18 +19,6 @@ def spares_ready(fragile):
     """Recovery within a second is promised with spares ready (they start after a failure)."""
     assert fragile.wait_for_spares(60)
 
-
-def _works(c) -> float:
-    """Seconds for the next run (with a collective) to succeed."""
-    def fn():
-        import torch
-        import torch.distributed as dist
-        t = torch.ones(1)
-        dist.all_reduce(t)
-        return t.item()
-    t0 = time.monotonic()
-    assert c.run(fn) == [float(c.world_size)] * c.world_size
-    return time.monotonic() - t0
 
 
 def test_a_rank_raises(fragile):
@@ -52,7 +41,7 @@ def test_a_rank_raises(fragile):
     assert "rank 1: ValueError: bad shape on this rank" in text
     assert "test_runtime_failures.py" in text and 'raise ValueError("bad shape on this rank")' in text
     assert fragile.pull("kept") == ["still here"] * 3, "a plain error keeps the ranks and their state"
-    assert _works(fragile) < 0.5
+    assert works(fragile) < 0.5
 
 
 def test_identical_failures_are_grouped(fragile):
@@ -78,7 +67,7 @@ def test_a_rank_raises_while_the_others_wait_in_a_collective(fragile):
     err = info.value
     assert err.ranks == [2] and sorted(err.stuck) == [0, 1] and err.restarted
     assert "all_reduce" in err.stuck[0]
-    assert _works(fragile) < 1.0
+    assert works(fragile) < 1.0
 
 
 def test_a_hang_inside_cpp_says_where_every_rank_is(fragile):
@@ -99,7 +88,7 @@ def test_a_hang_inside_cpp_says_where_every_rank_is(fragile):
     assert err.stuck[0].startswith("in recv()")
     assert "in exchange" in err.stuck[0] and "dist.recv(buf, src=1)" in err.stuck[0]
     assert "ranks 1, 2: finished." in str(err)
-    assert _works(fragile) < 1.0
+    assert works(fragile) < 1.0
 
 
 def test_a_busy_python_loop_is_located_too(fragile):
@@ -111,7 +100,7 @@ def test_a_busy_python_loop_is_located_too(fragile):
     with pytest.raises(labkit.RankTimeout) as info:
         fragile.run(spin, timeout=0.5)
     assert all("in spin" in s and ("x += 1" in s or "while True:" in s) for s in info.value.stuck.values())
-    assert _works(fragile) < 1.0
+    assert works(fragile) < 1.0
 
 
 @pytest.mark.parametrize("how,expect", [
@@ -148,7 +137,7 @@ def test_a_rank_dies(fragile, how, expect):
         assert "failed because a rank they were talking to died" in str(err)
     if how == "segfault":
         assert "in die" in str(err), "faulthandler's crash dump shows where it crashed"
-    assert _works(fragile) < 1.0
+    assert works(fragile) < 1.0
 
 
 def test_system_exit_in_the_function_is_an_error_not_a_death(fragile):
@@ -164,7 +153,7 @@ def test_recovery_without_spares_still_works():
     with labkit.Cluster(2, spares=0) as c:
         with pytest.raises(labkit.RankTimeout):
             c.run(lambda: __import__("time").sleep(30), timeout=0.5)
-        assert _works(c) < 30
+        assert works(c) < 30
 
 
 def test_restart_gives_fresh_ranks(fragile):
@@ -172,4 +161,4 @@ def test_restart_gives_fresh_ranks(fragile):
     fragile.restart()
     with pytest.raises(labkit.RankError, match="no variable 'v'"):
         fragile.pull("v")
-    assert _works(fragile) < 1.0
+    assert works(fragile) < 1.0

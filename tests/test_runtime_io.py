@@ -11,21 +11,10 @@ import pytest
 
 import labkit
 from labkit.runtime import errors, procs
+from runtime_helpers import works
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(120)
-
-
-def _works(c) -> float:
-    def fn():
-        import torch
-        import torch.distributed as dist
-        t = torch.ones(1)
-        dist.all_reduce(t)
-        return t.item()
-    t0 = time.monotonic()
-    assert c.run(fn, timeout=30) == [2.0, 2.0]
-    return time.monotonic() - t0
 
 
 # -- fault 5: the control port ---------------------------------------------------------------
@@ -246,7 +235,7 @@ def test_env_reaches_the_ranks_before_the_process_group_and_pg_timeout_applies()
         assert time.monotonic() - t0 < 20
         text = str(info.value)
         assert info.value.ranks == [0] and "--- rank 0:" in text and "pg_timeout" in text, text
-        assert _works(cl) < 30
+        assert works(cl) < 30
 
 
 # -- issue 8 section 6: the runtime's private reach ------------------------------------------

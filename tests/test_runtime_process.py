@@ -8,26 +8,19 @@ import sys
 import time
 
 import pytest
+from runtime_helpers import gone
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-
-def _gone(pid: int) -> bool:
-    """True once pid has exited (a zombie waiting for init counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
 
 
 def _wait_gone(pids, limit: float) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit:
-        if all(_gone(p) for p in pids):
+        if all(gone(p) for p in pids):
             return time.monotonic() - t0
         time.sleep(0.05)
-    alive = [p for p in pids if not _gone(p)]
+    alive = [p for p in pids if not gone(p)]
     raise AssertionError(f"processes {alive} still alive after {limit} s")
 
 
