@@ -16,6 +16,28 @@ import sys
 import tarfile
 import tempfile
 
+# Figures in a deck must stay readable from the back of a room: at 1280 x 720, figure text at
+# least 16 px. A deck's first code cell calls style(); the browser test checks each figure's
+# displayed scale against these numbers (MIN_FONT_PT at DPI, shrunk or grown by the page).
+DPI = 100
+MIN_FONT_PT = 14          # the smallest text style() allows (tick labels, legend)
+FIGSIZE = (10.0, 4.2)     # inches: 1000 x 420 px at DPI, fits a slide under a title
+
+
+def style() -> None:
+    """Matplotlib settings for slides: large text, one size of figure, PNG at DPI.
+
+    Library plots that set an explicit fontsize below MIN_FONT_PT defeat this: keep them at
+    or above it (or scale them from rcParams)."""
+    import matplotlib
+    matplotlib.rcParams.update({
+        "figure.figsize": FIGSIZE, "figure.dpi": DPI, "savefig.dpi": DPI,
+        "font.size": 16, "axes.titlesize": 18, "axes.labelsize": 16,
+        "xtick.labelsize": MIN_FONT_PT, "ytick.labelsize": MIN_FONT_PT,
+        "legend.fontsize": MIN_FONT_PT, "legend.title_fontsize": MIN_FONT_PT,
+        "figure.titlesize": 18, "lines.linewidth": 2.5,
+    })
+
 # npm package -> {path inside its tarball: destination under vendor/}
 VENDOR = {
     "reveal.js@4.0.2": {"package/dist": "reveal.js/dist",       # the version nbconvert's template targets
