@@ -15,6 +15,19 @@ from matplotlib.ticker import MaxNLocator
 from labkit.livefig import LiveFigure  # re-exported: labkit.show.LiveFigure
 
 
+def _k() -> float:
+    """How much larger than matplotlib's default text the current style is (1 in a notebook,
+    1.6 under labkit.slides.style()): sizes and figure sizes below grow with it."""
+    return float(plt.rcParams["font.size"]) / 10.0
+
+
+def _fs(size: float) -> float:
+    """A text size `size` (points at the default style) scaled by _k(), and never below the
+    style's tick-label size when that is a number (labkit.slides.style() sets 14 pt)."""
+    floor = plt.rcParams["xtick.labelsize"]
+    return max(size * _k(), floor if isinstance(floor, (int, float)) else 0.0)
+
+
 def _as_array(t) -> np.ndarray:
     if t is None:
         return np.zeros(0)
@@ -28,7 +41,7 @@ def _row(ax, y: float, values: np.ndarray, x0: float, norm, cmap) -> None:
         r, g, b, _ = cmap(norm(v))
         dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5          # white text on dark cells
         ax.add_patch(plt.Rectangle((x0 + i, y), 0.95, 0.8, color=(r, g, b)))
-        ax.text(x0 + i + 0.475, y + 0.4, f"{v:g}", ha="center", va="center", fontsize=8,
+        ax.text(x0 + i + 0.475, y + 0.4, f"{v:g}", ha="center", va="center", fontsize=_fs(8),
                 color="white" if dark else "black")
 
 
@@ -54,26 +67,27 @@ def before_after_figure(results, title: str, labels=("before", "after"), notes=N
     cmap = plt.get_cmap("viridis")
     gap = 2.0
     note_w = max((len(n) for n in notes), default=0) * 0.16 if notes else 0.0
-    fig, ax = plt.subplots(figsize=(0.55 * (width_b + width_a + gap) + 1.2 + 0.55 * note_w + 0.9,
-                                    0.5 * len(rows) + 0.9))
+    k = _k()
+    fig, ax = plt.subplots(figsize=(k * (0.55 * (width_b + width_a + gap) + 1.2 + 0.55 * note_w + 0.9),
+                                    k * (0.5 * len(rows) + 0.9)))
     for r, (b, a) in enumerate(rows):
         y = len(rows) - 1 - r
-        ax.text(-0.3, y + 0.4, f"rank {r}", ha="right", va="center", fontsize=9)
+        ax.text(-0.3, y + 0.4, f"rank {r}", ha="right", va="center", fontsize=_fs(9))
         _row(ax, y, b, 0, norm, cmap)
         _row(ax, y, a, width_b + gap, norm, cmap)
         if notes:
-            ax.text(width_b + gap + width_a + 0.2, y + 0.4, notes[r], ha="left", va="center", fontsize=9)
-    ax.text(width_b / 2, len(rows) + 0.1, labels[0], ha="center", fontsize=9)
-    ax.text(width_b + gap + width_a / 2, len(rows) + 0.1, labels[1], ha="center", fontsize=9)
+            ax.text(width_b + gap + width_a + 0.2, y + 0.4, notes[r], ha="left", va="center", fontsize=_fs(9))
+    ax.text(width_b / 2, len(rows) + 0.1, labels[0], ha="center", fontsize=_fs(9))
+    ax.text(width_b + gap + width_a / 2, len(rows) + 0.1, labels[1], ha="center", fontsize=_fs(9))
     ax.annotate("", xy=(width_b + gap - 0.3, len(rows) / 2), xytext=(width_b + 0.3, len(rows) / 2),
                 arrowprops=dict(arrowstyle="->"))
     ax.set_xlim(-1.6, width_b + gap + width_a + 0.2 + note_w)
     ax.set_ylim(-0.2, len(rows) + 0.6)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=_fs(10))
     ax.axis("off")
     bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.03, pad=0.01)
-    bar.set_label("value (one scale, before and after)", fontsize=8)
-    bar.ax.tick_params(labelsize=7)
+    bar.set_label("value (one scale, before and after)", fontsize=_fs(8))
+    bar.ax.tick_params(labelsize=_fs(7))
     fig.tight_layout()
     return fig
 
@@ -98,7 +112,7 @@ class live(LiveFigure):
         return True
 
     def figure(self):
-        fig, ax = plt.subplots(figsize=(6, 3.2))
+        fig, ax = plt.subplots(figsize=(6 * _k(), 3.2 * _k()))
         for r, (xs, ys) in sorted(self.series.items()):
             ax.plot(xs, ys, marker=".", label=f"rank {r}")
         ax.set_xlabel(self.x)
@@ -106,9 +120,9 @@ class live(LiveFigure):
         xs = [x for xs, _ in self.series.values() for x in xs]
         if xs and all(float(x).is_integer() for x in xs):       # steps: whole-number ticks only
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(self.title, fontsize=10)
+        ax.set_title(self.title, fontsize=_fs(10))
         if self.series:
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=_fs(8))
         fig.tight_layout()
         return fig
 

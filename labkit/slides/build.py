@@ -1,0 +1,169 @@
+"""Decks (notebooks with slide metadata) to single-file reveal.js HTML, executed once.
+
+`build_deck` runs a deck in a fresh `labkit` kernel (when asked), records every error that is
+not in a cell tagged `raises-exception` (naming the deck and the cell), and writes
+`<dst>/<deck>.slides.html` plus `<dst>/<deck>.build.json` (the errors, the time, a key). The
+key hashes the deck and this package, so the tests and the browser checks reuse an executed
+build instead of running a deck twice (`cached`).
+"""
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import re
+import time
+
+from labkit.slides import vendor
+
+HERE = pathlib.Path(__file__).resolve().parent
+WIDTH, HEIGHT, MARGIN = 1280, 720, 0.0       # reveal's slide in px; margin 0: scale 1 on a 1280 x 720 screen
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+@dataclasses.dataclass
+class Built:
+    deck: str                      # file name of the deck, e.g. "00_cluster.ipynb"
+    html: pathlib.Path
+    errors: list                   # "00_cluster.ipynb cell 7 (id ab12): RankError: ..." per unexpected error
+    seconds: float                 # time to execute (0 when not executed)
+    executed: bool
+
+
+def key(path: pathlib.Path, execute: bool) -> str:
+    h = hashlib.sha256(path.read_bytes())
+    for part in sorted(HERE.iterdir()):
+        if part.suffix in (".py", ".css", ".j2"):
+            h.update(part.read_bytes())
+    h.update(b"executed" if execute else b"as committed")
+    return h.hexdigest()[:16]
+
+
+def cached(path: pathlib.Path, dst: pathlib.Path, execute: bool):
+    """The Built of an earlier build of this exact deck (and labkit.slides), or None."""
+    meta, html = dst / f"{path.stem}.build.json", dst / f"{path.stem}.slides.html"
+    if not (meta.exists() and html.exists()):
+        return None
+    record = json.loads(meta.read_text())
+    if record.get("key") != key(path, execute):
+        return None
+    return Built(path.name, html, record["errors"], record["seconds"], record["executed"])
+
+
+def tags(cell) -> list:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def slide_type(cell) -> str:
+    return cell.get("metadata", {}).get("slideshow", {}).get("slide_type", "-")
+
+
+def outline(nb) -> list:
+    """One dict per slide (slide_type slide or subslide): its title, whether speaker notes
+    follow it, whether a code cell on it draws (matplotlib or a labkit plotting call)."""
+    slides = []
+    for cell in nb["cells"]:
+        kind, src = slide_type(cell), "".join(cell["source"])
+        if kind in ("slide", "subslide") or (not slides and kind != "skip"):
+            title = next((line.lstrip("# ") for line in src.splitlines() if line.startswith("#")), "")
+            slides.append({"title": title, "notes": False, "plots": False, "cells": 0})
+        if kind == "skip" or not slides:
+            continue
+        s = slides[-1]
+        s["cells"] += 1
+        s["notes"] |= kind == "notes"
+        s["plots"] |= cell["cell_type"] == "code" and bool(re.search(
+            r"\bplt\.|\.plot\(|figure|labkit\.show\.|_plot\(|gantt|explorer", src))
+    return slides
+
+
+def errors_of(nb, deck: str) -> list:
+    found = []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        where = f"{deck} cell {i} (id {cell.get('id', '?')})"
+        errs = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if "raises-exception" in tags(cell):
+            if not errs:
+                found.append(f"{where}: tagged raises-exception but ran without an error")
+        for o in errs if "raises-exception" not in tags(cell) else []:
+            first = (o.get("evalue") or "").strip().splitlines()[:1]
+            found.append(f"{where}: {o.get('ename')}: {first[0] if first else ''}")
+    return found
+
+
+def _execute(nb, cwd: pathlib.Path, timeout: int) -> list:
+    from nbconvert.preprocessors import ExecutePreprocessor
+    try:
+        ExecutePreprocessor(timeout=timeout, kernel_name="labkit", allow_errors=True).preprocess(
+            nb, {"metadata": {"path": str(cwd)}})
+    except Exception as exc:                  # a cell over `timeout`, a dead kernel: report, keep going
+        return [f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"]
+    return []
+
+
+def _static(nb):
+    """The deck as shown: widget views dropped (a static page has no kernel behind them), and an
+    error shown as its message only (for a RankError that holds the ranks' tracebacks): the
+    notebook-side frames repeat the cell's code, which is on the slide already."""
+    nb = copy.deepcopy(nb)
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"] = [o for o in cell.get("outputs", []) if WIDGET not in o.get("data", {})]
+            for o in cell["outputs"]:
+                if o.get("output_type") == "error":
+                    o["traceback"] = o.get("traceback", [])[-1:]
+    nb["metadata"].pop("widgets", None)
+    return nb
+
+
+def _has_math(nb) -> bool:
+    text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    text += "\n".join(json.dumps(o.get("data", {}).get("text/markdown", ""))
+                      for c in nb["cells"] for o in c.get("outputs", []))
+    return bool(re.search(r"\$[^$\s][^$]*\$|\\\(|\\\[", text))
+
+
+def export(nb, title: str, deck_key: str, cache: pathlib.Path) -> str:
+    from nbconvert import SlidesExporter
+    exporter = SlidesExporter(template_file=str(HERE / "deck.html.j2"))
+    labkit = dict(vendor.assets(cache, _has_math(nb)), key=deck_key, title=title,
+                  deck_css=(HERE / "deck.css").read_text(), width=WIDTH, height=HEIGHT, margin=MARGIN)
+    html, _ = exporter.from_notebook_node(_static(nb), resources={"labkit": labkit})
+    return html
+
+
+def build_deck(path: pathlib.Path, dst: pathlib.Path, execute: bool = False, timeout: int = 180,
+               cache: pathlib.Path = None) -> Built:
+    import nbformat
+    cache = vendor.fetch(cache or pathlib.Path(os.environ.get("LABKIT_VENDOR") or dst.parent / "vendor"))
+    nb = nbformat.read(path, as_version=4)
+    t0, errors = time.perf_counter(), []
+    if execute:
+        notebooks = path.resolve().parent.parent / "notebooks"
+        errors = _execute(nb, notebooks if notebooks.is_dir() else path.parent, timeout)
+        errors = [f"{path.name}: {e}" for e in errors] + errors_of(nb, path.name)
+    seconds = time.perf_counter() - t0 if execute else 0.0
+    slides = outline(nb)
+    title = slides[0]["title"] if slides and slides[0]["title"] else path.stem
+    dst.mkdir(parents=True, exist_ok=True)
+    html = dst / f"{path.stem}.slides.html"
+    html.write_text(export(nb, title, key(path, execute), cache))
+    (dst / f"{path.stem}.build.json").write_text(json.dumps(
+        {"key": key(path, execute), "errors": errors, "seconds": round(seconds, 1), "executed": execute}, indent=1))
+    return Built(path.name, html, errors, seconds, execute)
+
+
+def build(src: pathlib.Path, dst: pathlib.Path, execute: bool = False, timeout: int = 180,
+          reuse: bool = False, only=None) -> list:
+    """Build every deck `src/*.ipynb` (or those whose name starts with one of `only`) into `dst`;
+    with `reuse`, a deck whose earlier build has the same key is not run again."""
+    out = []
+    for path in sorted(pathlib.Path(src).glob("*.ipynb")):
+        if only and not any(path.name.startswith(o) for o in only):
+            continue
+        out.append((reuse and cached(path, pathlib.Path(dst), execute))
+                   or build_deck(path, pathlib.Path(dst), execute, timeout))
+    return out

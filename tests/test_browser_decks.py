@@ -1,0 +1,73 @@
+"""Every built deck opened in chromium at 1280 x 720, slide by slide (all fragments shown):
+
+- every visible text of a slide is at least 24 px on screen (computed font size x reveal's scale);
+- every figure's text is at least 16 px: figures are PNGs drawn under labkit.slides.style(),
+  whose smallest text is MIN_FONT_PT at DPI, so on screen it is
+  displayed width / natural width x MIN_FONT_PT x DPI / 72 px. This TRUSTS style(): a plot that
+  sets a smaller fontsize itself is not seen here (the deck authors keep library plots >= 14 pt);
+- a slide with a figure, screenshotted, is not blank (pixel variance of the figure).
+Every slide's screenshot is kept under build/browser/decks/<deck>/ (test artefacts).
+"""
+import pytest
+
+from browser_helpers import chromium, shot_path, variance
+from deck_build import DECKS, executed
+from labkit.slides import DPI, MIN_FONT_PT
+
+pytestmark = [pytest.mark.browser, pytest.mark.cluster]
+BODY_PX, FIGURE_PX = 24, 16
+
+MEASURE = """() => {
+  const scale = Reveal.getScale(), slide = Reveal.getCurrentSlide();
+  const texts = [], imgs = [];
+  const walk = document.createTreeWalker(slide, NodeFilter.SHOW_TEXT);
+  while (walk.nextNode()) {
+    const node = walk.currentNode, el = node.parentElement, text = node.textContent.trim();
+    if (!text || el.closest('aside.notes, mjx-container, script, style')) continue;
+    const css = getComputedStyle(el);
+    if (css.display === 'none' || css.visibility === 'hidden' || el.getClientRects().length === 0) continue;
+    texts.push({px: parseFloat(css.fontSize) * scale, text: text.slice(0, 50), tag: el.tagName});
+  }
+  for (const img of slide.querySelectorAll('img')) {
+    imgs.push({shown: img.offsetWidth * scale, natural: img.naturalWidth, ok: img.complete && img.naturalWidth > 0});
+  }
+  const h = slide.querySelector('h1, h2, h3');
+  return {scale, texts, imgs, title: h ? h.textContent.replace('\u00b6', '').trim() : ''};
+}"""
+
+
+@pytest.fixture(scope="module")
+def page():
+    with chromium() as p:
+        yield p
+
+
+@pytest.mark.parametrize("deck", DECKS, ids=[d.name for d in DECKS])
+def test_every_slide_readable_at_1280x720(deck, page):
+    html = executed(deck).html
+    page.goto(html.as_uri())
+    page.wait_for_function("() => window.Reveal && Reveal.isReady()")
+    page.evaluate("() => Reveal.configure({fragments: false, transition: 'none'})")   # all fragments shown
+    slides = page.evaluate("() => Reveal.getSlides().map(s => Reveal.getIndices(s))")
+    small, small_figs, blank, with_figure = [], [], [], []
+    for n, ix in enumerate(slides, 1):
+        page.evaluate(f"() => Reveal.slide({ix['h']}, {ix['v'] or 0})")
+        page.wait_for_timeout(50)
+        m = page.evaluate(MEASURE)
+        where = f"slide {n} ({m['title'][:40]})"
+        small += [f"{where}: {t['px']:.1f} px {t['tag']} {t['text']!r}" for t in m["texts"] if t["px"] < BODY_PX - 0.01]
+        for img in m["imgs"]:
+            assert img["ok"], f"{deck.name} {where}: an image did not load"
+            px = img["shown"] / img["natural"] * MIN_FONT_PT * DPI / 72
+            if px < FIGURE_PX:
+                small_figs.append(f"{where}: figure text {px:.1f} px (shown {img['shown']:.0f} of {img['natural']} px wide)")
+        page.screenshot(path=str(shot_path(f"decks/{deck.stem}/{n:02d}.png")))
+        if m["imgs"] and not with_figure:
+            with_figure.append(n)
+            v = variance(page.locator("section.present img").first.screenshot())
+            if v < 100:
+                blank.append(f"{where}: the figure is blank (pixel variance {v:.0f})")
+    print(f"\n{deck.name}: {len(slides)} slides, screenshots in {shot_path('decks/' + deck.stem)}")
+    assert not small, f"{deck.name}: text under {BODY_PX} px:\n" + "\n".join(small[:15])
+    assert not small_figs, f"{deck.name}: figures shrunk so their text is under {FIGURE_PX} px:\n" + "\n".join(small_figs)
+    assert not blank, "\n".join(blank)
