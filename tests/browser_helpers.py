@@ -5,6 +5,7 @@ Nothing is downloaded at test time: playwright drives the system chromium
 (`chromium.launch(executable_path=...)`), never a browser of its own (`playwright install`).
 """
 import contextlib
+import json
 import os
 import pathlib
 import secrets
@@ -60,29 +61,34 @@ def chromium(viewport=(1280, 720)):
 
 
 @contextlib.contextmanager
-def jupyterlab(root: pathlib.Path):
+def jupyterlab(root: pathlib.Path, settings: dict = None):
     """JupyterLab serving `root` on a free loopback port with a random token; yields its base URL
     (token included as a query string for the first page). Its settings, workspaces and runtime
-    files live in a temporary folder, so a learner's own JupyterLab settings play no part."""
+    files live in a temporary folder, so a learner's own JupyterLab settings play no part;
+    `settings` maps a settings file (e.g. "@jupyterlab/notebook-extension/tracker.jupyterlab-settings")
+    to its values."""
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="labkit-lab-"))
+    for name, values in (settings or {}).items():
+        (tmp / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / "settings" / name).write_text(json.dumps(values))
     port, token = free_port(), secrets.token_hex(16)
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
                JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"))
     cmd = [str(pathlib.Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--ip=127.0.0.1",
            f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
            f"--LabApp.user_settings_dir={tmp / 'settings'}", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
-           "--ServerApp.open_browser=False", "--LabApp.news_url=", "--LabApp.check_for_updates_class="
-           "jupyterlab.NeverCheckForUpdate"]
+           "--ServerApp.open_browser=False"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")                  # CI containers run as root
-    log = open(tmp / "server.log", "w")
+    log_path = shot_path("jupyterlab-server.log")     # kept with the screenshots
+    log = open(log_path, "w")
     server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
             if server.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited: {(tmp / 'server.log').read_text()[-2000:]}")
+                raise RuntimeError(f"jupyter lab exited: {log_path.read_text()[-2000:]}")
             try:
                 urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
                 break
