@@ -81,3 +81,61 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.cluster)
         if item.nodeid.split("::")[0].endswith(".ipynb"):
             item.add_marker(pytest.mark.notebook)
+    _deselect_browser(config, items)
+
+
+# --- browser tests -------------------------------------------------------------------------
+# Without chromium or playwright the `browser` tests are deselected, and ONE line says so.
+_browser_off = []
+
+
+def _browser_missing() -> str:
+    import sys, pathlib
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    from browser_helpers import ENABLE, missing
+    why = missing()
+    return f"{why}; {ENABLE}" if why else ""
+
+
+def _deselect_browser(config, items):
+    browser = [i for i in items if i.get_closest_marker("browser")]
+    why = _browser_missing() if browser else ""
+    if why:
+        _browser_off.append((len(browser), why))
+        config.hook.pytest_deselected(items=browser)
+        items[:] = [i for i in items if not i.get_closest_marker("browser")]
+
+
+# --- time per part of the run (CI's table: tests, notebooks, learner copies, decks, browser) ---
+_part_seconds = {}
+
+
+def _part(nodeid: str) -> str:
+    path = nodeid.split("::")[0]
+    if path.startswith("build/learner"):
+        return "learner copies"
+    if path.startswith("notebooks/"):
+        return "notebooks"
+    if "test_browser" in path:
+        return "browser"
+    if "test_slides" in path:
+        return "decks"
+    return "tests"
+
+
+def pytest_runtest_logreport(report):
+    part = _part(report.nodeid)
+    _part_seconds[part] = _part_seconds.get(part, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    for n, why in _browser_off:
+        terminalreporter.write_line(f"{n} browser tests not run: {why}")
+    import sys
+    deck_build = sys.modules.get("deck_build")
+    for part, seconds in (deck_build.spent.items() if deck_build else ()):
+        _part_seconds[part] -= seconds            # building (executing) the decks counts as "decks"
+        _part_seconds["decks"] = _part_seconds.get("decks", 0.0) + seconds
+    if _part_seconds:
+        parts = ", ".join(f"{k} {v:.0f} s" for k, v in sorted(_part_seconds.items(), key=lambda kv: -kv[1]))
+        terminalreporter.write_line(f"time per part: {parts}")

@@ -1,17 +1,24 @@
 """The decks built ONCE per test session, executed, into build/slides (shared by test_slides.py
 and the browser tests). A deck whose earlier build has the same key (the deck and
 labkit/slides unchanged) is reused, so CI runs each deck exactly once and a rerun is free."""
+import os
 import pathlib
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DECKS = sorted((ROOT / "slides").glob("*.ipynb"))
 OUT = ROOT / "build" / "slides"
 _built = {}
+spent = {}      # seconds spent building, by the part of the test run that asked (tests/conftest.py)
 
 
 def executed(deck: pathlib.Path):
     """labkit.slides.build.Built for `deck`, run in a fresh kernel (or reused, see above)."""
     from labkit.slides.build import build_deck, cached
     if deck.name not in _built:
+        t0 = time.perf_counter()
         _built[deck.name] = cached(deck, OUT, True) or build_deck(deck, OUT, execute=True)
+        asking = os.environ.get("PYTEST_CURRENT_TEST", "")
+        part = "browser" if "test_browser" in asking else "decks"
+        spent[part] = spent.get(part, 0.0) + time.perf_counter() - t0
     return _built[deck.name]
