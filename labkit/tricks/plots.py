@@ -1,0 +1,72 @@
+"""Pictures of module 09 (layer 4): memory against step time, and a live version of it."""
+from labkit.livefig import LiveFigure
+from labkit.tricks.formulas import WORDS
+
+COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]   # by number of tricks
+
+
+def scatter(points, title: str = "", ax=None, baseline: str = "-"):
+    """points: [(code, peak bytes on the device, step seconds)]. One dot per configuration,
+    labelled with its letters, coloured by how many tricks it combines; a legend says what
+    the letters mean."""
+    import matplotlib.pyplot as plt
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 6))
+    fig = ax.figure
+    seen = set()
+    for code, dev, sec in points:
+        n = len(code.strip("-"))
+        lab = f"{n} trick{'s' if n != 1 else ''}" if n not in seen else None
+        seen.add(n)
+        ax.scatter(1e3 * sec, dev / 1e6, color=COLORS[n % len(COLORS)], s=60 if code != baseline else 140,
+                   marker="*" if code == baseline else "o", label=lab, zorder=3)
+        ax.annotate("baseline" if code == baseline else code, (1e3 * sec, dev / 1e6),
+                    textcoords="offset points", xytext=(5, 4), fontsize=9)
+    ax.set_xlabel("step time per rank (ms, slowest rank)")
+    ax.set_ylabel("peak memory per rank on the device (MB)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: labels[i])
+    used = sorted({c for code, _, _ in points for c in code.strip("-")})
+    leg = ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper right",
+                    title="combined", fontsize=9)
+    ax.add_artist(leg)
+    ax.text(1.01, 1.0, "letters:\n" + "\n".join(f"{c}  {WORDS[c]}" for c in used), transform=ax.transAxes,
+            va="top", fontsize=9, family="monospace")
+    ax.set_title(title or "every combination: memory against time (lower left is better)")
+    fig.tight_layout()
+    return fig
+
+
+class LiveScatter(LiveFigure):
+    """The scatter, redrawn as rank 0 emits each finished configuration."""
+
+    def __init__(self, cluster, total: int = 0, fps: float = 2.0):
+        super().__init__(cluster, fps)
+        self.points, self.total = [], total
+
+    def _take(self, event) -> bool:
+        d = event.data
+        if "trick" not in d:
+            return False
+        self.points.append((d["trick"], d["peak_device"], d["step_s"]))
+        return True
+
+    def figure(self):
+        return scatter(self.points, title=f"measured so far: {len(self.points)} of {self.total} configurations")
+
+
+def loss_figure(curves: dict, title: str = "fp32 Adam against 8-bit Adam"):
+    """curves: {name: [loss per step]} on one axis."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for name, ys in curves.items():
+        ax.plot(range(1, len(ys) + 1), ys, label=name, marker="o", ms=3)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
