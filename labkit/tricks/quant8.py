@@ -34,7 +34,7 @@ def quantize(x: torch.Tensor, code: torch.Tensor, mids: torch.Tensor, block: int
     scale = blocks.abs().amax(dim=1)
     normed = blocks / scale.clamp_min(1e-30).unsqueeze(1)
     idx = torch.bucketize(normed, mids.to(normed.device))      # nearest code value
-    return idx.to(torch.uint8).view(-1)[:n].view_as(x), scale
+    return idx.to(torch.uint8).view(-1)[:n].clone().view_as(x), scale   # no padding kept
 
 
 def dequantize(codes: torch.Tensor, scale: torch.Tensor, code: torch.Tensor, block: int = Q.BLOCK):
