@@ -24,7 +24,7 @@ def main(argv) -> int:
     configs = combinations() + [Config(checkpointing="selective"), Config(zero=1)]
     t0 = time.perf_counter()
     with labkit.Cluster(args.world_size, spares=0) as cluster:
-        results = compare.measure(cluster, configs, shape, timed=args.timed)
+        results = compare.measure(cluster, configs, shape, timed=args.timed, timeout=3600)
     print(compare.table(results, shape, world_size=args.world_size))
     print()
     print(compare.priority(results))

@@ -41,17 +41,19 @@ class Result:
         return predict(self.config, r["n_params"], shape, r["sizes"], world_size=world_size)
 
 
-def measure(cluster, configs, shape: Shape = Shape(), timed: int = 2, live: bool = False) -> list:
+def measure(cluster, configs, shape: Shape = Shape(), timed: int = 2, live: bool = False,
+            timeout: float = None) -> list:
     """Run each config on every rank of `cluster` (one run for all); `live` draws the scatter
-    as each configuration finishes."""
+    as each configuration finishes. `timeout`: seconds for the whole run (the cluster's default
+    otherwise: about 2 s per configuration on a busy 2-core machine)."""
     from labkit.tricks.runs import run_many
     configs = list(configs)
     if live:
         from labkit.tricks.plots import LiveScatter
         with LiveScatter(cluster, total=len(configs)):
-            per_rank = cluster.run(run_many, configs, shape, timed)
+            per_rank = cluster.run(run_many, configs, shape, timed, timeout=timeout)
     else:
-        per_rank = cluster.run(run_many, configs, shape, timed)
+        per_rank = cluster.run(run_many, configs, shape, timed, timeout=timeout)
     return [Result(c, [per_rank[r][i] for r in range(len(per_rank))]) for i, c in enumerate(configs)]
 
 

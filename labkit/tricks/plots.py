@@ -42,7 +42,7 @@ def scatter(points, title: str = "", ax=None, baseline: str = "-"):
 class LiveScatter(LiveFigure):
     """The scatter, redrawn as rank 0 emits each finished configuration."""
 
-    def __init__(self, cluster, total: int = 0, fps: float = 2.0):
+    def __init__(self, cluster, total: int = 0, fps: float = 1.0):
         super().__init__(cluster, fps)
         self.points, self.total = [], total
 

@@ -95,10 +95,12 @@ def tracked_step(model, opt, x, y, config: Config) -> tuple:
     """(peak Breakdown, stored activation bytes) of one step, under MemTracker."""
     from labkit.memory.peaks import _tracker
     held = offload.measure(model, opt)
+    import warnings
     mt = _tracker()
     mt.track_external(model)
     after_fwd = []
-    with mt:
+    with mt, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Expected a tensor")   # MemTracker on a None output
         train_step(model, opt, x, y, config,
                    after_forward=lambda: after_fwd.append(dict(next(iter(mt.get_tracker_snapshot("current").values())))),
                    next_micro=mt.reset_mod_stats)        # MemTracker tracks one forward per module
