@@ -1,17 +1,20 @@
 """Pictures of module 09 (layer 4): memory against step time, and a live version of it."""
 from labkit.livefig import LiveFigure
-from labkit.tricks.formulas import WORDS
 
+SHORT = {"M": "mixed precision", "a": "bf16 autocast", "C": "full checkpointing",
+         "S": "selective checkpointing", "A": "accumulation", "8": "8-bit Adam", "O": "offload",
+         "Z": "ZeRO-1"}
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]   # by number of tricks
 
 
-def scatter(points, title: str = "", ax=None, baseline: str = "-"):
+def scatter(points, title: str = "", ax=None, baseline: str = "-", figsize=(10, 6)):
     """points: [(code, peak bytes on the device, step seconds)]. One dot per configuration,
     labelled with its letters, coloured by how many tricks it combines; a legend says what
     the letters mean."""
+    import matplotlib
     import matplotlib.pyplot as plt
     if ax is None:
-        fig, ax = plt.subplots(figsize=(10, 6))
+        fig, ax = plt.subplots(figsize=figsize)
     fig = ax.figure
     seen = set()
     for code, dev, sec in points:
@@ -21,21 +24,24 @@ def scatter(points, title: str = "", ax=None, baseline: str = "-"):
         ax.scatter(1e3 * sec, dev / 1e6, color=COLORS[n % len(COLORS)], s=60 if code != baseline else 140,
                    marker="*" if code == baseline else "o", label=lab, zorder=3)
         ax.annotate("baseline" if code == baseline else code, (1e3 * sec, dev / 1e6),
-                    textcoords="offset points", xytext=(5, 4), fontsize=9)
-    ax.set_xlabel("step time per rank (ms, slowest rank)")
-    ax.set_ylabel("peak memory per rank on the device (MB)")
-    ax.set_ylim(bottom=0)
+                    textcoords="offset points", xytext=(5, 4))
+    ax.set_xlabel("step time (ms, slowest rank)")
+    ax.set_ylabel("peak per rank (MB)")
+    ax.set_ylim(0, 1.15 * max((dev / 1e6 for _, dev, _ in points), default=1))
     ax.grid(alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: labels[i])
     used = sorted({c for code, _, _ in points for c in code.strip("-")})
-    leg = ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper right",
-                    title="combined", fontsize=9)
-    ax.add_artist(leg)
-    ax.text(1.01, 1.0, "letters:\n" + "\n".join(f"{c}  {WORDS[c]}" for c in used), transform=ax.transAxes,
-            va="top", fontsize=9, family="monospace")
-    ax.set_title(title or "every combination: memory against time (lower left is better)")
-    fig.tight_layout()
+    leg = ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="lower left",
+                    bbox_to_anchor=(1.02, 0.0), title="combined")
+    leg.set_in_layout(False)
+    txt = ax.text(1.02, 1.0, "\n".join(f"{c}  {SHORT[c]}" for c in used), transform=ax.transAxes,
+                  va="top", family="monospace")
+    txt.set_in_layout(False)
+    ax.set_title(title or "memory against time (lower left is better)")
+    width = max((len(SHORT[c]) for c in used), default=12) + 4
+    em = matplotlib.rcParams["font.size"] / 72 * 0.62          # a monospace character, inches
+    fig.tight_layout(rect=(0, 0, max(0.5, 1 - width * em / fig.get_figwidth()), 1))
     return fig
 
 

@@ -137,7 +137,15 @@ def run(config: Config, shape: Shape = Shape(), timed: int = 2, track: bool = Tr
 
 
 def run_many(configs, shape: Shape = Shape(), timed: int = 2) -> list:
-    """`run` for each config in turn (one call to the cluster for all of them)."""
+    """`run` for each config in turn (one call to the cluster for all of them), after one
+    untimed warm-up of the first: first calls (lazy imports, the tracker, allocator growth)
+    would otherwise make the baseline slow and every ratio to it look better than it is."""
+    configs = list(configs)
+    if configs:
+        model, opt = build(configs[0], shape)
+        x, y = token_batch(shape.batch, shape.seq, shape.vocab_size)
+        tracked_step(model, opt, x, y, configs[0])
+        del model, opt
     return [run(c, shape, timed) for c in configs]
 
 
