@@ -25,6 +25,7 @@ def scatter(points, title: str = "", ax=None, baseline: str = "-", figsize=(10, 
                    marker="*" if code == baseline else "o", label=lab, zorder=3)
         ax.annotate("baseline" if code == baseline else code, (1e3 * sec, dev / 1e6),
                     textcoords="offset points", xytext=(5, 4))
+    ax.margins(x=0.12)
     ax.set_xlabel("step time (ms, slowest rank)")
     ax.set_ylabel("peak per rank (MB)")
     ax.set_ylim(0, 1.15 * max((dev / 1e6 for _, dev, _ in points), default=1))
@@ -32,16 +33,15 @@ def scatter(points, title: str = "", ax=None, baseline: str = "-", figsize=(10, 
     handles, labels = ax.get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: labels[i])
     used = sorted({c for code, _, _ in points for c in code.strip("-")})
-    leg = ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="lower left",
-                    bbox_to_anchor=(1.02, 0.0), title="combined")
-    leg.set_in_layout(False)
-    txt = ax.text(1.02, 1.0, "\n".join(f"{c}  {SHORT[c]}" for c in used), transform=ax.transAxes,
-                  va="top", family="monospace")
-    txt.set_in_layout(False)
     ax.set_title(title or "memory against time (lower left is better)")
     width = max((len(SHORT[c]) for c in used), default=12) + 4
     em = matplotlib.rcParams["font.size"] / 72 * 0.62          # a monospace character, inches
     fig.tight_layout(rect=(0, 0, max(0.5, 1 - width * em / fig.get_figwidth()), 1))
+    # the keys go right of the axes, after the layout (which would shrink the axes for them)
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="lower left",
+              bbox_to_anchor=(1.02, 0.0), title="combined")
+    ax.text(1.02, 1.0, "\n".join(f"{c}  {SHORT[c]}" for c in used), transform=ax.transAxes,
+            va="top", family="monospace")
     return fig
 
 
