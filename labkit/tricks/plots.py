@@ -60,7 +60,9 @@ class LiveScatter(LiveFigure):
         return True
 
     def figure(self):
-        return scatter(self.points, title=f"measured so far: {len(self.points)} of {self.total} configurations")
+        done = len(self.points) >= self.total
+        return scatter(self.points, title="" if done else
+                       f"measured so far: {len(self.points)} of {self.total} configurations")
 
 
 def loss_figure(curves: dict, title: str = "fp32 Adam against 8-bit Adam"):
