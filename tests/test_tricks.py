@@ -88,8 +88,9 @@ def test_accumulation_equals_the_big_batch(cluster):
 
 
 def test_every_trick_trains_like_one_process(cluster):
-    """Each config's ranks hold the same weights after training; fp32 + accumulation matches
-    one process's loss, mixed and 8-bit within their rounding; the held bytes match the formula."""
+    """The data-parallel run of each exact trick (fp32, accumulation, offload, checkpointing)
+    ends with the weights of one process trained on the global batch; every config's held bytes
+    match the formula; the exact tricks' losses equal the baseline's."""
     from labkit.tricks import runs
     configs = [Config(), Config(micro=2), Config(precision="mixed"), Config(optimizer="adam8bit"),
                Config(offload=True), Config(checkpointing="full")]
@@ -104,6 +105,11 @@ def test_every_trick_trains_like_one_process(cluster):
             assert getattr(held, cat) == getattr(want, cat), (c.code, cat)
         if c.offload:
             assert held.on_host and per[0]["moved"]["to_host"] > 0
+    from labkit.tricks.runs import one_process
+    for i in (0, 1, 4, 5):                     # fp32, accumulation, offload, checkpointing: exact
+        want = one_process(configs[i], SHAPE, len(rows), rows[0][i]["steps"])
+        for r in rows:
+            assert abs(r[i]["checksum"] - want) <= 1e-5 * abs(want), (configs[i].code, r[i]["checksum"], want)
     base = [r[0]["losses"] for r in rows]
     for i in (1, 4, 5):                        # exact tricks: same losses as the baseline
         for r, b in zip(rows, base):

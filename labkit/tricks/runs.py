@@ -51,7 +51,8 @@ def build(config: Config, shape: Shape = Shape(), seed: int = 0):
     return model, cls(model.parameters(), **kw)
 
 
-def train_step(model, opt, x, y, config: Config, after_forward=None, next_micro=None) -> dict:
+def train_step(model, opt, x, y, config: Config, after_forward=None, next_micro=None,
+               sync: bool = True) -> dict:
     """One optimizer step over `config.micro` micro-batches of (x, y); seconds by phase.
     `after_forward()` is called after the first micro-batch's forward, `next_micro()` before
     each later one's (for the memory tracker)."""
@@ -69,7 +70,7 @@ def train_step(model, opt, x, y, config: Config, after_forward=None, next_micro=
         loss.backward()
         loss_sum += loss.item()
     t1 = time.perf_counter()
-    if not config.zero and dist.is_initialized() and dist.get_world_size() > 1:
+    if sync and not config.zero and dist.is_initialized() and dist.get_world_size() > 1:
         n = dist.get_world_size()
         for p in model.parameters():
             if p.grad is not None:
@@ -126,14 +127,34 @@ def run(config: Config, shape: Shape = Shape(), timed: int = 2, track: bool = Tr
     best = min(times, key=lambda t: t["step"]) if times else {}
     held = offload.measure(model, opt, label=f"held {config.code}")
     n_params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    checksum = param_checksum(model)
     row = {"config": config, "rank": rank, "peak": peak, "stored": stored, "held": held,
            "seconds": best, "losses": losses + [t["loss"] for t in times], "n_params": n_params,
            "sizes": [p.numel() for p in {id(p): p for p in model.parameters()}.values() if p.requires_grad],
-           "offload_seconds": dict(getattr(opt, "seconds", {})), "moved": dict(getattr(opt, "moved", {}))}
+           "offload_seconds": dict(getattr(opt, "seconds", {})), "moved": dict(getattr(opt, "moved", {})),
+           "checksum": checksum, "steps": 2 + len(times)}
     if rank == 0:
         labkit.emit(trick=config.code, peak_device=peak.device if peak else 0,
                     step_s=best.get("step", 0.0))
     return row
+
+
+def param_checksum(model) -> float:
+    """Sum of every distinct parameter, in float64: equal weights give equal sums."""
+    with torch.no_grad():
+        return float(sum(p.double().sum() for p in {id(p): p for p in model.parameters()}.values()))
+
+
+def one_process(config: Config, shape: Shape, world_size: int, steps: int, seed: int = 0) -> float:
+    """The reference: one process, no collective, each step on the global batch (every rank's
+    sequences of `run`); returns the parameters' checksum after `steps` steps."""
+    model, opt = build(config, shape, seed)
+    xs, ys = zip(*(token_batch(shape.batch, shape.seq, shape.vocab_size, seed=seed + 100 + r)
+                   for r in range(world_size)))
+    big = Config(**{**config.__dict__, "micro": config.micro * world_size})   # same micro-batch size
+    for _ in range(steps):
+        train_step(model, opt, torch.cat(xs), torch.cat(ys), big, sync=False)
+    return param_checksum(model)
 
 
 def run_many(configs, shape: Shape = Shape(), timed: int = 2) -> list:
