@@ -14,7 +14,7 @@ import time
 def main(argv) -> int:
     ap = argparse.ArgumentParser(prog="python -m labkit.bench tricks")
     ap.add_argument("--world-size", type=int, default=2)
-    ap.add_argument("--timed", type=int, default=3, help="untimed steps per config: the fastest is kept")
+    ap.add_argument("--timed", type=int, default=5, help="timed steps per config: the fastest is kept")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=4, help="sequences per rank per step")
     args = ap.parse_args(argv)

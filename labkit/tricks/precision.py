@@ -52,3 +52,18 @@ def dtypes_saved(model: torch.nn.Module, x: torch.Tensor, precision: str) -> dic
         out = model(x)
     del out
     return saved
+
+
+def saved_by_dtype(precision: str = "autocast", shape=None) -> dict:
+    """Inside a rank: {dtype: bytes} autograd saves in one forward of the module's TinyGPT
+    (math attention) under `precision` ('fp32', 'mixed' or 'autocast')."""
+    from labkit.models import GPTConfig, TinyGPT, token_batch
+    from labkit.tricks.checkpointing import apply
+    from labkit.tricks.formulas import Shape
+    shape = shape or Shape()
+    torch.manual_seed(0)
+    model = apply(TinyGPT(GPTConfig(**shape.gpt_kwargs())), "none")
+    if precision == "mixed":
+        model.to(HALF)
+    x, _ = token_batch(shape.batch, shape.seq, shape.vocab_size)
+    return dtypes_saved(model, x, precision)
