@@ -20,6 +20,7 @@ def phase_shares(runs: dict, verdicts: dict = None):
     scale so runs compare; communication first, against the notes' 30 % line (dashed).
     `runs`: name -> [Phases]."""
     rows = [(name, r, p) for name, ranks in runs.items() for r, p in enumerate(ranks)]
+    big = figtext.slides()                       # larger text: shorter labels, more room
     fig, ax = plt.subplots(figsize=figtext.figsize((9, 0.32 * len(rows) + 1.6), (10, 0.34 * len(rows) + 2.4)))
     for y, (name, r, p) in enumerate(rows):
         left = 0.0
@@ -29,14 +30,17 @@ def phase_shares(runs: dict, verdicts: dict = None):
             left += w
         ax.text(101, y, f"{1e3 * p.total:.0f} ms", va="center", fontsize=figtext.size(8))
     ax.set_yticks(range(len(rows)),
-                  [f"{name}, rank {r}" + (f"  -> {verdicts[name]}" if verdicts and r == 0 else "")
+                  [(f"{name} {r}" if big else f"{name}, rank {r}") +
+                   (f"  -> {verdicts[name]}" if verdicts and r == 0 else "")
                    for name, r, _ in rows], fontsize=figtext.size(8))
     ax.invert_yaxis()
     ax.axvline(100 * COMM_SHARE, color="k", ls="--", lw=1, label="30 % (the notes' communication line)")
-    ax.set_xlim(0, 112)
-    ax.set_xlabel("share of one training step (%); the time per step is printed at the right")
+    ax.set_xlim(0, 125 if big else 112)
+    ax.set_xlabel("share of the step (%); step time at the right" if big else
+                  "share of one training step (%); the time per step is printed at the right")
     ax.set_title("Where each rank's step goes")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, fontsize=figtext.size(8))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32 if big else -0.18), ncol=3,
+              fontsize=figtext.size(8))
     fig.tight_layout()
     return fig
 

@@ -15,7 +15,7 @@ def draw_layout(layout: Layout, dims=("tp", "pp", "dp"), cols: int = 4):
     rows_per_node = -(-g // cols)
     width, height = max(6, 2.6 * n_nodes), 1.9 * len(dims) * rows_per_node / 2 + 0.6
     if figtext.slides():                 # larger text: the deck's width, room for the titles
-        width, height = figtext.figsize((width, height))[0], (1.1 * rows_per_node + 1.0) * len(dims) + 0.5
+        width, height = figtext.figsize((width, height))[0], (0.55 * rows_per_node + 0.9) * len(dims) + 0.8
     fig, axes = plt.subplots(len(dims), 1, figsize=(width, height), squeeze=False)
     cmap = plt.get_cmap("tab20")
     for ax, dim in zip(axes[:, 0], dims):
