@@ -10,6 +10,7 @@ import functools
 
 from labkit.runtime import cluster as _cluster
 from labkit.runtime.errors import RankError, RankTimeout
+from labkit.check.ring_diagnosis import stuck_in
 
 
 def report(name: str, ok: bool, detail: str = "") -> bool:
@@ -60,7 +61,7 @@ def describe_hang(stuck: dict, returned=()) -> str:
     """'hung: rank r stuck in recv() at Cell In[5], line 7 ...' for the first stuck rank."""
     r, where = sorted(stuck.items())[0]
     at = _learner_frame(where)
-    text = f"hung: rank {r} stuck {where.splitlines()[0]}" + (f" at {at}" if at else "")
+    text = f"hung: rank {r} stuck {stuck_in(where)}" + (f" at {at}" if at else "")
     if returned:
         text += (f", while rank{'s' if len(returned) > 1 else ''} {', '.join(map(str, returned))} "
                  "had returned from your function (every rank must make the same collective "
