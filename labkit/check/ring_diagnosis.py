@@ -100,11 +100,15 @@ def schedule(log, r, k, length, partial=False, summed=False) -> str:
 
 def extra_bytes(log, r, k, length) -> str:
     """'rank r sent 9 elements where the ring sends 7 ...' when a ring that got the right sum
-    sent more than the ring's 2(N-1) chunks (a step too many), or ''."""
+    sent more than the ring's 2(N-1) chunks (a step too many), or nothing at all (a collective
+    called instead), or ''."""
     sizes = [b - a for a, b in chunk_bounds(length, k)]
     need = max(sum(sizes[st.send] for st in ring_schedule(r, k, shift)) for shift in range(k))
     sends = _sends(log)
     sent = sum(e[3] for e in sends)
+    if not sends and need:
+        return (f"the sum is right, but rank {r} sent no point-to-point message: the exercise is "
+                "to build the all-reduce from isend/irecv (or send/recv), not to call a collective")
     if sent <= need:
         return ""
     return (f"the sum is right, but rank {r} sent {sent} elements in {len(sends)} messages where "

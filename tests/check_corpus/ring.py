@@ -164,6 +164,8 @@ WRONG = [
      "after your reduce-scatter rank 0 holds the whole sum of chunk 1", "clean"),
     ("the mean, not the sum", lambda t, group=None: ring(t, group, mean=True),
      "every value is the sum divided by 2, the mean", "clean"),
+    ("calls dist.all_reduce", lambda t, group=None: dist.all_reduce(t, group=group) and t,
+     "sent no point-to-point message: the exercise is to build the all-reduce", "clean"),
     ("isend never waited", lambda t, group=None: ring(t, group, wait_sends=False),
      "never waited on its isend", "hang"),     # the message may never arrive: a hang, or a FAIL
 ]
