@@ -114,3 +114,25 @@ def test_every_trick_trains_like_one_process(cluster):
     for i in (1, 4, 5):                        # exact tricks: same losses as the baseline
         for r, b in zip(rows, base):
             assert all(abs(x - y) < 1e-4 for x, y in zip(r[i]["losses"], b)), configs[i].code
+
+
+def test_figures_on_slides_are_legible_and_in_a_notebook_unchanged():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from labkit import slides
+    from labkit.tricks import plots
+    pts = [("-", 20e6, 0.2), ("M", 15e6, 0.18), ("C", 13e6, 0.3), ("MCA8O", 9e6, 0.6)]
+    makers = [lambda: plots.scatter(pts), lambda: plots.loss_figure({"a": [3, 2, 1], "b": [3, 2.1, 1]})]
+    for make in makers:
+        with matplotlib.rc_context():
+            slides.style()
+            fig = make()
+            fig.canvas.draw()
+            sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text().strip()]
+            assert min(sizes) >= slides.MIN_FONT_PT and fig.get_size_inches()[0] <= slides.FIGSIZE[0] + 1e-6
+            plt.close(fig)
+    with matplotlib.rc_context(matplotlib.rcParamsDefault):
+        fig = plots.scatter(pts)
+        assert tuple(fig.get_size_inches()) == (10, 6)
+        plt.close(fig)

@@ -7,14 +7,15 @@ SHORT = {"M": "mixed precision", "a": "bf16 autocast", "C": "full checkpointing"
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]   # by number of tricks
 
 
-def scatter(points, title: str = "", ax=None, baseline: str = "-", figsize=(10, 6)):
+def scatter(points, title: str = "", ax=None, baseline: str = "-", figsize=None):
     """points: [(code, peak bytes on the device, step seconds)]. One dot per configuration,
     labelled with its letters, coloured by how many tricks it combines; a legend says what
     the letters mean."""
     import matplotlib
     import matplotlib.pyplot as plt
     if ax is None:
-        fig, ax = plt.subplots(figsize=figsize)
+        from labkit import figtext
+        fig, ax = plt.subplots(figsize=figsize or figtext.figsize((10, 6)))
     fig = ax.figure
     seen = set()
     for code, dev, sec in points:
@@ -23,8 +24,10 @@ def scatter(points, title: str = "", ax=None, baseline: str = "-", figsize=(10, 
         seen.add(n)
         ax.scatter(1e3 * sec, dev / 1e6, color=COLORS[n % len(COLORS)], s=60 if code != baseline else 140,
                    marker="*" if code == baseline else "o", label=lab, zorder=3)
+        right = sec > 0.75 * max(p[2] for p in points) and len(points) > 1   # label leftwards
         ax.annotate("baseline" if code == baseline else code, (1e3 * sec, dev / 1e6),
-                    textcoords="offset points", xytext=(5, 4))
+                    textcoords="offset points", xytext=(-5, 4) if right else (5, 4),
+                    ha="right" if right else "left")
     ax.margins(x=0.12)
     ax.set_xlabel("step time (ms, slowest rank)")
     ax.set_ylabel("peak per rank (MB)")
@@ -68,7 +71,8 @@ class LiveScatter(LiveFigure):
 def loss_figure(curves: dict, title: str = "fp32 Adam against 8-bit Adam"):
     """curves: {name: [loss per step]} on one axis."""
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 3.8))
+    from labkit import figtext
+    fig, ax = plt.subplots(figsize=figtext.figsize((8, 3.8)))
     for name, ys in curves.items():
         ax.plot(range(1, len(ys) + 1), ys, label=name, marker="o", ms=3)
     ax.set_xlabel("step")
