@@ -6,8 +6,8 @@ raises `font.size` to 16 and wants no text under `labkit.slides.MIN_FONT_PT` (14
 19 px on a 1280 x 720 slide). So a plot asks `size(8)` where it used to write `fontsize=8`:
 
     size(8)          # 8 in a notebook; on a slide max(8 x 16 / 10, MIN_FONT_PT) = 14
-    figsize(6.4, 4)  # (6.4, 4) in a notebook; on a slide 10 in wide (style()'s width), as tall
-                     # as the notebook's proportion asks, from 4.2 to 6 in
+    figsize(6.4, 4)  # (6.4, 4) in a notebook; on a slide style()'s 10 x 4.2 in (panels stacked
+                     # in rows keep their proportion, up to 6 in tall)
 
 Nothing changes in a notebook (rcParams at matplotlib's defaults), the decks get text that reads
 from the back of a room.
@@ -35,11 +35,14 @@ def size(pt: float) -> float:
 
 
 def figsize(width: float, height: float, max_height: float = 6.0) -> tuple:
-    """A notebook figure size (inches). On a slide: the width style() set (10 in: a reveal.js
-    slide is 960 px wide, so a wider figure would be shrunk and its text with it), the height
-    in the notebook figure's proportion, between style()'s 4.2 in and `max_height`."""
+    """A notebook figure size (inches). On a slide: the size style() set (10 x 4.2 in: a
+    reveal.js slide is 960 px wide, so a wider figure would be shrunk and its text with it);
+    a figure whose notebook proportion is clearly taller (height > 0.65 x width: panels stacked
+    in rows) keeps its proportion at that width, up to `max_height`."""
     if not on_slide():
         return (width, height)
     import matplotlib
     w, h = matplotlib.rcParams["figure.figsize"]
-    return (w, min(max(h, w * height / width), max_height))
+    if height > 0.65 * width:
+        return (w, min(max(h, w * height / width), max_height))
+    return (w, h)

@@ -107,8 +107,10 @@ def draw_ring_steps(frames: list, cols: int = None, key: bool = True, title: str
         cells = frames + (["key"] if key else [])
         layout = [cells[i:i + cols] for i in range(0, len(cells), cols)]
     width = max(len(row) for row in layout)
-    fig, axes = plt.subplots(len(layout), width, figsize=_figsize(2.6 * width, 2.7 * len(layout) + 0.4),
-                             squeeze=False)
+    size = _figsize(2.6 * width, 2.7 * len(layout) + 0.4)
+    if _on_slide():                                  # a row of panels under a slide's title
+        size = (size[0], min(size[1], 4.6 * len(layout)))
+    fig, axes = plt.subplots(len(layout), width, figsize=size, squeeze=False)
     for row, line in zip(axes, layout):
         for ax, frame in zip(row, line):
             if frame == "key":

@@ -114,7 +114,8 @@ def plot_timelines(runs: dict, path: str = None):
     from matplotlib.patches import Patch
     colour = {"forward": "#c7e9c0", "backward": "#31a354", "running": "#3182bd", "waiting": "#d9d9d9"}
     height = sum(0.9 + 0.55 * len(r) for r in runs.values()) + 0.8
-    fig, axes = plt.subplots(len(runs), 1, figsize=_figsize(10, height), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(len(runs), 1, figsize=_figsize(10, height, max_height=5.4), squeeze=False,
+                             sharex=True)                  # on a slide: under a title and 3 lines of code
     longest = 0.0
     for ax, (label, ranks) in zip(axes[:, 0], runs.items()):
         annotate(ranks)
@@ -150,7 +151,8 @@ def plot_timelines(runs: dict, path: str = None):
                Line2D([], [], color="k", lw=0.7, label="bucket launched"),
                Line2D([], [], color="k", ls=":", label="gradients synced")]
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=_fs(8), frameon=False)
-    fig.tight_layout(rect=(0, 0.45 / height, 1, 1))
+    legend_in = 0.45 * _fs(8) / 8 + (0.2 if _fs(8) > 8 else 0)     # two legend rows, in inches
+    fig.tight_layout(rect=(0, legend_in / fig.get_size_inches()[1], 1, 1))
     if path:
         fig.savefig(path, dpi=100)
     return fig

@@ -1,6 +1,6 @@
 """Notebook 05's pictures (layer 4): the wrapping trade-off and the prefetch timeline."""
 import matplotlib.pyplot as plt
-from labkit.fonts import figsize as _figsize, size as _fs
+from labkit.fonts import figsize as _figsize, on_slide as _on_slide, size as _fs
 
 COLORS = {"all_gather": "#4c72b0", "reduce_scatter": "#dd8452", "forward": "#55a868", "backward": "#c44e52"}
 
@@ -12,7 +12,7 @@ def wrap_tradeoff(reports: dict):
     fig, (a, b) = plt.subplots(1, 2, figsize=_figsize(9, 3.2))
     gathered = [(reports[w]["peak"].get("params (gathered)", 0)) / 1e3 for w in wraps]
     a.bar(wraps, gathered, color="#8172b3")
-    a.set_ylabel("peak gathered parameters, kB per rank")
+    a.set_ylabel("peak gathered params (kB)" if _on_slide() else "peak gathered parameters, kB per rank")
     a.set_xlabel("wrap (one FSDP unit per ...)")
     a.set_title("coarse: a high peak")
     for k, kind in enumerate(("all_gather", "reduce_scatter")):

@@ -161,7 +161,7 @@ def figure(bars: dict, title: str = "", unit: float = 1e6, unit_name: str = "MB"
     if handles:
         fig.legend(handles, labels, loc="upper right", fontsize=_fs(7), ncol=1)
     fig.suptitle(title, fontsize=_fs(10))
-    fig.tight_layout(rect=(0, 0, 0.88, 1))
+    fig.tight_layout(rect=(0, 0, 0.88 if _fs(7) == 7 else 0.8, 1))   # room for the legend
     return fig
 
 

@@ -3,7 +3,7 @@ savings curves, one layer's stage-3 forward as gather / compute / free."""
 import matplotlib.pyplot as plt
 
 from labkit.memory.formulas import world_size_for_savings, zero_savings, zero_savings_limit
-from labkit.fonts import figsize as _figsize, size as _fs
+from labkit.fonts import figsize as _figsize, on_slide as _on_slide, size as _fs
 
 CATS = ("params", "grads", "master", "momentum", "variance", "other")
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "momentum": "#c44e52",
@@ -28,11 +28,17 @@ def stages_figure(reports: list, title: str = ""):
     handles, labels = ax.get_legend_handles_labels()
     seen = dict(zip(labels, handles))
     from matplotlib.patches import Patch
-    seen["formula (hatched)"] = Patch(facecolor="white", edgecolor="0.3", hatch="//")
-    ax.legend(seen.values(), seen.keys(), fontsize=_fs(7), loc="upper right")
+    seen["formula (hatched)" if not _on_slide() else "formula (right,\nhatched)"] = Patch(
+        facecolor="white", edgecolor="0.3", hatch="//")
+    if _on_slide():                                  # larger text: the legend beside the axes
+        ax.legend(seen.values(), seen.keys(), fontsize=_fs(7), loc="upper left", bbox_to_anchor=(1.01, 1))
+    else:
+        ax.legend(seen.values(), seen.keys(), fontsize=_fs(7), loc="upper right")
     ax.set_xticks(range(len(reports)))
     ax.set_xticklabels([f"ZeRO-{r['stage']}" + (" (DDP)" if r["stage"] == 0 else "") +
-                        "\nmeasured | formula" for r in reports], fontsize=_fs(8))
+                        ("" if _on_slide() else "\nmeasured | formula")        # a slide: in the legend
+                        for r in reports], fontsize=_fs(8))
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.12)         # room for the totals above the bars
     ax.set_ylabel("model state per rank (MB)")
     ax.set_title(title, fontsize=_fs(10))
     fig.tight_layout()
@@ -53,10 +59,12 @@ def traffic_figure(reports: list, collectives: dict = None, title: str = ""):
                 label="formula" if i == 0 else None)
         ax.text(i, r["sent"] / pb, f"{r['sent'] / pb:.2f}", ha="center", va="bottom", fontsize=_fs(8))
     ax.set_xticks(range(len(reports)))
-    ax.set_xticklabels([f"ZeRO-{r['stage']}" + (" (DDP)" if r["stage"] == 0 else "")
+    ax.set_xticklabels([f"ZeRO-{r['stage']}" + (("\n" if _on_slide() else " ") + "(DDP)" if r["stage"] == 0 else "")
                         for r in reports], fontsize=_fs(8))
-    ax.set_ylabel("bytes sent per rank per step\n/ parameter bytes")
-    ax.set_title(f"traffic per step, N={n}: 2(N-1)/N = {2 * (n - 1) / n:.2f}, "
+    slide = _on_slide()                              # larger text: shorter titles and labels
+    ax.set_ylabel("sent / parameter bytes" if slide else "bytes sent per rank per step\n/ parameter bytes")
+    ax.set_title(f"one step, N={n}" if slide else
+                 f"traffic per step, N={n}: 2(N-1)/N = {2 * (n - 1) / n:.2f}, "
                  f"3(N-1)/N = {3 * (n - 1) / n:.2f}", fontsize=_fs(9))
     ax.set_ylim(0, 3)
     ax.legend(fontsize=_fs(8), loc="upper left")
@@ -70,8 +78,11 @@ def traffic_figure(reports: list, collectives: dict = None, title: str = ""):
             ax.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=_fs(8))
         ax.axhline((n - 1) / n, color="k", lw=1, ls="--", label=f"(N-1)/N = {(n - 1) / n:.2f}")
         ax.set_xticks(range(len(names)))
-        ax.set_xticklabels([k.replace(" ", "\n", 2) for k in names], fontsize=_fs(7))
-        ax.set_ylabel("bytes sent / tensor bytes")
+        short = {"torch reduce_scatter_tensor": "torch\nreduce-\nscatter", "torch all_gather_into_tensor":
+                 "torch\nall-gather", "labkit ring reduce-scatter": "labkit ring\nreduce-\nscatter"}
+        ax.set_xticklabels([short.get(k, k) if slide else k.replace(" ", "\n", 2) for k in names],
+                           fontsize=_fs(7))
+        ax.set_ylabel("sent / tensor bytes" if slide else "bytes sent / tensor bytes")
         ax.set_ylim(0, 2)
         ax.set_title(f"one collective on gloo, N={n}", fontsize=_fs(9))
         ax.legend(fontsize=_fs(8))
@@ -102,7 +113,9 @@ def savings_figure(measured: dict, n_max: int = 1024, precision: str = "mixed"):
         pts = [(n, v) for (st, n), v in measured.items() if st == s]
         if pts:
             ax.plot(*zip(*pts), "o", color=colors[s], mec="k", ms=7)
-    ax.plot([], [], "o", color="w", mec="k", label="measured (N = 2, 4)")
+    shown = sorted({n for _, n in measured})
+    if shown:
+        ax.plot([], [], "o", color="w", mec="k", label=f"measured (N = {', '.join(map(str, shown))})")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_xlabel("data-parallel ranks N")
