@@ -7,7 +7,7 @@
 """
 import matplotlib.pyplot as plt
 from matplotlib.colors import LinearSegmentedColormap
-from labkit.fonts import figsize as _figsize, on_slide as _on_slide, size as _fs
+from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
 
 _CMAP = LinearSegmentedColormap.from_list("partial", ["#f3f0e7", "#f6c76b", "#e07b39", "#2a9d5c"])
 
@@ -107,9 +107,8 @@ def draw_ring_steps(frames: list, cols: int = None, key: bool = True, title: str
         cells = frames + (["key"] if key else [])
         layout = [cells[i:i + cols] for i in range(0, len(cells), cols)]
     width = max(len(row) for row in layout)
-    size = _figsize(2.6 * width, 2.7 * len(layout) + 0.4)
-    if _on_slide():                                  # a row of panels under a slide's title
-        size = (size[0], min(size[1], 4.6 * len(layout)))
+    size = _figsize((2.6 * width, 2.7 * len(layout) + 0.4),
+                    (10, 4.6 if len(layout) == 1 else 6))   # a slide: one row under its title
     fig, axes = plt.subplots(len(layout), width, figsize=size, squeeze=False)
     for row, line in zip(axes, layout):
         for ax, frame in zip(row, line):
@@ -143,7 +142,7 @@ def ring_slider(frames: list):
     def show(change=None):
         with out:
             out.clear_output(wait=True)
-            fig, (ax, key) = plt.subplots(1, 2, figsize=_figsize(6.2, 3.6), gridspec_kw={"width_ratios": [1, 0.85]})
+            fig, (ax, key) = plt.subplots(1, 2, figsize=_figsize((6.2, 3.6)), gridspec_kw={"width_ratios": [1, 0.85]})
             draw_frame(frames[slider.value], ax, n)
             draw_key(key, n)
             fig.tight_layout()

@@ -15,7 +15,7 @@ running all-reduce time that fell inside its own backward. Waiting is not counte
 """
 
 from labkit.models import GPTConfig
-from labkit.fonts import figsize as _figsize, size as _fs
+from labkit.figtext import figsize as _figsize, size as _fs
 
 # A course-sized model for timing on CPU: 13.8 M parameters, 55 MB of fp32 gradients.
 BENCH_GPT = GPTConfig(vocab_size=8192, block_size=64, n_layer=6, n_head=6, n_embd=384)
@@ -114,8 +114,8 @@ def plot_timelines(runs: dict, path: str = None):
     from matplotlib.patches import Patch
     colour = {"forward": "#c7e9c0", "backward": "#31a354", "running": "#3182bd", "waiting": "#d9d9d9"}
     height = sum(0.9 + 0.55 * len(r) for r in runs.values()) + 0.8
-    fig, axes = plt.subplots(len(runs), 1, figsize=_figsize(10, height, max_height=5.4), squeeze=False,
-                             sharex=True)                  # on a slide: under a title and 3 lines of code
+    fig, axes = plt.subplots(len(runs), 1, figsize=_figsize((10, height), (10, min(height, 5.4))),
+                             squeeze=False, sharex=True)    # on a slide: under a title and 3 lines of code
     longest = 0.0
     for ax, (label, ranks) in zip(axes[:, 0], runs.items()):
         annotate(ranks)

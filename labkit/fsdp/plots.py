@@ -1,6 +1,6 @@
 """Notebook 05's pictures (layer 4): the wrapping trade-off and the prefetch timeline."""
 import matplotlib.pyplot as plt
-from labkit.fonts import figsize as _figsize, on_slide as _on_slide, size as _fs
+from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
 
 COLORS = {"all_gather": "#4c72b0", "reduce_scatter": "#dd8452", "forward": "#55a868", "backward": "#c44e52"}
 
@@ -9,7 +9,7 @@ def wrap_tradeoff(reports: dict):
     """reports: {wrap: peak_report of rank 0}. Left: peak of gathered parameters (+ all-gather
     buffers) per wrap; right: all-gathers and reduce-scatters per step. One figure."""
     wraps = list(reports)
-    fig, (a, b) = plt.subplots(1, 2, figsize=_figsize(9, 3.2))
+    fig, (a, b) = plt.subplots(1, 2, figsize=_figsize((9, 3.2)))
     gathered = [(reports[w]["peak"].get("params (gathered)", 0)) / 1e3 for w in wraps]
     a.bar(wraps, gathered, color="#8172b3")
     a.set_ylabel("peak gathered params (kB)" if _on_slide() else "peak gathered parameters, kB per rank")
@@ -30,7 +30,7 @@ def wrap_tradeoff(reports: dict):
 def timeline(runs: dict):
     """runs: {label: prefetch.timeline result of one rank}. One row per label: collectives above,
     block compute below, on one time axis (ms from the step's start)."""
-    fig, axes = plt.subplots(len(runs), 1, figsize=_figsize(10, 1.6 * len(runs) + 0.6), sharex=True)
+    fig, axes = plt.subplots(len(runs), 1, figsize=_figsize((10, 1.6 * len(runs) + 0.6)), sharex=True)
     for ax, (label, r) in zip(axes, runs.items()):
         for e in r["events"]:
             y = 1 if e["kind"] in ("all_gather", "reduce_scatter") else 0

@@ -19,7 +19,7 @@ excluding parameters; tracked with saved_tensors_hooks and weak references).
 import weakref
 
 from labkit.livefig import LiveFigure
-from labkit.fonts import figsize as _figsize, size as _fs
+from labkit.figtext import figsize as _figsize, size as _fs
 
 CATEGORIES = ("params", "grads", "master", "moments", "gathered", "activations")
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "moments": "#c44e52",
@@ -138,7 +138,7 @@ def figure(bars: dict, title: str = "", unit: float = 1e6, unit_name: str = "MB"
     """Stacked bars: {rank: [(label "step:phase", {category: bytes})]} -> a figure."""
     import matplotlib.pyplot as plt
     ranks = sorted(bars) or [0]
-    fig, axes = plt.subplots(1, len(ranks), figsize=_figsize(min(14, 2.6 + 2.9 * len(ranks)), 3.4),
+    fig, axes = plt.subplots(1, len(ranks), figsize=_figsize((min(14, 2.6 + 2.9 * len(ranks)), 3.4)),
                              sharey=True, squeeze=False)
     for ax, r in zip(axes[0], ranks):
         rows = bars.get(r, [])

@@ -11,7 +11,7 @@ from matplotlib.patches import Patch
 from labkit.memory.activations import activations, fits, gpt_shape
 from labkit.memory.breakdown import CATEGORIES, GB, Breakdown
 from labkit.memory.formulas import model_states
-from labkit.fonts import figsize as _figsize, on_slide as _on_slide, size as _fs
+from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
 
 COLORS = {"params": "#4C72B0", "grads": "#DD8452", "master": "#55A868", "momentum": "#8172B3",
           "variance": "#937860", "other": "#DA8BC3", "buffers": "#8C8C8C",
@@ -53,7 +53,7 @@ def plot_ranks(measured: list, formula=None, title: str = "memory per rank", ax=
     name, div = _unit([b.total for b in shown])
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=_figsize(2.2 + 1.6 * len(measured), 4.2))
+        fig, ax = plt.subplots(figsize=_figsize((2.2 + 1.6 * len(measured), 4.2)))
     used = set()
     for r, (m, f) in enumerate(zip(measured, formulas)):
         _stack(ax, r - 0.2, m, div, 0.38)
@@ -92,7 +92,7 @@ def plot_breakdown(breakdowns: list, labels=None, gpu_gb: float = None, title: s
     name, div = _unit([b.total for b in breakdowns] + [(gpu_gb or 0) * GB])
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=_figsize(1.8 + 1.3 * len(breakdowns), 4.2))
+        fig, ax = plt.subplots(figsize=_figsize((1.8 + 1.3 * len(breakdowns), 4.2)))
     used = set()
     for i, b in enumerate(breakdowns):
         _stack(ax, i, b, div, 0.6)
@@ -129,7 +129,7 @@ GROUP_COLORS = {"parameters": COLORS["params"], "gradients": COLORS["grads"],
 def _plot_groups_log(breakdowns, labels, gpu_gb, title, ax, per):
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=_figsize(2.2 + 1.6 * len(breakdowns), 4.2))
+        fig, ax = plt.subplots(figsize=_figsize((2.2 + 1.6 * len(breakdowns), 4.2)))
     values = [{g: sum(getattr(b, c) for c in cs) / GB for g, cs in GROUPS.items()} for b in breakdowns]
     groups = [g for g in GROUPS if any(v[g] for v in values)]
     w = 0.8 / len(groups)

@@ -3,7 +3,7 @@ savings curves, one layer's stage-3 forward as gather / compute / free."""
 import matplotlib.pyplot as plt
 
 from labkit.memory.formulas import world_size_for_savings, zero_savings, zero_savings_limit
-from labkit.fonts import figsize as _figsize, on_slide as _on_slide, size as _fs
+from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
 
 CATS = ("params", "grads", "master", "momentum", "variance", "other")
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "momentum": "#c44e52",
@@ -13,7 +13,7 @@ COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "momentu
 def stages_figure(reports: list, title: str = ""):
     """reports: step_report results of one rank for stages 0..3. Measured stacked bars next to
     the formula's (hatched), one pair per stage, one scale."""
-    fig, ax = plt.subplots(figsize=_figsize(8, 3.8))
+    fig, ax = plt.subplots(figsize=_figsize((8, 3.8)))
     for i, r in enumerate(reports):
         for j, (b, hatch) in enumerate(((r["memory"], None), (r["expected"].formula, "//"))):
             bottom = 0
@@ -49,7 +49,7 @@ def traffic_figure(reports: list, collectives: dict = None, title: str = ""):
     """Bytes sent per rank per step / parameter bytes, measured, with the formula's ticks;
     optionally the reduce-scatter comparison (ring vs torch's gloo) beside it."""
     ncols = 2 if collectives else 1
-    fig, axes = plt.subplots(1, ncols, figsize=_figsize(5 * ncols + 1, 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, ncols, figsize=_figsize((5 * ncols + 1, 3.4)), squeeze=False)
     ax = axes[0][0]
     n = reports[0]["world"]
     for i, r in enumerate(reports):
@@ -96,7 +96,7 @@ def savings_figure(measured: dict, n_max: int = 1024, precision: str = "mixed"):
     measured points {(stage, N): ratio}, and the N where each stage first reaches 90 % of its
     limit (ZeRO-3: of N itself)."""
     ns = [n for n in range(1, n_max + 1)]
-    fig, ax = plt.subplots(figsize=_figsize(7.5, 4))
+    fig, ax = plt.subplots(figsize=_figsize((7.5, 4)))
     colors = {1: "#4c72b0", 2: "#dd8452", 3: "#55a868"}
     out = {}
     for s in (1, 2, 3):
@@ -132,7 +132,7 @@ def layer_figure(events: list, units=None, title: str = ""):
     colors = {"all-gather": "#8172b3", "prefetch": "#b3a6d9", "wait": "#d0c8ea",
               "compute": "#55a868", "free": "#c44e52", "reduce-scatter": "#dd8452"}
     units = units or list(dict.fromkeys(e["unit"] for e in events))
-    fig, ax = plt.subplots(figsize=_figsize(9, 0.45 * len(units) + 1.4))
+    fig, ax = plt.subplots(figsize=_figsize((9, 0.45 * len(units) + 1.4)))
     for e in events:
         if e["unit"] not in units:
             continue

@@ -1,5 +1,6 @@
-"""labkit.fonts: library figures keep their notebook sizes, and on a slide (labkit.slides.style())
-no text of the figures the decks draw is smaller than labkit.slides.MIN_FONT_PT."""
+"""The figures decks 01-05 draw: in a notebook they keep their sizes; on a slide (after
+labkit.slides.style(), through labkit.figtext) no text is smaller than labkit.slides.MIN_FONT_PT
+and no figure is wider than the deck's figure size."""
 from dataclasses import replace
 
 import matplotlib
@@ -8,7 +9,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from labkit import fonts  # noqa: E402
+from labkit import figtext  # noqa: E402
 from labkit.slides import MIN_FONT_PT, style  # noqa: E402
 
 
@@ -30,17 +31,16 @@ def notebook():
 
 
 def test_notebook_sizes_are_unchanged(notebook):
-    assert [fonts.size(p) for p in (6, 7, 8, 9.5, 10)] == [6, 7, 8, 9.5, 10]
-    assert fonts.figsize(6.4, 4) == (6.4, 4) and fonts.figsize(10.4, 5.8) == (10.4, 5.8)
-    assert not fonts.on_slide()
+    assert [figtext.size(p) for p in (6, 7, 8, 9.5, 10)] == [6, 7, 8, 9.5, 10]
+    assert figtext.figsize((6.4, 4)) == (6.4, 4) and figtext.figsize((10.4, 5.8), (10, 6)) == (10.4, 5.8)
+    assert not figtext.slides()
 
 
 def test_slide_sizes(slide):
-    assert fonts.on_slide()
-    assert fonts.size(6) == MIN_FONT_PT and fonts.size(10) == 16      # scaled by 16 / 10, floored
-    assert fonts.figsize(6.4, 4) == (10.0, 4.2)                        # style()'s figure
-    assert fonts.figsize(10, 7) == (10.0, 6.0)                         # rows of panels: capped
-    assert fonts.figsize(10, 7, max_height=5.4) == (10.0, 5.4)
+    assert figtext.slides()
+    assert figtext.size(6) == MIN_FONT_PT and figtext.size(10) == 16     # scaled by 16 / 10, floored
+    assert figtext.figsize((6.4, 4)) == (10.0, 4.2)                      # style()'s figure
+    assert figtext.figsize((10, 7), (10, 5.4)) == (10, 5.4)
 
 
 def small_text(fig) -> list:
