@@ -45,6 +45,12 @@ def page():
 @pytest.mark.parametrize("deck", DECKS, ids=[d.name for d in DECKS])
 def test_every_slide_readable_at_1280x720(deck, page):
     html = executed(deck).html
+    requests = []
+
+    def asked(r):
+        if not r.url.startswith(("file:", "data:", "blob:")):
+            requests.append(r.url)
+    page.on("request", asked)
     page.goto(html.as_uri())
     page.wait_for_function("() => window.Reveal && Reveal.isReady()")
     page.evaluate("() => Reveal.configure({fragments: false, transition: 'none'})")   # all fragments shown
@@ -71,3 +77,5 @@ def test_every_slide_readable_at_1280x720(deck, page):
     assert not small, f"{deck.name}: text under {BODY_PX} px:\n" + "\n".join(small[:15])
     assert not small_figs, f"{deck.name}: figures shrunk so their text is under {FIGURE_PX} px:\n" + "\n".join(small_figs)
     assert not blank, "\n".join(blank)
+    page.remove_listener("request", asked)
+    assert not requests, f"{deck.name} asked the network for {requests[:5]}"

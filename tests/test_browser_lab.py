@@ -202,6 +202,7 @@ def test_memory_explorer_slider_redraws_the_figure(page):
     img = ex.locator(".jp-OutputArea img").last
     img.wait_for()
     before = _png(img)
+    verdict = ex.locator(".widget-html").first.inner_text()
     ex.scroll_into_view_if_needed()
     ex.screenshot(path=str(shot_path("lab_01_explorer_before.png")))
     slider = ex.locator(".widget-slider", has_text="world size").locator(".noUi-handle").first
@@ -211,8 +212,13 @@ def test_memory_explorer_slider_redraws_the_figure(page):
     page.mouse.move(box["x"] - 150, box["y"] + box["height"] / 2, steps=8)
     page.mouse.up()
     page.wait_for_function("([e, b]) => e.src !== b", arg=[img.element_handle(), before], timeout=30_000)
+    last, deadline = None, time.monotonic() + 30
+    while _png(img) != last and time.monotonic() < deadline:   # until the last redraw has landed
+        last = _png(img)
+        page.wait_for_timeout(1500)
     ex.screenshot(path=str(shot_path("lab_01_explorer_after.png")))
     assert _png(img) != before
+    assert ex.locator(".widget-html").first.inner_text() != verdict, "the verdict did not follow the slider"
 
 
 def test_pipeline_gantt_grows_while_the_run_goes_on(page):

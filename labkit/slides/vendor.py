@@ -19,7 +19,8 @@ VENDOR = {
                         "package/plugin/notes/notes.js": "notes.js",
                         "package/dist/theme/fonts/source-sans-pro/source-sans-pro-regular.woff": "sans-regular.woff",
                         "package/dist/theme/fonts/source-sans-pro/source-sans-pro-semibold.woff": "sans-semibold.woff"},
-    "mathjax@3.2.2": {"package/es5/tex-svg.js": "tex-svg.js"},     # SVG output: no font files to load
+    # every TeX extension built in (no autoload from a CDN), SVG output (no font files to load)
+    "mathjax@3.2.2": {"package/es5/tex-svg-full.js": "tex-svg-full.js"},
 }
 
 
@@ -73,5 +74,5 @@ def assets(cache: pathlib.Path, math: bool) -> dict:
         "theme_css": _font_css(cache) + "\n" + theme,
         "reveal_js": _script((cache / "reveal.js").read_text()),
         "notes_js": _script((cache / "notes.js").read_text()),
-        "mathjax_js": _script((cache / "tex-svg.js").read_text()) if math else "",
+        "mathjax_js": _script((cache / "tex-svg-full.js").read_text()) if math else "",
     }
