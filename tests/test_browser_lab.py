@@ -51,8 +51,8 @@ def page(lab):
 
 
 def open_notebook(page, base, path):
-    page.goto(f"{base}/lab/tree/{path}")
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
+    page.goto(f"{base}/lab/tree/{path}?reset")      # ?reset: only this notebook open
+    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", timeout=90_000)
     idle = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator[data-status='idle']")
     dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
     deadline = time.monotonic() + 90
