@@ -79,8 +79,9 @@ class Rank:
 
 
 class Agent:
-    def __init__(self, listener, link, torchrun: int, folder: str):
+    def __init__(self, listener, link, torchrun: int, folder: str, address: str, join: dict):
         self.listener, self.link, self.folder = listener, link, folder
+        self.address, self.join = address, join
         self.sel = selectors.DefaultSelector()
         self.ranks, self.slots = {}, 0
         self.stacks = []                          # (request, {slot: size}, deadline)
@@ -250,7 +251,7 @@ class Agent:
                 self.ask_stacks(msg[1], msg[2])
             elif msg[0] == "exit":
                 return False
-        return not self.link.eof
+        return True                               # a closed link: the loop's cut_off decides
 
     def leave(self, why: str) -> None:
         """The cluster is closed (or the notebook gone): the ranks exit with code 0, so
@@ -266,6 +267,16 @@ class Agent:
             time.sleep(0.02)
         self.signal(list(self.ranks), signal.SIGKILL)
 
+    def cut_off(self) -> None:
+        """The connection closed without "exit": the notebook died (leave), or it gave up on
+        this node (silent too long) and still listens: then the ranks are killed, torchrun
+        restarts them, and the first of them starts a new agent that connects again."""
+        try:
+            connect(self.address, self.join, timeout=5.0).close()
+        except Exception:                         # noqa: BLE001 - unreachable, refused: gone
+            return self.leave("the notebook is gone")
+        self.signal(list(self.ranks), signal.SIGKILL)
+
     def loop(self) -> None:
         while True:
             now = time.monotonic()
@@ -274,7 +285,7 @@ class Agent:
                 self.beat_at = now + BEAT_S
             self.link.flush()
             if self.link.eof:
-                return self.leave("the notebook is gone")
+                return self.cut_off()
             events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.link.wants_write() else 0)
             self.sel.modify(self.link.fileno(), events, ("link", None))
             for key, mask in self.sel.select(0.01 if self.stacks else 0.25):
@@ -336,7 +347,7 @@ def main(argv=None) -> int:
     link.send(("agent", {"host": socket.gethostname(), "pid": os.getpid(),
                          "torchrun": a.torchrun}))
     try:
-        Agent(listener, link, a.torchrun, folder).loop()
+        Agent(listener, link, a.torchrun, folder, a.connect, join).loop()
     finally:
         import shutil
         shutil.rmtree(folder, ignore_errors=True)

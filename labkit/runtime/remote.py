@@ -222,8 +222,10 @@ class RemoteCluster(Cluster):
         return "nccl" if enough else "gloo"
 
     def missing_message(self, missing: list) -> str:
-        nodes = [n for n in self._hub.links]
-        gone = [f"{n.name}: {n.gone}" for n in nodes if n.gone]
+        nodes = list(self._hub.links)
+        back = {(n.info["host"], n.info["torchrun"]) for n in nodes}
+        gone = [f"{n.name} was lost: {n.gone}" for n in self._hub.lost
+                if (n.info["host"], n.info["torchrun"]) not in back][-self.nnodes:]
         return (f"ranks {missing} have not reached the notebook ({len(nodes)} of {self.nnodes} "
                 "node agents connected" + (f"; {'; '.join(gone)}" if gone else "") + "). If "
                 "torchrun has stopped on a node (it restarts the ranks at most --max-restarts "

@@ -157,7 +157,7 @@ class Hub:
     def __init__(self, on_rank, heartbeat_timeout: float):
         self.on_rank = on_rank
         self.heartbeat_timeout = heartbeat_timeout
-        self.links = []
+        self.links, self.lost = [], []            # node links now, and those lost
         self.sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.sel.register(self._wake_r, selectors.EVENT_READ, None)
@@ -332,6 +332,7 @@ class Hub:
     def _lost(self, n: NodeLink, why: str) -> None:
         n.gone = why
         self.links.remove(n)
+        self.lost.append(n)
         try:
             self.sel.unregister(n.link.fileno())
         except (KeyError, ValueError):
