@@ -22,7 +22,8 @@ import weakref
 
 from labkit.runtime import tls
 from labkit.runtime.cluster import Cluster
-from labkit.runtime.remote_link import Hub, TLSServer
+from labkit.runtime.remote_link import Hub
+from labkit.runtime.remote_worker import TLSServer
 
 
 def _address(text: str) -> tuple:

@@ -23,6 +23,7 @@ import threading
 import time
 
 from labkit.runtime import agent, tls
+from labkit.runtime.agent_ranks import peer
 
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
         "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT")
@@ -48,7 +49,7 @@ def _reach_agent(args, torchrun: int, deadline: float) -> socket.socket:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.connect(agent.socket_name(torchrun))
-            if agent.peer(s)[1] != os.getuid():
+            if peer(s)[1] != os.getuid():
                 _stop(2, "the process listening as this node's labkit agent belongs to another "
                          "user; refusing to talk to it.")
             return s
