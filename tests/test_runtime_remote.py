@@ -231,6 +231,46 @@ def test_no_tls_is_refused_off_loopback():
         labkit.Cluster.remote("0.0.0.0:0", nnodes=1, nproc_per_node=1, tls=False)
 
 
+@pytest.mark.parametrize("tool", ["openssl", "cryptography"])
+def test_the_certificate_is_pinned(tool, tmp_path, monkeypatch):
+    """Both ways of making the cluster's certificate give a TLS server that a client holding
+    that certificate accepts, and that a client holding another cluster's refuses."""
+    if tool == "cryptography":
+        pytest.importorskip("cryptography")
+        monkeypatch.setattr(tls.shutil, "which", lambda name: None)
+    elif not tls.shutil.which("openssl"):
+        pytest.skip("no openssl tool")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    cert, key, how = tls.make_certificate(str(tmp_path / "a"), "labkit-test")
+    other, _, _ = tls.make_certificate(str(tmp_path / "b"), "labkit-test")
+    assert how == tool and os.stat(key).st_mode & 0o777 == 0o600
+    server = tls.server_context(cert, key)
+
+    def handshake(pem):
+        a, b = socket.socketpair()
+        t = threading.Thread(target=lambda: _quietly(lambda: server.wrap_socket(a, server_side=True).close()))
+        t.start()
+        try:
+            c = tls.client_context(pem).wrap_socket(b, server_hostname="labkit-test")
+            tls.check_pinned(c, pem)
+            c.close()
+        finally:
+            t.join(5)
+            a.close()
+
+    handshake(open(cert).read())
+    with pytest.raises(ssl.SSLError):
+        handshake(open(other).read())
+
+
+def _quietly(fn):
+    try:
+        fn()
+    except (OSError, ssl.SSLError):
+        pass
+
+
 def _state(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/stat") as f:
