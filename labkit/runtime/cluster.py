@@ -126,7 +126,7 @@ class Cluster:
                 "prefix": f"labkit/{self._gen}/", "threads": self.threads_per_rank,
                 "pg_timeout": self.pg_timeout, "sys_path": sys_path}))
         self._ranks = ranks
-        wait_joined(self, deadline)
+        wait_joined(self, deadline, self._kill_ranks)
         self._needs_restart = False
 
     def _rejoin(self, timeout: float = 60.0) -> None:
@@ -135,7 +135,7 @@ class Cluster:
         self._gen += 1
         for w in self._ranks:
             w.conn.send(("rejoin", f"labkit/{self._gen}/"))
-        wait_joined(self, time.monotonic() + timeout)
+        wait_joined(self, time.monotonic() + timeout, self._kill_ranks)
 
     def _kill_ranks(self, why: str = None) -> None:
         for w in self._ranks:

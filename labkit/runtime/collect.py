@@ -216,9 +216,9 @@ def collect(host: Host, task_id: int, timeout: float) -> Outcome:
     return out
 
 
-def wait_joined(cluster, deadline: float) -> None:
+def wait_joined(cluster, deadline: float, kill) -> None:
     """Wait for every rank's reply to init/rejoin (the Cluster's `_promote`, `_rejoin`); on a
-    failure stop them all and say why."""
+    failure stop them all (`kill()`) and say why."""
     waiting = set(range(cluster.world_size))
     while waiting:
         for r in list(waiting):
@@ -227,18 +227,18 @@ def wait_joined(cluster, deadline: float) -> None:
             msgs = w.read_messages()
             if w.eof or w.garbled:
                 how = w.how_it_died() if w.eof else f"sent garbage ({w.garbled})"
-                cluster._kill_ranks()
+                kill()
                 raise RuntimeError(f"rank {r} {how} while joining the process group")
             for msg in msgs:
                 if msg[0] == "init_failed":
-                    cluster._kill_ranks()
+                    kill()
                     f = errors.failure_from_report(r, msg[1])
                     raise RuntimeError(f"rank {r} could not join the process group: {f.type}: "
                                        f"{f.message}\n{f.traceback}")
                 if msg[0] == "ready":
                     waiting.discard(r)
         if waiting and time.monotonic() > deadline:
-            cluster._kill_ranks()
+            kill()
             raise TimeoutError(f"ranks {sorted(waiting)} did not join the process group in time")
         if waiting:
             time.sleep(0.005)

@@ -211,7 +211,7 @@ class RemoteCluster(Cluster):
                 "pg_timeout": self.pg_timeout, "sys_path": sys_path,
                 "local_rank": int(w.info["local_rank"])}))
         self._ranks = ranks
-        wait_joined(self, deadline + 60)
+        wait_joined(self, deadline + 60, self._kill_ranks)
         self._needs_restart = False
 
     def _choose_backend(self, ranks) -> str:
