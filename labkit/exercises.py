@@ -1,6 +1,11 @@
 """Build the learner copies of the course notebooks.
 
-    python -m labkit.exercises build notebooks build/learner
+    python -m labkit.exercises build notebooks build/learner          # (re)write every copy
+    python -m labkit.exercises build notebooks learner --keep         # only the missing ones
+
+`--keep` is the learner's route (`bash scripts/lab`): a copy that is already there holds the
+learner's work and is never overwritten; delete it to get a fresh one. Without it every copy
+is rewritten (the tests and CI run fresh copies).
 
 The committed notebooks hold each exercise's reference solution between
 ``### BEGIN SOLUTION`` and ``### END SOLUTION`` (inside a function body). The learner copy
@@ -61,10 +66,14 @@ def learner_copy(nb):
     return nb
 
 
-def build(src: pathlib.Path, dst: pathlib.Path) -> list:
+def build(src: pathlib.Path, dst: pathlib.Path, keep: bool = False) -> list:
+    """Write the learner copy of every notebook in src to dst; with keep, leave the copies
+    already in dst alone (the learner's work). Returns the paths written."""
     dst.mkdir(parents=True, exist_ok=True)
     written = []
     for path in sorted(src.glob("*.ipynb")):
+        if keep and (dst / path.name).exists():
+            continue
         nb = nbformat.read(path, as_version=4)
         nbformat.write(learner_copy(nb), dst / path.name)
         written.append(dst / path.name)
@@ -77,13 +86,18 @@ def main(argv=None) -> int:
     b = sub.add_parser("build", help="write learner copies (solutions replaced by stubs)")
     b.add_argument("src", type=pathlib.Path)
     b.add_argument("dst", type=pathlib.Path)
+    b.add_argument("--keep", action="store_true",
+                   help="write only the copies that are missing; never overwrite one (your work)")
     args = p.parse_args(argv)
     try:
-        files = build(args.src, args.dst)
+        files = build(args.src, args.dst, keep=args.keep)
     except ExerciseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"wrote {len(files)} learner notebooks to {args.dst}")
+    kept = len(list(args.src.glob("*.ipynb"))) - len(files)
+    print(f"wrote {len(files)} learner notebooks to {args.dst}" +
+          (f"; kept the {kept} already there (your work: delete one to get a fresh copy)"
+           if kept else ""))
     return 0
 
 

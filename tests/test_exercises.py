@@ -85,3 +85,23 @@ def test_checker_without_a_cluster_says_so(capsys, monkeypatch):
     monkeypatch.setattr(runtime_cluster, "_current", None)
     assert labkit.check.mean_over_ranks(_right) is False
     assert "start a cluster first" in capsys.readouterr().out
+
+
+def test_keep_never_overwrites_the_learners_copy(tmp_path, capsys):
+    from labkit.exercises import main
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("a.ipynb", "b.ipynb"):
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SOURCE)]), src / name)
+    dst = tmp_path / "learner"
+    assert main(["build", str(src), str(dst), "--keep"]) == 0
+    mine = nbformat.read(dst / "a.ipynb", as_version=4)
+    mine.cells[0].source = "def f(x):\n    return 2 * x   # my answer\n"
+    nbformat.write(mine, dst / "a.ipynb")
+    (dst / "b.ipynb").unlink()
+    assert main(["build", str(src), str(dst), "--keep"]) == 0
+    assert "my answer" in nbformat.read(dst / "a.ipynb", as_version=4).cells[0].source
+    assert (dst / "b.ipynb").exists()
+    assert "wrote 1 learner notebooks" in capsys.readouterr().out.splitlines()[-1]
+    assert main(["build", str(src), str(dst)]) == 0           # without --keep: fresh copies
+    assert "my answer" not in nbformat.read(dst / "a.ipynb", as_version=4).cells[0].source

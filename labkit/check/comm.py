@@ -38,12 +38,32 @@ def _wrong_values(t, x, out, expected, log, rank, k, length, dt):
                 ": the exercise asks for an in-place all-reduce (write the sum into `tensor`, "
                 "for example through the views flat[a:b] of flat = tensor.view(-1))")
     i = bad[0].item()
-    chunk = next(c for c, (a, b) in enumerate(chunk_bounds(length, k)) if a <= i < b)
+    bounds = chunk_bounds(length, k)
+    chunk = next(c for c, (a, b) in enumerate(bounds) if a <= i < b)
     text = (f"rank {rank}, chunk {chunk} (element {i}) is {t[i].item():.6g}, "
             f"expected {expected[i].item():.6g}")
-    cause = why.dropped_remainder(log, rank, k, length) or why.schedule(log, rank, k, length)
-    return text + "; " + (cause or "the sends follow the ring schedule, so check the "
-                          "arithmetic: add in reduce-scatter, copy in all-gather")
+    summed = any(b > a and not len([j for j in bad.flatten().tolist() if a <= j < b])
+                 for a, b in bounds)
+    cause = why.dropped_remainder(log, rank, k, length) or \
+        why.schedule(log, rank, k, length, summed=summed)
+    return text + "; " + (cause or _arithmetic(t, x, expected, bounds, rank, k, tol))
+
+
+def _arithmetic(t, x, expected, bounds, rank, k, tol) -> str:
+    """Why the values are wrong when the messages follow the ring's schedule."""
+    def close(a, b):
+        return bool(((a.double() - b.double()).abs() <= tol * (1 + b.double().abs())).all())
+    if t.is_floating_point() and close(t * k, expected):
+        return (f"every value is the sum divided by {k}, the mean: the exercise asks for the sum "
+                "(what dist.all_reduce does by default); leave the division out")
+    for c, (a, b) in enumerate(bounds):
+        if b > a and torch.equal(t[a:b], x[a:b]) and not close(x[a:b], expected[a:b]):
+            return (f"chunk {c} on rank {rank} still holds this rank's own input: what arrived was "
+                    "never added into it. In the reduce-scatter add in place, `recv += incoming` "
+                    "(`recv = recv + incoming` only makes a new tensor; a copy replaces instead "
+                    "of adding)")
+    return ("the sends follow the ring schedule, so check the arithmetic: add in reduce-scatter, "
+            "copy in all-gather")
 
 
 def _chunk_hint(caught, k, length) -> str:
@@ -80,7 +100,9 @@ def _case(fn, rank, k, length, dtype, group, world):
         return dict(found, caught=caught)
     if notes:
         return dict(found, text=notes[0])
-    return dict(found, text=_wrong_values(t, x, out, expected, log, rank, k, length, dt))
+    text = _wrong_values(t, x, out, expected, log, rank, k, length, dt)
+    from labkit.check import ring_diagnosis as why
+    return dict(found, text=text or why.extra_bytes(log, rank, k, length))
 
 
 def _setup():

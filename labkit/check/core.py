@@ -10,6 +10,7 @@ import functools
 
 from labkit.runtime import cluster as _cluster
 from labkit.runtime.errors import RankError, RankTimeout
+from labkit.check.ring_diagnosis import stuck_in
 
 
 def report(name: str, ok: bool, detail: str = "") -> bool:
@@ -53,6 +54,8 @@ def _learner_frame(where: str) -> str:
     """The innermost frame of a stuck rank's stack that is not labkit's or torch's."""
     frames = [ln.strip() for ln in where.splitlines()[1:] if ln.startswith("  ") and not ln.startswith("    ")]
     mine = [f for f in frames if not f.startswith("torch/") and "labkit/" not in f]
+    if not mine and frames and "labkit/" in frames[0]:
+        return "labkit/" + frames[0].split("labkit/", 1)[1]     # inside labkit's code: short path
     return (mine or frames or [""])[0]
 
 
@@ -60,7 +63,7 @@ def describe_hang(stuck: dict, returned=()) -> str:
     """'hung: rank r stuck in recv() at Cell In[5], line 7 ...' for the first stuck rank."""
     r, where = sorted(stuck.items())[0]
     at = _learner_frame(where)
-    text = f"hung: rank {r} stuck {where.splitlines()[0]}" + (f" at {at}" if at else "")
+    text = f"hung: rank {r} stuck {stuck_in(where)}" + (f" at {at}" if at else "")
     if returned:
         text += (f", while rank{'s' if len(returned) > 1 else ''} {', '.join(map(str, returned))} "
                  "had returned from your function (every rank must make the same collective "
@@ -93,9 +96,12 @@ def caught_verdict(caught: list) -> str:
     if any(c.stub for c in raised):
         raise NotImplementedError
     first = min(raised, key=lambda c: (lost_a_peer(c.message), c.time))
-    # the same error on several ranks: name the lowest, so the line does not change run to run
-    first = min((c for c in raised if (c.type, c.first_line) == (first.type, first.first_line)),
-                key=lambda c: c.rank)
+    # the same error (the same type at the same line, or the same message) on several ranks:
+    # name the lowest, so the line does not change run to run
+    def same(c):
+        return c.type == first.type and (c.first_line == first.first_line or
+                                         (c.frame is not None and c.frame == first.frame))
+    first = min((c for c in raised if same(c)), key=lambda c: c.rank)
     return first.describe()
 
 

@@ -18,10 +18,20 @@ on a busy machine is not a hang. If the others never come, the run's timeout rep
 each rank waits (this one "in settle()": it had returned from the learner's function).
 """
 import datetime
+import re
 import time
 import traceback
 
 PATIENCE_S = 5.0        # seconds a rank that raised waits for the others before it gives up
+# torch's C++ errors start with "[rank0]:[F1129 18:27:55.006238832 ProcessGroupGloo.cpp:1537] ":
+# a time stamp that would make the checker's line differ from run to run
+_CPP_PREFIX = re.compile(r"^(\[rank\d+\]:)?\[[A-Z]\d{4} [\d:.]+ [^\]]*\] ")
+_NOT_MINE = ("/labkit/", "/torch/", "-packages/")      # labkit, torch, installed libraries
+
+
+def _mine(filename: str) -> bool:
+    name = filename.replace("\\", "/")
+    return not any(part in name for part in _NOT_MINE)
 
 
 class Caught:
@@ -29,13 +39,12 @@ class Caught:
 
     def __init__(self, exc: BaseException, rank: int):
         self.type = type(exc).__name__
-        self.message = str(exc).strip()
+        self.message = _CPP_PREFIX.sub("", str(exc).strip())
         self.rank = rank
         self.time = time.time()
         self.stub = isinstance(exc, NotImplementedError)
         frames = traceback.extract_tb(exc.__traceback__)
-        mine = [f for f in frames if "/labkit/" not in f.filename.replace("\\", "/")
-                and "/torch/" not in f.filename.replace("\\", "/")]
+        mine = [f for f in frames if _mine(f.filename)]
         # the learner's innermost frame, put into words in the notebook (describe), where a
         # cell's file name can be turned into "Cell In[7]"
         self.frame = (mine[-1].filename, mine[-1].lineno, (mine[-1].line or "").strip()) if mine else None
@@ -88,12 +97,15 @@ def settle(token: tuple, key: str, flag=None) -> list:
     keys = [f"labkit-check/{token}/{key}/{r}" for r in range(n)]
     store.set(keys[rank], "1" if flag is not None else "0")
     raised = getattr(flag, "exception", None)
-    try:
-        store.wait(keys, datetime.timedelta(seconds=patience if raised is not None else 24 * 3600))
-    except Exception:                   # noqa: BLE001 - a store timeout: someone is stuck
-        if raised is None:
-            raise
-        import labkit
-        labkit.emit(learner_raised=flag)            # so the checker can still say what it was
-        raise raised from None
+    if raised is None:
+        store.wait(keys, datetime.timedelta(seconds=24 * 3600))
+    else:
+        # poll rather than store.wait(timeout): its timeout prints C++ warnings into the cell
+        deadline = time.monotonic() + patience
+        while not store.check(keys):
+            if time.monotonic() > deadline:             # someone is stuck
+                import labkit
+                labkit.emit(learner_raised=flag)        # so the checker can still say what it was
+                raise raised from None
+            time.sleep(0.02)
     return [store.get(k) == b"1" for k in keys]

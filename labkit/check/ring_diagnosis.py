@@ -9,6 +9,12 @@ labkit follows.
 from labkit.comm.formulas import chunk_bounds, ring_schedule
 
 
+def stuck_in(where: str) -> str:
+    """'in recv()' from a stuck rank's stack: its first line, without the traceback's
+    "(most recent call last):"."""
+    return where.splitlines()[0].replace(" (most recent call last):", "").rstrip(":") if where else ""
+
+
 def _sends(log):
     return [e for e in log if e[0].endswith("send")]
 
@@ -48,10 +54,11 @@ def dropped_remainder(log, rank, k, length) -> str:
             f"= {length % k}; cut with chunk_bounds(numel, n) (sizes differ by at most one)")
 
 
-def schedule(log, r, k, length, partial=False) -> str:
+def schedule(log, r, k, length, partial=False, summed=False) -> str:
     """First step where rank r's sends leave the ring schedule, as a sentence, or ''.
     The learner may have rotated the chunks (rank r ending with chunk r + shift): the shift
-    is read from the first send. partial: the rank stopped early, missing sends are no finding."""
+    is read from the first send. partial: the rank stopped early, missing sends are no finding.
+    summed: a chunk of the tensor holds the right sum (so the reduce-scatter worked)."""
     bounds = chunk_bounds(length, k)
     sizes = [b - a for a, b in bounds]
     sends = _sends(log)
@@ -64,6 +71,11 @@ def schedule(log, r, k, length, partial=False) -> str:
         if s >= len(sends):
             if partial:
                 return ""
+            n_rs = sum(st.phase == "reduce-scatter" for st in want)
+            if len(sends) == n_rs and summed:
+                return (f"rank {r} made the reduce-scatter's {n_rs} sends and no all-gather: after "
+                        "the reduce-scatter each rank holds only its own summed chunk; the "
+                        f"all-gather's n - 1 = {k - 1} steps pass the summed chunks around the ring")
             return (f"rank {r} made {len(sends)} non-empty sends, the ring needs {len(want)} here "
                     f"({k - 1} reduce-scatter + {k - 1} all-gather steps): a step is missing")
         c = chunk_index(sends[s], bounds)
@@ -72,10 +84,36 @@ def schedule(log, r, k, length, partial=False) -> str:
             return (f"{where}: sent elements {a}..{a + sends[s][3] - 1}, which is not one of the "
                     f"ring's chunks (chunk_bounds({length}, {k}) = {bounds})")
         if c is not None and c != st.send:
-            return f"{where}: sent chunk {c}, the ring sends chunk {st.send} at this step"
+            text = f"{where}: sent chunk {c}, the ring sends chunk {st.send} at this step"
+            if st.phase == "all-gather":
+                own = ring_schedule(r, k, shift)[k - 2].recv      # the last reduce-scatter step's
+                return text + (f": after your reduce-scatter rank {r} holds the whole sum of chunk "
+                               f"{own}, so the all-gather sends that chunk first, then at each step "
+                               "the chunk it received the step before")
+            before = ring_schedule(r, k, shift)[st.step - 1].recv if st.step else None
+            return text + (f": at each reduce-scatter step a rank passes on the chunk it added "
+                           f"into the step before (chunk {before})" if st.step else "")
     if len(sends) > len(want):
         return f"rank {r}: {len(sends)} sends, the ring needs {len(want)}"
     return ""
+
+
+def extra_bytes(log, r, k, length) -> str:
+    """'rank r sent 9 elements where the ring sends 7 ...' when a ring that got the right sum
+    sent more than the ring's 2(N-1) chunks (a step too many), or nothing at all (a collective
+    called instead), or ''."""
+    sizes = [b - a for a, b in chunk_bounds(length, k)]
+    need = max(sum(sizes[st.send] for st in ring_schedule(r, k, shift)) for shift in range(k))
+    sends = _sends(log)
+    sent = sum(e[3] for e in sends)
+    if not sends and need:
+        return (f"the sum is right, but rank {r} sent no point-to-point message: the exercise is "
+                "to build the all-reduce from isend/irecv (or send/recv), not to call a collective")
+    if sent <= need:
+        return ""
+    return (f"the sum is right, but rank {r} sent {sent} elements in {len(sends)} messages where "
+            f"the ring sends {need} ({k - 1} reduce-scatter + {k - 1} all-gather steps of one "
+            "chunk each): a step too many? Each phase has n - 1 steps (range(n - 1))")
 
 
 def leftovers(logs: dict) -> dict:
@@ -154,10 +192,13 @@ def hang(stuck: dict, events, frame_of) -> str:
                f"{'to' if posted[-1][0].endswith('send') else 'from'} rank {posted[-1][1]}"
                if posted else "no message posted")
         at = frame_of(where)
-        parts.append(f"rank {r} waits {where.splitlines()[0]}" + (f" at {at}" if at else "") + f" ({msg})")
+        parts.append(f"rank {r} waits {stuck_in(where)}" + (f" at {at}" if at else "") + f" ({msg})")
     head = f"hung (world size {k}, length {length}, {dtype})" if k else "hung"
     text = head + ": " + "; ".join(parts)
     mine = {r: v for r, v in logs.items() if k is None or r < k}
+    dropped = [e.data["dropped"] for e in events if "dropped" in e.data]
+    if dropped:
+        return text + ". " + dropped[0][0].upper() + dropped[0][1:]
     last = [mine[r][-1][0] for r in stuck if mine.get(r)]
     if last and all(kind in ("send", "recv") for kind in last):
         return text + (". A blocking send or recv waits for the other side, and every rank "

@@ -52,6 +52,37 @@ class _Converted:
         return self.work.is_completed()
 
 
+class _Request:
+    """The learner's isend/irecv request: notes (and emits, for a hang) a request dropped
+    before anyone waited on it."""
+
+    def __init__(self, work, what, notes, emit):
+        self.work, self.what, self.notes, self.emit, self.waited = work, what, notes, emit, False
+
+    def wait(self, *args, **kwargs):
+        self.waited = True
+        return self.work.wait(*args, **kwargs)
+
+    def is_completed(self):
+        return self.work.is_completed()
+
+    def __getattr__(self, name):
+        return getattr(self.work, name)
+
+    def __del__(self):
+        if not self.waited:
+            rank, kind, number, peer = self.what
+            text = (f"rank {rank} never waited on its {kind} number {number} "
+                    f"({'to' if kind == 'isend' else 'from'} rank {peer}): keep every request "
+                    "and call .wait() on it; a message whose request is dropped unwaited is not "
+                    "sure to arrive (nor its buffer safe to reuse)")
+            self.notes.append(text)
+            try:
+                self.emit(dropped=text)
+            except Exception:           # noqa: BLE001 - never raise from __del__
+                pass
+
+
 def _from_learner() -> bool:
     """True when the caller two frames up is not labkit's or torch's own code."""
     name = sys._getframe(2).f_code.co_filename.replace("\\", "/")
@@ -97,12 +128,14 @@ def watch(flat, group, k, world, log, notes, emit):
                 log.append(entry)
                 emit(p2p=list(entry), n=len(log))
             work = orig[kind](real, peer, group, tag, **kw)
-            if convert is None:
-                return work
-            if kind == "recv":
-                tensor.copy_(convert)
-                return work
-            return _Converted(work, convert, tensor)
+            if convert is not None:
+                if kind == "recv":
+                    tensor.copy_(convert)
+                else:
+                    work = _Converted(work, convert, tensor)
+            if kind.startswith("i") and tensor.numel():
+                work = _Request(work, (me, kind, len(log), gpeer), notes, emit)
+            return work
         return call
 
     def asked(what, fn_orig, lab=False):

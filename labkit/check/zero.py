@@ -7,11 +7,56 @@ cover the vector (equal shards of L // N), the missing all-gather, state for the
 parameter instead of the shard, the gradient not averaged or not reduced, momentum not kept,
 an all-reduce where a reduce-scatter suffices (1.5x the bytes at N = 4).
 """
-from labkit.check.core import checker
+from labkit.check.core import caught_verdict, checker, new_token
 
 __all__ = ["zero1_step"]
 
 TOL = 1e-5
+TIMEOUT_S = 10.0        # a right step takes well under a second; a hang is reported after this
+
+
+class _Stop(Exception):
+    """Some rank's call of the learner's step raised: every rank stops the trial there."""
+
+
+def _hint(caught) -> str:
+    """A sentence for an exception the learner's step raised, when its cause is known."""
+    if "worldSize == inputShape" in caught.message or "divisible by" in caught.message:
+        return ("torch's reduce_scatter_tensor and all_gather_into_tensor need a length that the "
+                "world size divides (equal shards); use labkit.comm.ring_reduce_scatter(grads) and "
+                "ring_all_gather(params), which cut the uneven shards of chunk_bounds")
+    if "must match the size of tensor" in caught.message:
+        return ("a shard, its gradient and its momentum must all be the length of "
+                "chunk_bounds(numel, n)[rank] (ring_reduce_scatter already returns just your shard)")
+    return ""
+
+
+def _guarded_trial(fn, token, steps):
+    """On every rank: labkit.zero.exercise.trial with each call of the learner's step guarded,
+    so a step that raises on some ranks is reported at once (guard.settle), not as a hang."""
+    import warnings
+    from labkit.check import guard
+    from labkit.zero.exercise import trial
+    calls = [0]
+
+    def step(*args):
+        calls[0] += 1
+        with warnings.catch_warnings():         # torch 2.13 renames *_tensor to *_single
+            warnings.simplefilter("ignore", FutureWarning)
+            _, caught = guard.attempt(fn, *args)
+        if caught is not None:
+            caught.hint = _hint(caught)
+        if any(guard.settle(token, str(calls[0]), caught)):
+            raise _Stop(caught)
+    try:
+        return trial(step, steps=steps)
+    except _Stop as stop:
+        return {"raised": stop.args[0]}
+
+
+def _torch_chunks(L, n) -> list:
+    q = -(-L // n)
+    return [max(0, min(q, L - i * q)) for i in range(n)]
 
 
 def _diagnose(results, n) -> tuple:
@@ -27,6 +72,10 @@ def _diagnose(results, n) -> tuple:
         if sizes and sizes != {hi - lo}:
             equal = (f"; equal shards of {L} // {n} = {L // n} leave {L % n} element(s) to no "
                      "rank") if sizes == {L // n} and L % n else ""
+            torch_cut = _torch_chunks(L, n)
+            if sizes == {torch_cut[r]} and not equal:
+                equal = (f"; params.chunk({n}) cuts {', '.join(map(str, torch_cut))}, not the "
+                         "shards the ring collectives use")
             return False, (f"wrong shard bounds: rank {r} keeps state for {sorted(sizes)} elements, "
                            f"its shard is chunk_bounds({L}, {n})[{r}] = [{lo}, {hi}) ({hi - lo} "
                            f"elements: with an uneven size the first {L % n} shard(s) are one "
@@ -46,8 +95,9 @@ def _diagnose(results, n) -> tuple:
         right = [(res["after"][0] - one).abs() <= TOL for res in results]
         if all(right[r][lo:hi].all() and not right[r].all() for r, (lo, hi) in enumerate(bounds)):
             return False, (f"{where}: on each rank only its own shard is up to date (rank 0 holds "
-                           f"[{bounds[0][0]}, {bounds[0][1]}) right, the rest stale): all-gather "
-                           "the updated shards so every rank has the full parameters")
+                           f"[{bounds[0][0]}, {bounds[0][1]}) right, the rest stale): after "
+                           "updating your shard, all-gather (ring_all_gather(params)) so every "
+                           "rank gets every updated shard")
         stale = [i for i in range(L) if all((res["after"][0][i] - init[i]).abs() <= TOL
                                             for res in results)]
         if len(stale) == L:
@@ -93,10 +143,23 @@ def _diagnose(results, n) -> tuple:
 
 
 @checker("zero1_step")
-def zero1_step(fn, cluster, steps: int = 3):
+def zero1_step(fn, cluster, steps: int = 3, timeout: float = TIMEOUT_S):
     """fn(params, grads, momentum, lr, beta) on every rank: the ZeRO-1 sharded SGD-momentum step."""
+    import labkit
     from labkit.zero.exercise import reference_step, trial
-    results = cluster.run(trial, fn, steps=steps, timeout=30)
+    try:
+        results = cluster.run(_guarded_trial, fn, new_token(timeout), steps, timeout=timeout)
+    except labkit.RankError as exc:
+        dead = sorted(r for r, f in (exc.failures or {}).items() if f.type == "RankDied")
+        if not dead:
+            raise
+        return False, (f"rank {dead[0]} crashed inside a collective "
+                       f"({exc.failures[dead[0]].message.splitlines()[0]}): gloo aborts a rank "
+                       "when a message does not match the one it waits for. Every rank must make "
+                       "the same collective calls, in the same order, with the same sizes (is one "
+                       "inside an `if rank == ...`?)")
+    if any("raised" in res for res in results):
+        return False, caught_verdict([res.get("raised") for res in results])
     ref = cluster.run(trial, reference_step, steps=steps, big=0, timeout=30)
     for r, (a, b) in enumerate(zip(ref, [x["one"] for x in ref])):
         assert all((x - y).abs().max() <= TOL for x, y in zip(a["after"], b)), "reference drifted"

@@ -109,9 +109,11 @@ def format_frames(frames, innermost_first: bool = False, limit: int = None) -> s
 
 
 def in_collective(frames) -> bool:
-    """Is a stack (from `parse_dump`) inside torch.distributed: a collective or a send/recv?"""
-    marker = f"torch{os.sep}distributed{os.sep}"
-    return any(marker in f[0] for f in frames)
+    """Is a stack (from `parse_dump`) inside torch.distributed (a collective or a send/recv),
+    or inside labkit's own collectives (labkit/comm: rings of isend/irecv, whose innermost
+    Python frame is labkit's while it waits in C++)?"""
+    markers = (f"torch{os.sep}distributed{os.sep}", f"labkit{os.sep}comm{os.sep}")
+    return any(m in f[0] for f in frames for m in markers)
 
 
 def failure_from_report(rank: int, report: dict) -> Failure:

@@ -9,7 +9,8 @@ from labkit.comm import chunk_bounds
 
 
 def ring(tensor, group=None, *, cut="bounds", buffer="like", sizes="group", left_of=None,
-         right_of=None, shift=0, rs_steps=None, gather="copy", scatter="add", out_of_place=False):
+         right_of=None, shift=0, rs_steps=None, gather="copy", scatter="add", out_of_place=False,
+         rs_shift=0, ag_shift=0, mean=False, wait_sends=True):
     """The notebook's solution, with one knob per mistake a learner makes."""
     if sizes == "group":
         rank, n = dist.get_rank(group), dist.get_world_size(group)
@@ -31,28 +32,36 @@ def ring(tensor, group=None, *, cut="bounds", buffer="like", sizes="group", left
     def exchange(send, recv):
         reqs = []
         if send.numel():
-            reqs.append(dist.isend(send, group=group, group_dst=right))
+            q = dist.isend(send, group=group, group_dst=right)
+            if wait_sends:                                      # else: fire and forget
+                reqs.append(q)
+            del q
         if recv.numel():
             reqs.append(dist.irecv(recv, group=group, group_src=left))
         for q in reqs:
             q.wait()
 
     for s in range(n - 1 if rs_steps is None else rs_steps(n)):            # reduce-scatter
-        send, recv = chunks[(rank - s - 1 + shift) % n], chunks[(rank - s - 2) % n]
+        send = chunks[(rank - s - 1 + shift + rs_shift) % n]
+        recv = chunks[(rank - s - 2 + rs_shift) % n]
         incoming = torch.empty_like(recv) if buffer == "like" else torch.empty(recv.numel())
         exchange(send, incoming)
         if scatter == "add":
             recv += incoming.to(recv.dtype)
+        elif scatter == "rebind":                               # a new tensor, the chunk unchanged
+            recv = recv + incoming
         else:
             recv.copy_(incoming)
     for s in range(n - 1):                                                  # all-gather
-        send, recv = chunks[(rank - s) % n], chunks[(rank - s - 1) % n]
+        send, recv = chunks[(rank - s + ag_shift) % n], chunks[(rank - s - 1 + ag_shift) % n]
         if gather == "copy":
             exchange(send, recv)
         else:
             incoming = torch.empty_like(recv)
             exchange(send, incoming)
             recv += incoming
+    if mean:
+        flat /= n
     return flat if out_of_place else tensor
 
 
@@ -138,8 +147,25 @@ WRONG = [
     ("wrong chunk sent", lambda t, group=None: ring(t, group, shift=1),
      "whose matching recv", "crash"),          # sizes differ: gloo aborts the receiving rank
     ("copies in reduce-scatter", lambda t, group=None: ring(t, group, scatter="copy"),
-     "check the arithmetic: add in reduce-scatter", "clean"),
+     "what arrived was never added into it. In the reduce-scatter add in place", "clean"),
     ("adds in all-gather", lambda t, group=None: ring(t, group, gather="add"),
      "check the arithmetic", "clean"),
     ("deadlock", deadlock, "post them with isend/irecv", "hang"),
+    # found walking through the learner copy of notebook 02
+    ("recv = recv + incoming", lambda t, group=None: ring(t, group, scatter="rebind"),
+     "still holds this rank's own input: what arrived was never added into it", "clean"),
+    ("one reduce-scatter step too many", lambda t, group=None: ring(t, group, rs_steps=lambda n: n),
+     "the sum is right, but rank 0 sent 11 elements in 3 messages where the ring sends 7", "clean"),
+    ("all-gather with the reduce-scatter's indices", lambda t, group=None: ring(t, group, ag_shift=-1),
+     "after your reduce-scatter rank 0 holds the whole sum of chunk 0, so the all-gather sends "
+     "that chunk first", "clean"),
+    ("reduce-scatter one chunk later than the all-gather",
+     lambda t, group=None: ring(t, group, rs_shift=1),
+     "after your reduce-scatter rank 0 holds the whole sum of chunk 1", "clean"),
+    ("the mean, not the sum", lambda t, group=None: ring(t, group, mean=True),
+     "every value is the sum divided by 2, the mean", "clean"),
+    ("calls dist.all_reduce", lambda t, group=None: dist.all_reduce(t, group=group) and t,
+     "sent no point-to-point message: the exercise is to build the all-reduce", "clean"),
+    ("isend never waited", lambda t, group=None: ring(t, group, wait_sends=False),
+     "never waited on its isend", "hang"),     # the message may never arrive: a hang, or a FAIL
 ]
