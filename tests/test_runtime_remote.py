@@ -197,6 +197,29 @@ def test_a_key_file_readable_by_others_is_refused(remote, tmp_path):
     assert "other users may read it (mode 0644)" in p.stderr and f"chmod 600 {bad}" in p.stderr
 
 
+def test_two_ranks_on_one_node_share_one_agent_and_close_cleanly(tmp_path):
+    """Both ranks of a torchrun race to start the node's agent: one wins, both register; closing
+    the cluster makes the ranks exit 0, so torchrun ends with 0."""
+    c = labkit.Cluster.remote("127.0.0.1:0", nnodes=1, nproc_per_node=2, timeout=30,
+                              join_file=str(tmp_path / "join.json"), start_timeout=90,
+                              env={"GLOO_SOCKET_IFNAME": "lo"})
+    with open(tmp_path / "node.log", "w") as log:
+        p = _torchrun(c.commands["torchrun"], 0, log)
+    try:
+        assert c.run(total) == [3.0, 3.0]
+        assert [n["ranks"] for n in c.nodes] == [[0, 1]]
+        assert c.run(lambda: labkit.local_rank()) == [0, 1]
+    finally:
+        c.close()
+        try:
+            code = p.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            code = p.wait()
+    assert code == 0, open(tmp_path / "node.log").read()[-2000:]
+    assert not os.path.exists(c.join_file), "the key file is removed when the cluster closes"
+
+
 def test_a_silent_node_is_named_within_the_heartbeat_timeout(remote):
     node1 = next(n for n in remote.nodes if n["name"].startswith("node 1"))
     threading.Timer(1.0, os.kill, (node1["agent_pid"], signal.SIGSTOP)).start()

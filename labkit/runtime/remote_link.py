@@ -104,37 +104,47 @@ class Hub:
     def _loop(self) -> None:
         while not (self.closed and (time.monotonic() > self.closed or
                                     not any(n.link.wants_write() for n in self.links))):
-            with self._lock:
-                new, self._new = self._new, []
-            for n in new:
-                self.links.append(n)
-                self.sel.register(n.link.fileno(), selectors.EVENT_READ, ("link", n, None))
-            now = time.monotonic()
-            for n in list(self.links):
-                n.link.flush()
-                if n.link.eof:
-                    self._lost(n, n.gone or "its labkit agent closed the connection (killed, "
-                                             "or its torchrun stopped)")
-                elif now - n.last_seen > self.heartbeat_timeout:
-                    self._lost(n, f"no word from its labkit agent for {self.heartbeat_timeout:g} s "
-                                  "(the machine, its network or the agent is down)")
-                else:
-                    ev = selectors.EVENT_READ | (selectors.EVENT_WRITE if n.link.wants_write() else 0)
-                    self.sel.modify(n.link.fileno(), ev, ("link", n, None))
-            for key, mask in self.sel.select(0.2):
-                if key.data is None:
-                    try:
-                        os.read(self._wake_r, 4096)
-                    except OSError:
-                        pass
-                    continue
-                what, n, slot = key.data
-                if what == "link" and mask & selectors.EVENT_READ:
-                    self._from_agent(n)
-                elif what == "pair" and slot in n.pipes:
-                    self._pair(n, slot, mask)
-                elif what == "out" and slot in n.pipes:
-                    self._push(n, slot)
+            try:
+                self._step()
+            except Exception as exc:              # noqa: BLE001 - the loop must keep serving
+                import sys
+                import traceback
+                print(f"labkit: error in the thread that serves remote nodes ({exc!r}); it goes "
+                      "on:\n" + traceback.format_exc(limit=3), file=sys.stderr)
+                time.sleep(0.1)
+
+    def _step(self) -> None:
+        with self._lock:
+            new, self._new = self._new, []
+        for n in new:
+            self.links.append(n)
+            self.sel.register(n.link.fileno(), selectors.EVENT_READ, ("link", n, None))
+        now = time.monotonic()
+        for n in list(self.links):
+            n.link.flush()
+            if n.link.eof:
+                self._lost(n, n.gone or "its labkit agent closed the connection (killed, "
+                                         "or its torchrun stopped)")
+            elif now - n.last_seen > self.heartbeat_timeout:
+                self._lost(n, f"no word from its labkit agent for {self.heartbeat_timeout:g} s "
+                              "(the machine, its network or the agent is down)")
+            else:
+                ev = selectors.EVENT_READ | (selectors.EVENT_WRITE if n.link.wants_write() else 0)
+                self.sel.modify(n.link.fileno(), ev, ("link", n, None))
+        for key, mask in self.sel.select(0.2):
+            if key.data is None:
+                try:
+                    os.read(self._wake_r, 4096)
+                except OSError:
+                    pass
+                continue
+            what, n, slot = key.data
+            if what == "link" and mask & selectors.EVENT_READ:
+                self._from_agent(n)
+            elif what == "pair" and slot in n.pipes:
+                self._pair(n, slot, mask)
+            elif what == "out" and slot in n.pipes:
+                self._push(n, slot)
 
     def _from_agent(self, n: NodeLink) -> None:
         n.last_seen = time.monotonic()
