@@ -73,11 +73,18 @@ class Block(nn.Module):
         self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd)
         self.fc_out = nn.Linear(4 * cfg.n_embd, cfg.n_embd)
 
+    @staticmethod
+    def core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal attention of (batch, heads, seq, head_dim) tensors. An instance attribute
+        replaces it per block (labkit.tricks.checkpointing: attention that keeps its scores,
+        or recomputes them)."""
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = self.core(q, k, v)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
         return x + self.fc_out(F.gelu(self.fc(self.ln2(x))))
 

@@ -37,6 +37,9 @@ PURE = [
     "labkit.diagnose.knobs",
     "labkit.doctor",
     "labkit.doctor.pitfalls",
+    "labkit.tricks",
+    "labkit.tricks.formulas",
+    "labkit.tricks.quant8_math",
 ]
 
 # Importing any of these from a pure module is a layering error.

@@ -12,6 +12,7 @@ On NCCL the tensors live on labkit.device() and cuda.synchronize brackets each o
 here: no GPU). The command line is `python -m labkit.bench collectives`.
 """
 import statistics
+from labkit.figtext import figsize as _figsize, size as _fs
 
 OPS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "ring_all_reduce", "naive_all_reduce"]
 FACTOR_OP = {"ring_all_reduce": "all_reduce", "naive_all_reduce": "all_reduce"}
@@ -167,7 +168,7 @@ def plot(rows, path=None, ax=None):
     import matplotlib.pyplot as plt
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(7.5, 4.2))
+        fig, ax = plt.subplots(figsize=_figsize((7.5, 4.2)))
     style = {"all_reduce": ("--s", "#34495e"), "ring_all_reduce": ("-o", "#2a9d5c"),
              "naive_all_reduce": ("-^", "#c0392b"), "reduce_scatter": (":v", "#8172B3"),
              "all_gather": (":D", "#DD8452"), "broadcast": (":x", "#7f8c8d")}
@@ -181,9 +182,9 @@ def plot(rows, path=None, ax=None):
     ax.set_xticks(sizes, [human(s) for s in sizes])
     ax.set_xlabel("message size S (bytes)")
     ax.set_ylabel("busbw (GB/s, log scale)")
-    ax.set_title(f"bus bandwidth on {rows[0]['world_size']} ranks (nccl-tests convention)", fontsize=10)
+    ax.set_title(f"bus bandwidth on {rows[0]['world_size']} ranks (nccl-tests convention)", fontsize=_fs(10))
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=_fs(8), loc="lower right")
     if fig is not None:
         fig.tight_layout()
         if path:

@@ -7,6 +7,7 @@
 """
 import matplotlib.pyplot as plt
 from matplotlib.colors import LinearSegmentedColormap
+from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
 
 _CMAP = LinearSegmentedColormap.from_list("partial", ["#f3f0e7", "#f6c76b", "#e07b39", "#2a9d5c"])
 
@@ -56,19 +57,20 @@ def draw_frame(frame: dict, ax, n: int) -> None:
                                        linewidth=3 if new else 1))
             label = "+".join(str(x) for x in sorted(state[r][c])) if k < n else "all"
             ax.text(c + 0.5, r + (0.36 if new else 0.5), label, ha="center", va="center",
-                    fontsize=9 if n <= 4 else 7, color="white" if k == n else "black",
+                    fontsize=_fs(9 if n <= 4 else 7), color="white" if k == n else "black",
                     fontweight="bold" if k == n else "normal")
             if new:
                 ax.text(c + 0.5, r + 0.76, f"from {arrived[(r, c)]}", ha="center", va="center",
-                        fontsize=8 if n <= 4 else 6, color=_ARRIVED,
+                        fontsize=_fs(8 if n <= 4 else 6), color=_ARRIVED,
                         bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none"))
     ax.set_xlim(0, n)
     ax.set_ylim(n, 0)
-    ax.set_xticks([c + 0.5 for c in range(n)], [f"chunk {c}" for c in range(n)], fontsize=7)
-    ax.set_yticks([r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=8)
+    ax.set_xticks([c + 0.5 for c in range(n)], [f"c{c}" if _on_slide() else f"chunk {c}" for c in range(n)],
+                  fontsize=_fs(7))                   # a slide's larger text: "c0" under each column
+    ax.set_yticks([r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=_fs(8))
     ax.tick_params(length=0)
     ms = max(frame["seconds"].values()) * 1e3 if frame["seconds"] else None
-    ax.set_title(frame["title"] + (f"\n(slowest rank {ms:.2f} ms)" if ms is not None else "\n"), fontsize=9)
+    ax.set_title(frame["title"] + (f"\n(slowest rank {ms:.2f} ms)" if ms is not None else "\n"), fontsize=_fs(9))
 
 
 def draw_key(ax, n: int) -> None:
@@ -76,35 +78,38 @@ def draw_key(ax, n: int) -> None:
     ax.axis("off")
     ax.set_xlim(0, 1)
     ax.set_ylim(n + 2.2, -0.4)
-    ax.text(0, -0.1, "key", fontsize=9, fontweight="bold", va="center")
+    ax.text(0, -0.1, "key", fontsize=_fs(9), fontweight="bold", va="center")
     for k in range(1, n + 1):
         what = ("its own data only" if k == 1 else "the full sum (all)" if k == n
                 else f"a partial sum of {k} ranks")
         ax.add_patch(plt.Rectangle((0, k - 0.4), 0.18, 0.8, facecolor=_colour(k, n), edgecolor="white"))
-        ax.text(0.24, k, what, fontsize=8, va="center")
+        ax.text(0.24, k, what, fontsize=_fs(8), va="center")
     y = n + 1.2
     ax.add_patch(plt.Rectangle((0, y - 0.4), 0.18, 0.8, facecolor="white", edgecolor=_ARRIVED, linewidth=3))
-    ax.text(0.24, y, "arrived at this step\n(\"from r\": sent by rank r)", fontsize=8, va="center")
-    ax.text(0, y + 1.0, "a cell's text: whose data it sums", fontsize=8, va="center", style="italic")
+    ax.text(0.24, y, "arrived at this step\n(\"from r\": sent by rank r)", fontsize=_fs(8), va="center")
+    ax.text(0, y + 1.0, "a cell's text: whose data it sums", fontsize=_fs(8), va="center", style="italic")
 
 
-def draw_ring_steps(frames: list, cols: int = None):
+def draw_ring_steps(frames: list, cols: int = None, key: bool = True, title: str = None):
     """All frames of a recorded ring all-reduce, plus a colour key, as a static figure.
 
     Top row: the start and the reduce-scatter steps; bottom row: the all-gather steps and the
-    key, so no panel is empty (N panels a row). `cols` forces one row-major grid instead."""
+    key, so no panel is empty (N panels a row). `cols` forces one row-major grid instead;
+    `key=False` leaves the key out, `title` replaces the figure's title (e.g. for a few frames,
+    `draw_ring_steps(frames[1:4], cols=3, key=False, title="reduce-scatter")`)."""
     n = len(frames[0]["state"])
     rs = [f for f in frames if not f["title"].startswith("all-gather")]
     ag = [f for f in frames if f["title"].startswith("all-gather")]
     if cols is None and ag and len(rs) == len(ag) + 1:
-        layout = [rs, ag + ["key"]]
+        layout = [rs, ag + (["key"] if key else [])]
     else:
-        cols = cols or len(frames) + 1
-        cells = frames + ["key"]
+        cols = cols or len(frames) + int(key)
+        cells = frames + (["key"] if key else [])
         layout = [cells[i:i + cols] for i in range(0, len(cells), cols)]
     width = max(len(row) for row in layout)
-    fig, axes = plt.subplots(len(layout), width, figsize=(2.6 * width, 2.7 * len(layout) + 0.4),
-                             squeeze=False)
+    size = _figsize((2.6 * width, 2.7 * len(layout) + 0.4),
+                    (10, 4.6 if len(layout) == 1 else 6))   # a slide: one row under its title
+    fig, axes = plt.subplots(len(layout), width, figsize=size, squeeze=False)
     for row, line in zip(axes, layout):
         for ax, frame in zip(row, line):
             if frame == "key":
@@ -113,8 +118,13 @@ def draw_ring_steps(frames: list, cols: int = None):
                 draw_frame(frame, ax, n)
         for ax in row[len(line):]:
             ax.axis("off")
-    fig.suptitle(f"ring all-reduce on {n} ranks, recorded: reduce-scatter ({n - 1} steps, top), "
-                 f"then all-gather ({n - 1} steps, bottom)", fontsize=10)
+        if _on_slide():                              # rank labels once per row: wider cells
+            for ax in row[1:len(line)]:
+                ax.tick_params(labelleft=False)
+    if title is None:
+        title = (f"ring all-reduce on {n} ranks, recorded: reduce-scatter ({n - 1} steps, top), "
+                 f"then all-gather ({n - 1} steps, bottom)")
+    fig.suptitle(title, fontsize=_fs(10))
     fig.tight_layout()
     return fig
 
@@ -132,7 +142,7 @@ def ring_slider(frames: list):
     def show(change=None):
         with out:
             out.clear_output(wait=True)
-            fig, (ax, key) = plt.subplots(1, 2, figsize=(6.2, 3.6), gridspec_kw={"width_ratios": [1, 0.85]})
+            fig, (ax, key) = plt.subplots(1, 2, figsize=_figsize((6.2, 3.6)), gridspec_kw={"width_ratios": [1, 0.85]})
             draw_frame(frames[slider.value], ax, n)
             draw_key(key, n)
             fig.tight_layout()
@@ -148,23 +158,28 @@ def draw_bytes_vs_n(rows: list, ax=None):
     """Bytes sent per rank divided by S against N: every rank's measurement as a point, the
     formulas as lines (ring 2(N-1)/N, naive root N-1, naive others 1)."""
     if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 4))
+        _, ax = plt.subplots(figsize=(7, 4.2) if _on_slide() else (6.4, 4))   # slide: legend outside
     ns = sorted({r["world_size"] for r in rows})
     grid = [x / 10 for x in range(int(min(ns) * 10), int(max(ns) * 10) + 1)]
+    slide = _on_slide()                              # larger text: short labels, legend outside
     ax.plot(grid, [2 * (x - 1) / x for x in grid], color="#2a9d5c", label="ring formula 2(N-1)/N")
-    ax.plot(grid, [x - 1 for x in grid], color="#c0392b", label="naive root formula N-1")
-    ax.axhline(1, color="#7f8c8d", ls=":", label="naive non-root formula 1")
+    ax.plot(grid, [x - 1 for x in grid], color="#c0392b", label=f"naive root{'' if slide else ' formula'} N-1")
+    ax.axhline(1, color="#7f8c8d", ls=":", label="naive others 1" if slide else "naive non-root formula 1")
     ax.axhline(2, color="#2a9d5c", ls="--", lw=0.8, label="ring limit 2 (N large)")
     for op, colour, marker, dx in (("ring_all_reduce", "#2a9d5c", "o", -0.12), ("naive_all_reduce", "#c0392b", "s", 0),
                                    ("torch_all_reduce", "#34495e", "x", 0.12)):
         pts = [(r["world_size"] + dx + 0.04 * (r["rank"] - 1.5), r["sent"] / r["bytes"]) for r in rows if r["op"] == op]
         if pts:
-            ax.scatter(*zip(*pts), color=colour, marker=marker, zorder=3, s=26,
-                       label=f"{op}: measured, each rank")
+            ax.scatter(*zip(*pts), color=colour, marker=marker, zorder=3, s=60 if slide else 26,
+                       label=f"{op.replace('_all_reduce', '')}: measured" if slide else f"{op}: measured, each rank")
     ax.set_xticks(ns)
     ax.set_xlabel("number of ranks N")
     ax.set_ylabel("bytes sent by a rank / S")
-    ax.set_title("traffic per rank in one all-reduce of S bytes (kernel TCP counters)")
+    ax.set_title("bytes per rank in one all-reduce of S bytes" if slide else
+                 "traffic per rank in one all-reduce of S bytes (kernel TCP counters)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    if slide:
+        ax.legend(fontsize=_fs(7), loc="upper left", bbox_to_anchor=(1.01, 1))
+    else:
+        ax.legend(fontsize=_fs(7))
     return ax

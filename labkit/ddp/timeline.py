@@ -15,6 +15,7 @@ running all-reduce time that fell inside its own backward. Waiting is not counte
 """
 
 from labkit.models import GPTConfig
+from labkit.figtext import figsize as _figsize, size as _fs
 
 # A course-sized model for timing on CPU: 13.8 M parameters, 55 MB of fp32 gradients.
 BENCH_GPT = GPTConfig(vocab_size=8192, block_size=64, n_layer=6, n_head=6, n_embd=384)
@@ -113,7 +114,8 @@ def plot_timelines(runs: dict, path: str = None):
     from matplotlib.patches import Patch
     colour = {"forward": "#c7e9c0", "backward": "#31a354", "running": "#3182bd", "waiting": "#d9d9d9"}
     height = sum(0.9 + 0.55 * len(r) for r in runs.values()) + 0.8
-    fig, axes = plt.subplots(len(runs), 1, figsize=(10, height), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(len(runs), 1, figsize=_figsize((10, height), (10, min(height, 5.4))),
+                             squeeze=False, sharex=True)    # on a slide: under a title and 3 lines of code
     longest = 0.0
     for ax, (label, ranks) in zip(axes[:, 0], runs.items()):
         annotate(ranks)
@@ -136,7 +138,7 @@ def plot_timelines(runs: dict, path: str = None):
         mean = sum(r["overlap"] for r in ranks) / len(ranks)
         step = max(r["step"] for r in ranks) * 1e3
         ax.set_title(f"{label}: {n} bucket{'s' * (n != 1)}, step {step:.0f} ms, overlap "
-                     f"{mean:.0%} (mean over ranks)", fontsize=9, loc="left")
+                     f"{mean:.0%} (mean over ranks)", fontsize=_fs(9), loc="left")
         ax.set_yticks([r["rank"] + 0.5 for r in ranks], [f"rank {r['rank']}" for r in ranks])
         ax.set_ylim(0, len(ranks))
     axes[-1, 0].set_xlim(0, longest * 1.02)
@@ -148,8 +150,9 @@ def plot_timelines(runs: dict, path: str = None):
                      label="all-reduce launched, waiting for a slower rank"),
                Line2D([], [], color="k", lw=0.7, label="bucket launched"),
                Line2D([], [], color="k", ls=":", label="gradients synced")]
-    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.45 / height, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=_fs(8), frameon=False)
+    legend_in = 0.45 * _fs(8) / 8 + (0.2 if _fs(8) > 8 else 0)     # two legend rows, in inches
+    fig.tight_layout(rect=(0, legend_in / fig.get_size_inches()[1], 1, 1))
     if path:
         fig.savefig(path, dpi=100)
     return fig

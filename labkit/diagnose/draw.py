@@ -1,6 +1,7 @@
 """Pictures for notebook 10: where each rank's step goes, and DataLoader throughput."""
 import matplotlib.pyplot as plt
 
+from labkit import figtext
 from labkit.diagnose.verdict import COMM_SHARE
 
 # communication first, so that its bar starts at 0 and reads against the 30 % line
@@ -19,23 +20,27 @@ def phase_shares(runs: dict, verdicts: dict = None):
     scale so runs compare; communication first, against the notes' 30 % line (dashed).
     `runs`: name -> [Phases]."""
     rows = [(name, r, p) for name, ranks in runs.items() for r, p in enumerate(ranks)]
-    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.6))
+    big = figtext.slides()                       # larger text: shorter labels, more room
+    fig, ax = plt.subplots(figsize=figtext.figsize((9, 0.32 * len(rows) + 1.6), (10, 0.34 * len(rows) + 2.4)))
     for y, (name, r, p) in enumerate(rows):
         left = 0.0
         for ph in ORDER:
             w = 100 * p.share(ph)
             ax.barh(y, w, left=left, color=COLOURS[ph], label=LABELS[ph] if y == 0 else None)
             left += w
-        ax.text(101, y, f"{1e3 * p.total:.0f} ms", va="center", fontsize=8)
+        ax.text(101, y, f"{1e3 * p.total:.0f} ms", va="center", fontsize=figtext.size(8))
     ax.set_yticks(range(len(rows)),
-                  [f"{name}, rank {r}" + (f"  -> {verdicts[name]}" if verdicts and r == 0 else "")
-                   for name, r, _ in rows], fontsize=8)
+                  [(f"{name} {r}" if big else f"{name}, rank {r}") +
+                   (f"  -> {verdicts[name]}" if verdicts and r == 0 else "")
+                   for name, r, _ in rows], fontsize=figtext.size(8))
     ax.invert_yaxis()
     ax.axvline(100 * COMM_SHARE, color="k", ls="--", lw=1, label="30 % (the notes' communication line)")
-    ax.set_xlim(0, 112)
-    ax.set_xlabel("share of one training step (%); the time per step is printed at the right")
+    ax.set_xlim(0, 125 if big else 112)
+    ax.set_xlabel("share of the step (%); step time at the right" if big else
+                  "share of one training step (%); the time per step is printed at the right")
     ax.set_title("Where each rank's step goes")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32 if big else -0.18), ncol=3,
+              fontsize=figtext.size(8))
     fig.tight_layout()
     return fig
 
@@ -43,17 +48,17 @@ def phase_shares(runs: dict, verdicts: dict = None):
 def throughput_bars(rates: dict, wait_s: float):
     """Items per second for each worker count, next to the ideal (workers x 1 / wait_s)."""
     ws = list(rates)
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    fig, ax = plt.subplots(figsize=figtext.figsize((6, 3.2)))
     ax.bar([str(w) for w in ws], [rates[w] for w in ws], color="#4c8bf5", label="measured")
     ideal = [max(w, 1) / wait_s for w in ws]
     ax.plot([str(w) for w in ws], ideal, "k_", ms=30, mew=2, label=f"ideal: max(workers, 1) / {wait_s * 1e3:.0f} ms")
     for i, w in enumerate(ws):
         ax.text(i, rates[w] / 2, f"{rates[w] / rates[ws[0]]:.1f}x", ha="center", va="center",
-                fontsize=10, color="white", fontweight="bold")
+                fontsize=figtext.size(10), color="white", fontweight="bold")
     ax.set_xlabel("DataLoader num_workers")
     ax.set_ylabel("items per second")
     ax.set_title("Workers overlap items that wait (ratio to the first bar)")
     ax.set_ylim(0, 1.25 * max(max(ideal), max(rates.values())))
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=figtext.size(8), loc="upper left")
     fig.tight_layout()
     return fig

@@ -1,5 +1,6 @@
 """Notebook 05's pictures (layer 4): the wrapping trade-off and the prefetch timeline."""
 import matplotlib.pyplot as plt
+from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
 
 COLORS = {"all_gather": "#4c72b0", "reduce_scatter": "#dd8452", "forward": "#55a868", "backward": "#c44e52"}
 
@@ -8,10 +9,10 @@ def wrap_tradeoff(reports: dict):
     """reports: {wrap: peak_report of rank 0}. Left: peak of gathered parameters (+ all-gather
     buffers) per wrap; right: all-gathers and reduce-scatters per step. One figure."""
     wraps = list(reports)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, (a, b) = plt.subplots(1, 2, figsize=_figsize((9, 3.2)))
     gathered = [(reports[w]["peak"].get("params (gathered)", 0)) / 1e3 for w in wraps]
     a.bar(wraps, gathered, color="#8172b3")
-    a.set_ylabel("peak gathered parameters, kB per rank")
+    a.set_ylabel("peak gathered params (kB)" if _on_slide() else "peak gathered parameters, kB per rank")
     a.set_xlabel("wrap (one FSDP unit per ...)")
     a.set_title("coarse: a high peak")
     for k, kind in enumerate(("all_gather", "reduce_scatter")):
@@ -29,18 +30,18 @@ def wrap_tradeoff(reports: dict):
 def timeline(runs: dict):
     """runs: {label: prefetch.timeline result of one rank}. One row per label: collectives above,
     block compute below, on one time axis (ms from the step's start)."""
-    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.6 * len(runs) + 0.6), sharex=True)
+    fig, axes = plt.subplots(len(runs), 1, figsize=_figsize((10, 1.6 * len(runs) + 0.6)), sharex=True)
     for ax, (label, r) in zip(axes, runs.items()):
         for e in r["events"]:
             y = 1 if e["kind"] in ("all_gather", "reduce_scatter") else 0
             ax.barh(y, (e["t1"] - e["t0"]) * 1e3, left=e["t0"] * 1e3, height=0.6, color=COLORS[e["kind"]],
                     edgecolor="white")
             if e["kind"] in ("all_gather", "forward") and e["unit"].startswith("blocks"):
-                ax.text(e["t0"] * 1e3, y + 0.38, e["unit"].split(".")[1], fontsize=7)
+                ax.text(e["t0"] * 1e3, y + 0.38, e["unit"].split(".")[1], fontsize=_fs(7))
         ax.set_yticks([0, 1], ["compute", "collectives"])
-        ax.set_title(label, fontsize=10, loc="left")
+        ax.set_title(label, fontsize=_fs(10), loc="left")
     axes[-1].set_xlabel("ms since the step started (rank 0; numbers: block index)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-    fig.legend(handles, [k.replace("_", "-") for k in COLORS], loc="upper right", ncol=4, fontsize=8)
+    fig.legend(handles, [k.replace("_", "-") for k in COLORS], loc="upper right", ncol=4, fontsize=_fs(8))
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig

@@ -29,8 +29,12 @@ GPU_SIZES_GB = (24, 40, 80, 141)     # RTX 4090 / A100 40GB / A100 80GB and H100
 
 def per_layer(seq: int, micro_batch: int, hidden: int, heads: int, *, tp: int = 1,
               sequence_parallel: bool = False, checkpointing: str = "none",
-              bytes_per_value: int = 2) -> float:
-    """Bytes one transformer layer keeps for backward (Korthikanti et al., sections 4 and 5)."""
+              bytes_per_value: int = 2, dropout: bool = True) -> float:
+    """Bytes one transformer layer keeps for backward (Korthikanti et al., sections 4 and 5).
+
+    dropout=False: a model without dropout (labkit's TinyGPT) keeps no masks (the 2 of the 10)
+    and no dropout output after the softmax: 16 d s b h + d a s^2 b bytes per layer for
+    d = bytes_per_value (32 s b h + 2 a s^2 b in 16-bit)."""
     for name, v in (("seq", seq), ("micro_batch", micro_batch), ("hidden", hidden),
                     ("heads", heads), ("tp", tp), ("bytes_per_value", bytes_per_value)):
         _positive(name, v, whole=True)
@@ -39,9 +43,11 @@ def per_layer(seq: int, micro_batch: int, hidden: int, heads: int, *, tp: int = 
     sp = t if sequence_parallel else 1
     if checkpointing == "full":
         return d * s * b * h / sp                   # only the layer's input is kept
-    unsplit = (4 * d + 2) * s * b * h / sp          # layer norms, QKV/MLP inputs, masks: 10 at d=2
+    masks = 2 if dropout else 0                     # two 1-byte dropout masks per s b h
+    unsplit = (4 * d + masks) * s * b * h / sp      # layer norms, QKV/MLP inputs, masks: 10 at d=2
     split = 12 * d * s * b * h / t                  # Q, K, V, projections, MLP: 24 at d=2
-    attention = (2 * d + 1) * a * s * s * b / t     # scores, mask, dropout output: 5 a s^2 b at d=2
+    per_score = (2 * d + 1) if dropout else d       # scores, mask, dropout output: 5 a s^2 b at d=2
+    attention = per_score * a * s * s * b / t
     return unsplit + split + (0 if checkpointing == "selective" else attention)
 
 
@@ -66,16 +72,18 @@ class Activations:
 
 def activations(layers: int, hidden: int, heads: int, seq: int, micro_batch: int, *,
                 tp: int = 1, sequence_parallel: bool = False, checkpointing: str = "none",
-                vocab: int = 0, bytes_per_value: int = 2) -> Activations:
+                vocab: int = 0, bytes_per_value: int = 2, dropout: bool = True) -> Activations:
     """Activation memory of a GPT of `layers` layers on one rank (Korthikanti et al., sec. 4).
 
     checkpointing: 'none', 'selective' (recompute attention scores only) or 'full' (keep each
     layer's input; during backward one layer at a time is recomputed, so one un-checkpointed
-    layer's worth is added as `recompute`). `vocab` > 0 adds the output layer's
+    layer's worth is added as `recompute`). dropout=False: no masks, no dropout output (see
+    `per_layer`). `vocab` > 0 adds the output layer's
     4 s b h / t + 4 s b v / t (layer-norm and projection inputs, fp32 logits for the loss).
     """
     _positive("layers", layers, whole=True)
-    kw = dict(tp=tp, sequence_parallel=sequence_parallel, bytes_per_value=bytes_per_value)
+    kw = dict(tp=tp, sequence_parallel=sequence_parallel, bytes_per_value=bytes_per_value,
+              dropout=dropout)
     one = per_layer(seq, micro_batch, hidden, heads, checkpointing=checkpointing, **kw)
     recompute = 0.0
     if _choice("checkpointing", checkpointing, CHECKPOINTING) == "full":

@@ -19,6 +19,7 @@ excluding parameters; tracked with saved_tensors_hooks and weak references).
 import weakref
 
 from labkit.livefig import LiveFigure
+from labkit.figtext import figsize as _figsize, size as _fs
 
 CATEGORIES = ("params", "grads", "master", "moments", "gathered", "activations")
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "moments": "#c44e52",
@@ -137,7 +138,7 @@ def figure(bars: dict, title: str = "", unit: float = 1e6, unit_name: str = "MB"
     """Stacked bars: {rank: [(label "step:phase", {category: bytes})]} -> a figure."""
     import matplotlib.pyplot as plt
     ranks = sorted(bars) or [0]
-    fig, axes = plt.subplots(1, len(ranks), figsize=(min(14, 2.6 + 2.9 * len(ranks)), 3.4),
+    fig, axes = plt.subplots(1, len(ranks), figsize=_figsize((min(14, 2.6 + 2.9 * len(ranks)), 3.4)),
                              sharey=True, squeeze=False)
     for ax, r in zip(axes[0], ranks):
         rows = bars.get(r, [])
@@ -148,8 +149,8 @@ def figure(bars: dict, title: str = "", unit: float = 1e6, unit_name: str = "MB"
                 ax.bar(range(len(rows)), vals, bottom=bottom, color=COLORS[c], label=c, width=0.8)
                 bottom = [b + v for b, v in zip(bottom, vals)]
         ax.set_xticks(range(len(rows)))
-        ax.set_xticklabels([_short(lbl) for lbl, _ in rows], rotation=90, fontsize=7)
-        ax.set_title(f"rank {r}", fontsize=9)
+        ax.set_xticklabels([_short(lbl) for lbl, _ in rows], rotation=90, fontsize=_fs(7))
+        ax.set_title(f"rank {r}", fontsize=_fs(9))
     axes[0][0].set_ylabel(unit_name)
     handles, labels = [], []
     for ax in axes[0]:
@@ -158,9 +159,9 @@ def figure(bars: dict, title: str = "", unit: float = 1e6, unit_name: str = "MB"
                 handles.append(h)
                 labels.append(lb)
     if handles:
-        fig.legend(handles, labels, loc="upper right", fontsize=7, ncol=1)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 0.88, 1))
+        fig.legend(handles, labels, loc="upper right", fontsize=_fs(7), ncol=1)
+    fig.suptitle(title, fontsize=_fs(10))
+    fig.tight_layout(rect=(0, 0, 0.88 if _fs(7) == 7 else 0.8, 1))   # room for the legend
     return fig
 
 

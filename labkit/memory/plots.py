@@ -11,6 +11,7 @@ from matplotlib.patches import Patch
 from labkit.memory.activations import activations, fits, gpt_shape
 from labkit.memory.breakdown import CATEGORIES, GB, Breakdown
 from labkit.memory.formulas import model_states
+from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
 
 COLORS = {"params": "#4C72B0", "grads": "#DD8452", "master": "#55A868", "momentum": "#8172B3",
           "variance": "#937860", "other": "#DA8BC3", "buffers": "#8C8C8C",
@@ -38,7 +39,7 @@ def _stack(ax, x, b: Breakdown, div: float, width: float, hatch=None, alpha=1.0)
 def _legend(ax, used) -> None:
     handles = [Patch(color=COLORS[c], label=c) for c in CATEGORIES if c in used]
     handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="formula"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=_fs(8))
 
 
 def plot_ranks(measured: list, formula=None, title: str = "memory per rank", ax=None):
@@ -52,7 +53,7 @@ def plot_ranks(measured: list, formula=None, title: str = "memory per rank", ax=
     name, div = _unit([b.total for b in shown])
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(2.2 + 1.6 * len(measured), 4.2))
+        fig, ax = plt.subplots(figsize=_figsize((2.2 + 1.6 * len(measured), 4.2)))
     used = set()
     for r, (m, f) in enumerate(zip(measured, formulas)):
         _stack(ax, r - 0.2, m, div, 0.38)
@@ -63,14 +64,14 @@ def plot_ranks(measured: list, formula=None, title: str = "memory per rank", ax=
             d = m.total - f.total
             pct = 100 * d / f.total if f.total else 0.0
             ax.text(r, max(m.total, f.total) / div * 1.02, f"{'+' if d >= 0 else ''}{d:,.0f} B\n({pct:+.4f} %)",
-                    ha="center", va="bottom", fontsize=9,
+                    ha="center", va="bottom", fontsize=_fs(9),
                     bbox=dict(facecolor="white", edgecolor="#999999", boxstyle="round,pad=0.2"))
     ax.set_xticks(range(len(measured)),
-                  [f"rank {r}\nmeasured | formula" if f is not None else f"rank {r}"
-                   for r, f in enumerate(formulas)], fontsize=8)
+                  [f"rank {r}\nmeasured | formula" if f is not None and not _on_slide() else f"rank {r}"
+                   for r, f in enumerate(formulas)], fontsize=_fs(8))      # on a slide: the legend says it
     ax.set_ylabel(name)
     ax.set_title(title + ("\nabove each pair: measured - formula" if any(f is not None for f in formulas)
-                          else ""), fontsize=10)
+                          else ""), fontsize=_fs(10))
     ax.set_ylim(0, 1.25 * max(b.total for b in shown) / div)
     _legend(ax, used)
     if fig is not None:
@@ -91,21 +92,21 @@ def plot_breakdown(breakdowns: list, labels=None, gpu_gb: float = None, title: s
     name, div = _unit([b.total for b in breakdowns] + [(gpu_gb or 0) * GB])
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(1.8 + 1.3 * len(breakdowns), 4.2))
+        fig, ax = plt.subplots(figsize=_figsize((1.8 + 1.3 * len(breakdowns), 4.2)))
     used = set()
     for i, b in enumerate(breakdowns):
         _stack(ax, i, b, div, 0.6)
         used |= set(b.nonzero())
-        ax.text(i, b.total / div, f"{b.total / div:.1f} {name}", ha="center", va="bottom", fontsize=8)
+        ax.text(i, b.total / div, f"{b.total / div:.1f} {name}", ha="center", va="bottom", fontsize=_fs(8))
     if gpu_gb:
         _gpu_line(ax, gpu_gb, div)
-    ax.set_xticks(range(len(breakdowns)), labels or [b.label for b in breakdowns], fontsize=8)
+    ax.set_xticks(range(len(breakdowns)), labels or [b.label for b in breakdowns], fontsize=_fs(8))
     ax.set_ylabel(f"{name} per {per}")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=_fs(10))
     top = max([b.total / div for b in breakdowns] + [(gpu_gb or 0) * GB / div])
     ax.set_ylim(0, 1.15 * top)
     handles = [Patch(color=COLORS[c], label=c) for c in CATEGORIES if c in used]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=_fs(8))
     if fig is not None:
         fig.tight_layout()
     return fig if fig is not None else ax.figure
@@ -114,7 +115,7 @@ def plot_breakdown(breakdowns: list, labels=None, gpu_gb: float = None, title: s
 def _gpu_line(ax, gpu_gb: float, div: float) -> None:
     ax.axhline(gpu_gb * GB / div, color="crimson", linestyle="--", linewidth=1.2)
     ax.annotate(f"{gpu_gb:g} GB GPU ", (0.99, gpu_gb * GB / div), color="crimson",
-                xycoords=("axes fraction", "data"), va="bottom", ha="right", fontsize=8)
+                xycoords=("axes fraction", "data"), va="bottom", ha="right", fontsize=_fs(8))
 
 
 # the log view's groups: category names -> one bar
@@ -128,7 +129,7 @@ GROUP_COLORS = {"parameters": COLORS["params"], "gradients": COLORS["grads"],
 def _plot_groups_log(breakdowns, labels, gpu_gb, title, ax, per):
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(2.2 + 1.6 * len(breakdowns), 4.2))
+        fig, ax = plt.subplots(figsize=_figsize((2.2 + 1.6 * len(breakdowns), 4.2)))
     values = [{g: sum(getattr(b, c) for c in cs) / GB for g, cs in GROUPS.items()} for b in breakdowns]
     groups = [g for g in GROUPS if any(v[g] for v in values)]
     w = 0.8 / len(groups)
@@ -137,7 +138,7 @@ def _plot_groups_log(breakdowns, labels, gpu_gb, title, ax, per):
             if v[g]:
                 x = i - 0.4 + w * (j + 0.5)
                 ax.bar(x, v[g], w * 0.95, color=GROUP_COLORS[g])
-                ax.text(x, v[g] * 1.08, f"{v[g]:.3g}", ha="center", va="bottom", fontsize=7, rotation=90,
+                ax.text(x, v[g] * 1.08, f"{v[g]:.3g}", ha="center", va="bottom", fontsize=_fs(7), rotation=90,
                         bbox=dict(facecolor="white", edgecolor="none", pad=0.3))
     for i, b in enumerate(breakdowns):                 # the stacked bar's height, to hold against the GPU
         ax.hlines(b.total / GB, i - 0.42, i + 0.42, color="black", linewidth=1.5)
@@ -147,13 +148,13 @@ def _plot_groups_log(breakdowns, labels, gpu_gb, title, ax, per):
     low = min(v[g] for v in values for g in groups if v[g])
     high = max([v[g] for v in values for g in groups] + [gpu_gb or 0])
     ax.set_ylim(low / 3, high * 6)
-    ax.set_xticks(range(len(breakdowns)), labels or [b.label for b in breakdowns], fontsize=8)
+    ax.set_xticks(range(len(breakdowns)), labels or [b.label for b in breakdowns], fontsize=_fs(8))
     ax.set_ylabel(f"GB per {per} (log scale)")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=_fs(10))
     from matplotlib.lines import Line2D
     ax.legend(handles=[Patch(color=GROUP_COLORS[g], label=g) for g in groups]
               + [Line2D([], [], color="black", linewidth=1.5, label=f"total per {per}")],
-              loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+              loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=_fs(8))
     if fig is not None:
         fig.tight_layout()
     return fig if fig is not None else ax.figure
@@ -183,19 +184,27 @@ def explorer_figure(n_params=7e9, world_size=1, zero_stage=0, precision="mixed",
               checkpointing=checkpointing, seq=seq, micro_batch=micro_batch, gpu_gb=gpu_gb)
     here, fit = configuration(zero_stage=zero_stage, **kw)
     stages = [configuration(zero_stage=s, **kw)[0] for s in range(4)]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [1, 2.2]})
+    slide = _on_slide()                    # larger text: shorter titles, legends where they fit
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 5.4) if slide else (11, 4.6),
+                                 gridspec_kw={"width_ratios": [1, 2.2]}, layout="constrained" if slide else None)
     plot_breakdown([here], labels=[f"this setting:\nZeRO-{zero_stage}, N={world_size}"], gpu_gb=gpu_gb, ax=a1)
     a1.get_legend().remove()
-    a1.legend(handles=[Patch(color=COLORS[c], label=c) for c in CATEGORIES if getattr(here, c)],
-              loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=7)
+    handles = [Patch(color=COLORS[c], label=c) for c in CATEGORIES if getattr(here, c)]
+    if slide:                              # under both panels, in one or two rows
+        fig.legend(handles=handles, loc="outside lower left", ncol=3, fontsize=_fs(7),
+                   title="left panel", title_fontsize=_fs(7), alignment="left")
+    else:
+        a1.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=_fs(7))
     verdict = "fits" if fit.fits else "does NOT fit"
-    a1.set_title(f"one GPU holds: {verdict}\n{fit.needed / GB:.1f} of {gpu_gb:g} GB "
-                 f"({'spare' if fit.fits else 'over by'} {abs(fit.margin) / GB:.1f} GB)",
-                 fontsize=10, color="darkgreen" if fit.fits else "crimson")
+    a1.set_title(f"{'' if slide else 'one GPU holds: '}{verdict}\n{fit.needed / GB:.1f} of {gpu_gb:g} GB "
+                 f"{chr(10) if slide else ''}({'spare' if fit.fits else 'over by'} {abs(fit.margin) / GB:.1f} GB)",
+                 fontsize=_fs(10), color="darkgreen" if fit.fits else "crimson")
     plot_breakdown(stages, labels=[f"ZeRO-{s}" for s in range(4)], gpu_gb=gpu_gb, ax=a2, log=log,
-                   title=f"every ZeRO stage, same setting: {n_params / 1e9:g}B params, {precision} "
-                         f"{optimizer}, N={world_size},\nseq {seq} x batch {micro_batch}, "
-                         f"checkpointing {checkpointing}")
-    fig.tight_layout()
+                   title="every ZeRO stage, same setting" if slide else
+                   f"every ZeRO stage, same setting: {n_params / 1e9:g}B params, {precision} "
+                   f"{optimizer}, N={world_size},\nseq {seq} x batch {micro_batch}, "
+                   f"checkpointing {checkpointing}")
+    if not slide:
+        fig.tight_layout()
     return fig
 

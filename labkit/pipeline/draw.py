@@ -11,6 +11,7 @@ handle and leaves its last picture in the cell.
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
+from labkit import figtext
 from labkit.livefig import LiveFigure
 from labkit.pipeline.formulas import bubble_ratio
 from labkit.pipeline.simulate import Timeline, bubble_of, peak_in_flight
@@ -22,11 +23,17 @@ COLOURS = {"F": "#4c78a8", "B": "#54a24b", "I": "#f58518", "W": "#b279a2", "idle
 LABELS = {"F": "forward", "B": "backward", "I": "input grad (I)", "W": "weight grad (W)", "idle": "idle"}
 
 
+def _gantt_size(stages: int) -> tuple:
+    """Figure size of one Gantt chart: taller on slides, where the text is larger."""
+    return figtext.figsize((10, 0.55 * stages + 1.3), (10, 0.6 * stages + 2.0))
+
+
 def gantt(t: Timeline, ax=None, title: str = None, unit: str = None, formula: bool = True):
     """Draw a Timeline: a row per stage, a bar per action with its micro-batch number (later
-    chunks paler), idle time grey. Returns the axes."""
+    chunks paler), idle time grey. Text sizes follow rcParams (labkit.figtext). Returns the axes."""
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, 0.55 * t.stages + 1.3))
+        _, ax = plt.subplots(figsize=_gantt_size(t.stages))
+    k = figtext.scale()                               # on slides, numbers only in wider bars
     span = t.makespan or 1.0
     t0 = min((s for ivs in t.intervals for s, _, _ in ivs), default=0.0)
     kinds = set()
@@ -41,9 +48,10 @@ def gantt(t: Timeline, ax=None, title: str = None, unit: str = None, formula: bo
             ax.broken_barh(bars, (y + 0.1, 0.8), facecolor=COLOURS[kind], edgecolor="white",
                            linewidth=0.6, alpha=1.0 if chunk == 0 else max(0.35, 1.0 - 0.3 * chunk))
         for s, e, a in ivs:
-            if (e - s) / span > 0.012:
+            if (e - s) / span > 0.012 * k:
                 ax.text(s - t0 + (e - s) / 2, y + 0.5, str(a.mb), ha="center", va="center",
-                        fontsize=7 if (e - s) / span > 0.02 else 5, color="white" if a.chunk == 0 else "black")
+                        fontsize=figtext.size(7 if (e - s) / span > 0.02 * k else 5),
+                        color="white" if a.chunk == 0 else "black")
     ax.set_yticks([t.stages - 1 - r + 0.5 for r in range(t.stages)],
                   [f"stage {r}" for r in range(t.stages)])
     ax.set_ylim(0, t.stages)
@@ -55,13 +63,13 @@ def gantt(t: Timeline, ax=None, title: str = None, unit: str = None, formula: bo
     line = f"bubble {t.bubble:.1%}"
     if formula and t.name.split(" (")[0] != "ZB-H1":
         line += f", formula (p-1)/(vm+p-1) = {bubble_ratio(t.stages, t.microbatches, t.chunks):.1%}"
-    ax.set_title(f"{head} (p={t.stages}, m={t.microbatches}" +
-                 (f", v={t.chunks}" if t.chunks > 1 else "") + f"): {line}", fontsize=9)
+    ax.set_title(f"{head} (p={t.stages}, m={t.microbatches}" + (f", v={t.chunks}" if t.chunks > 1 else "")
+                 + ("):\n" if figtext.slides() else "): ") + line, fontsize=figtext.size(9))
     handles = [Patch(color=COLOURS[k], label=LABELS[k]) for k in ("F", "B", "I", "W", "idle")
                if k in kinds or k == "idle"]
     if t.chunks > 1:
         handles.append(Patch(facecolor=COLOURS["F"], alpha=0.6, label="paler: chunk 1, 2, ..."))
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(handles=handles, fontsize=figtext.size(7), loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax
 
 
@@ -106,14 +114,14 @@ class live_gantt(LiveFigure):
 
     def figure(self):
         t = self.timeline()
-        fig, ax = plt.subplots(figsize=(10, 0.55 * t.stages + 1.3))
+        fig, ax = plt.subplots(figsize=_gantt_size(t.stages))
         gantt(t, ax, title=f"{t.name} on the cluster, live")
         done = sum(len(r) for r in t.intervals)
         total = sum(len(a) for a in self.schedule.actions)
         ax.set_xlim(0, max(t.makespan, 1e-3))
         ax.text(1.0, -0.35, f"{done}/{total} actions done; running bubble "
                 f"{bubble_of(t.busy, t.makespan) if t.makespan else 0:.1%}",
-                transform=ax.transAxes, ha="right", fontsize=8)
+                transform=ax.transAxes, ha="right", fontsize=figtext.size(8))
         fig.tight_layout()
         return fig
 
@@ -121,7 +129,7 @@ class live_gantt(LiveFigure):
 def bubble_vs_m(measured: dict, stages: int, chunks: dict = None, path: str = None):
     """measured: {schedule name: {m: bubble}}; formula curves (p-1)/(vm+p-1) behind the points."""
     chunks = chunks or {}
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    fig, ax = plt.subplots(figsize=figtext.figsize((6.5, 3.8)))
     ms = sorted({m for pts in measured.values() for m in pts})
     grid = list(range(1, max(ms) + 1))
     for v in sorted(set(chunks.get(n, 1) for n in measured)):
@@ -132,9 +140,9 @@ def bubble_vs_m(measured: dict, stages: int, chunks: dict = None, path: str = No
         ax.plot(xs, [pts[m] for m in xs], "o-", ms=5, color=plt.get_cmap("tab10")(i), label=f"{name} (measured)")
     ax.set_xlabel("micro-batches m")
     ax.set_ylabel("bubble: idle / total")
-    ax.set_title(f"Bubble against m, p={stages}", fontsize=10)
+    ax.set_title(f"Bubble against m, p={stages}", fontsize=figtext.size(10))
     ax.set_ylim(0, None)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=figtext.size(7))
     fig.tight_layout()
     if path:
         fig.savefig(path, dpi=100)
@@ -144,7 +152,7 @@ def bubble_vs_m(measured: dict, stages: int, chunks: dict = None, path: str = No
 def activations_plot(timelines: dict, path: str = None):
     """timelines: {label: measured Timeline}; per stage, peak saved-activation KiB (bars) and the
     simulated count of micro-batches alive (numbers on the bars)."""
-    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    fig, ax = plt.subplots(figsize=figtext.figsize((6.5, 3.5)))
     n = len(timelines)
     for i, (label, t) in enumerate(timelines.items()):
         kib = [b / 1024 for b in t.extra["peak_bytes"]]
@@ -152,12 +160,12 @@ def activations_plot(timelines: dict, path: str = None):
         bars = ax.bar(xs, kib, width=0.8 / n, label=label, color=plt.get_cmap("tab10")(i))
         for bar, k in zip(bars, peak_in_flight(t.intervals)):
             ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{k}", ha="center",
-                    va="bottom", fontsize=7)
+                    va="bottom", fontsize=figtext.size(7))
     ax.set_xticks(range(t.stages), [f"stage {r}" for r in range(t.stages)])
     ax.set_ylabel("peak saved activations (KiB)")
-    ax.set_title("Activation memory per stage, measured (numbers: micro-batches alive at the peak)",
-                 fontsize=9)
-    ax.legend(fontsize=8)
+    ax.set_title("Activation memory per stage, measured" + ("\n(" if figtext.slides() else " (")
+                 + "numbers: micro-batches alive at the peak)", fontsize=figtext.size(9))
+    ax.legend(fontsize=figtext.size(8))
     fig.tight_layout()
     if path:
         fig.savefig(path, dpi=100)

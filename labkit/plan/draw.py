@@ -2,6 +2,7 @@
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyBboxPatch, Rectangle
 
+from labkit import figtext
 from labkit.parallel_dims import Layout
 
 _TITLES = {"tp": "TP groups", "pp": "PP groups (pipelines)", "dp": "DP groups (replicas)"}
@@ -9,11 +10,13 @@ _TITLES = {"tp": "TP groups", "pp": "PP groups (pipelines)", "dp": "DP groups (r
 
 def draw_layout(layout: Layout, dims=("tp", "pp", "dp"), cols: int = 4):
     """One panel per dimension; in each, every node is a box of its ranks, and ranks of the same
-    group share a colour. Returns the figure."""
+    group share a colour. Text sizes follow rcParams (labkit.figtext). Returns the figure."""
     n_nodes, g = layout.nodes, layout.gpus_per_node
     rows_per_node = -(-g // cols)
-    fig, axes = plt.subplots(len(dims), 1, figsize=(max(6, 2.6 * n_nodes), 1.9 * len(dims) * rows_per_node / 2 + 0.6),
-                             squeeze=False)
+    width, height = max(6, 2.6 * n_nodes), 1.9 * len(dims) * rows_per_node / 2 + 0.6
+    if figtext.slides():                 # larger text: the deck's width, room for the titles
+        width, height = figtext.figsize((width, height))[0], (0.55 * rows_per_node + 0.9) * len(dims) + 0.8
+    fig, axes = plt.subplots(len(dims), 1, figsize=(width, height), squeeze=False)
     cmap = plt.get_cmap("tab20")
     for ax, dim in zip(axes[:, 0], dims):
         groups = layout.groups(dim)
@@ -22,22 +25,25 @@ def draw_layout(layout: Layout, dims=("tp", "pp", "dp"), cols: int = 4):
             x0 = node * (cols + 1)
             ax.add_patch(FancyBboxPatch((x0 - 0.15, -0.15), cols + 0.3 - 0.0, rows_per_node + 0.3,
                                         boxstyle="round,pad=0.05", fill=False, lw=1.5, ec="0.3"))
-            ax.text(x0 + cols / 2, rows_per_node + 0.35, f"node {node}", ha="center", va="bottom", fontsize=9)
+            ax.text(x0 + cols / 2, rows_per_node + 0.35, f"node {node}", ha="center", va="bottom",
+                    fontsize=figtext.size(9))
             for k in range(g):
                 r = node * g + k
                 if r >= layout.world_size:
                     break
                 x, y = x0 + k % cols, rows_per_node - 1 - k // cols
                 ax.add_patch(Rectangle((x + 0.05, y + 0.05), 0.9, 0.9, color=colour[r]))
-                ax.text(x + 0.5, y + 0.5, str(r), ha="center", va="center", fontsize=8)
+                ax.text(x + 0.5, y + 0.5, str(r), ha="center", va="center", fontsize=figtext.size(8))
         where = "crosses nodes" if layout.spans_nodes(dim) else "inside each node"
-        ax.set_title(f"{_TITLES[dim]}: {len(groups)} of {len(groups[0])} ranks, {where} "
-                     f"(colour = group, number = global rank)", fontsize=9, loc="left")
+        key = "" if figtext.slides() else " (colour = group, number = global rank)"
+        ax.set_title(f"{_TITLES[dim]}: {len(groups)} of {len(groups[0])} ranks, {where}{key}",
+                     fontsize=figtext.size(9), loc="left")
         ax.set_xlim(-0.4, n_nodes * (cols + 1) - 0.6)
         ax.set_ylim(-0.4, rows_per_node + 0.9)
         ax.set_aspect("equal")
         ax.axis("off")
     fig.suptitle(f"dp {layout.dp} x pp {layout.pp} x tp {layout.tp} = {layout.world_size} GPUs, "
-                 f"order {layout.order} (fastest first)", fontsize=10)
+                 f"order {layout.order} (fastest first)" +
+                 ("\ncolour = group, number = global rank" if figtext.slides() else ""), fontsize=figtext.size(10))
     fig.tight_layout()
     return fig

@@ -3,6 +3,7 @@ savings curves, one layer's stage-3 forward as gather / compute / free."""
 import matplotlib.pyplot as plt
 
 from labkit.memory.formulas import world_size_for_savings, zero_savings, zero_savings_limit
+from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
 
 CATS = ("params", "grads", "master", "momentum", "variance", "other")
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "momentum": "#c44e52",
@@ -12,7 +13,7 @@ COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "momentu
 def stages_figure(reports: list, title: str = ""):
     """reports: step_report results of one rank for stages 0..3. Measured stacked bars next to
     the formula's (hatched), one pair per stage, one scale."""
-    fig, ax = plt.subplots(figsize=(8, 3.8))
+    fig, ax = plt.subplots(figsize=_figsize((8, 3.8)))
     for i, r in enumerate(reports):
         for j, (b, hatch) in enumerate(((r["memory"], None), (r["expected"].formula, "//"))):
             bottom = 0
@@ -23,17 +24,23 @@ def stages_figure(reports: list, title: str = ""):
                            hatch=hatch, edgecolor="white" if hatch else None,
                            label=c if (i == 0 and j == 0) or (c == "master" and j == 0) else None)
                     bottom += v
-            ax.text(i + (j - 0.5) * 0.38, bottom, f"{bottom:.2f}", ha="center", va="bottom", fontsize=7)
+            ax.text(i + (j - 0.5) * 0.38, bottom, f"{bottom:.2f}", ha="center", va="bottom", fontsize=_fs(7))
     handles, labels = ax.get_legend_handles_labels()
     seen = dict(zip(labels, handles))
     from matplotlib.patches import Patch
-    seen["formula (hatched)"] = Patch(facecolor="white", edgecolor="0.3", hatch="//")
-    ax.legend(seen.values(), seen.keys(), fontsize=7, loc="upper right")
+    seen["formula (hatched)" if not _on_slide() else "formula (right,\nhatched)"] = Patch(
+        facecolor="white", edgecolor="0.3", hatch="//")
+    if _on_slide():                                  # larger text: the legend beside the axes
+        ax.legend(seen.values(), seen.keys(), fontsize=_fs(7), loc="upper left", bbox_to_anchor=(1.01, 1))
+    else:
+        ax.legend(seen.values(), seen.keys(), fontsize=_fs(7), loc="upper right")
     ax.set_xticks(range(len(reports)))
     ax.set_xticklabels([f"ZeRO-{r['stage']}" + (" (DDP)" if r["stage"] == 0 else "") +
-                        "\nmeasured | formula" for r in reports], fontsize=8)
+                        ("" if _on_slide() else "\nmeasured | formula")        # a slide: in the legend
+                        for r in reports], fontsize=_fs(8))
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.12)         # room for the totals above the bars
     ax.set_ylabel("model state per rank (MB)")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=_fs(10))
     fig.tight_layout()
     return fig
 
@@ -42,7 +49,7 @@ def traffic_figure(reports: list, collectives: dict = None, title: str = ""):
     """Bytes sent per rank per step / parameter bytes, measured, with the formula's ticks;
     optionally the reduce-scatter comparison (ring vs torch's gloo) beside it."""
     ncols = 2 if collectives else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(5 * ncols + 1, 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, ncols, figsize=_figsize((5 * ncols + 1, 3.4)), squeeze=False)
     ax = axes[0][0]
     n = reports[0]["world"]
     for i, r in enumerate(reports):
@@ -50,15 +57,17 @@ def traffic_figure(reports: list, collectives: dict = None, title: str = ""):
         ax.bar(i, r["sent"] / pb, 0.6, color="#4c72b0", label="measured" if i == 0 else None)
         ax.plot([i - 0.3, i + 0.3], [r["expected_sent"] / pb] * 2, color="k", lw=2,
                 label="formula" if i == 0 else None)
-        ax.text(i, r["sent"] / pb, f"{r['sent'] / pb:.2f}", ha="center", va="bottom", fontsize=8)
+        ax.text(i, r["sent"] / pb, f"{r['sent'] / pb:.2f}", ha="center", va="bottom", fontsize=_fs(8))
     ax.set_xticks(range(len(reports)))
-    ax.set_xticklabels([f"ZeRO-{r['stage']}" + (" (DDP)" if r["stage"] == 0 else "")
-                        for r in reports], fontsize=8)
-    ax.set_ylabel("bytes sent per rank per step\n/ parameter bytes")
-    ax.set_title(f"traffic per step, N={n}: 2(N-1)/N = {2 * (n - 1) / n:.2f}, "
-                 f"3(N-1)/N = {3 * (n - 1) / n:.2f}", fontsize=9)
+    ax.set_xticklabels([f"ZeRO-{r['stage']}" + (("\n" if _on_slide() else " ") + "(DDP)" if r["stage"] == 0 else "")
+                        for r in reports], fontsize=_fs(8))
+    slide = _on_slide()                              # larger text: shorter titles and labels
+    ax.set_ylabel("sent / parameter bytes" if slide else "bytes sent per rank per step\n/ parameter bytes")
+    ax.set_title(f"one step, N={n}" if slide else
+                 f"traffic per step, N={n}: 2(N-1)/N = {2 * (n - 1) / n:.2f}, "
+                 f"3(N-1)/N = {3 * (n - 1) / n:.2f}", fontsize=_fs(9))
     ax.set_ylim(0, 3)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=_fs(8), loc="upper left")
     if collectives:
         ax = axes[0][1]
         t = collectives["tensor bytes"]
@@ -66,15 +75,18 @@ def traffic_figure(reports: list, collectives: dict = None, title: str = ""):
         vals = [collectives[k] / t for k in names]
         ax.bar(range(len(names)), vals, 0.6, color=["#55a868", "#c44e52", "#8172b3"])
         for i, v in enumerate(vals):
-            ax.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
+            ax.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=_fs(8))
         ax.axhline((n - 1) / n, color="k", lw=1, ls="--", label=f"(N-1)/N = {(n - 1) / n:.2f}")
         ax.set_xticks(range(len(names)))
-        ax.set_xticklabels([k.replace(" ", "\n", 2) for k in names], fontsize=7)
-        ax.set_ylabel("bytes sent / tensor bytes")
+        short = {"torch reduce_scatter_tensor": "torch\nreduce-\nscatter", "torch all_gather_into_tensor":
+                 "torch\nall-gather", "labkit ring reduce-scatter": "labkit ring\nreduce-\nscatter"}
+        ax.set_xticklabels([short.get(k, k) if slide else k.replace(" ", "\n", 2) for k in names],
+                           fontsize=_fs(7))
+        ax.set_ylabel("sent / tensor bytes" if slide else "bytes sent / tensor bytes")
         ax.set_ylim(0, 2)
-        ax.set_title(f"one collective on gloo, N={n}", fontsize=9)
-        ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
+        ax.set_title(f"one collective on gloo, N={n}", fontsize=_fs(9))
+        ax.legend(fontsize=_fs(8))
+    fig.suptitle(title, fontsize=_fs(10))
     fig.tight_layout()
     return fig
 
@@ -84,7 +96,7 @@ def savings_figure(measured: dict, n_max: int = 1024, precision: str = "mixed"):
     measured points {(stage, N): ratio}, and the N where each stage first reaches 90 % of its
     limit (ZeRO-3: of N itself)."""
     ns = [n for n in range(1, n_max + 1)]
-    fig, ax = plt.subplots(figsize=(7.5, 4))
+    fig, ax = plt.subplots(figsize=_figsize((7.5, 4)))
     colors = {1: "#4c72b0", 2: "#dd8452", 3: "#55a868"}
     out = {}
     for s in (1, 2, 3):
@@ -96,18 +108,20 @@ def savings_figure(measured: dict, n_max: int = 1024, precision: str = "mixed"):
             ax.axhline(lim, color=colors[s], ls=":", lw=1)
             ax.plot([n90], [zero_savings(s, n90, precision)], "v", color=colors[s], ms=8)
             ax.annotate(f"90 % of {lim:g}x at N={n90}", (n90, zero_savings(s, n90, precision)),
-                        textcoords="offset points", xytext=(5, -12), fontsize=8, color=colors[s])
+                        textcoords="offset points", xytext=(5, -12), fontsize=_fs(8), color=colors[s])
             out[s] = n90
         pts = [(n, v) for (st, n), v in measured.items() if st == s]
         if pts:
             ax.plot(*zip(*pts), "o", color=colors[s], mec="k", ms=7)
-    ax.plot([], [], "o", color="w", mec="k", label="measured (N = 2, 4)")
+    shown = sorted({n for _, n in measured})
+    if shown:
+        ax.plot([], [], "o", color="w", mec="k", label=f"measured (N = {', '.join(map(str, shown))})")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_xlabel("data-parallel ranks N")
     ax.set_ylabel("model state: DDP / ZeRO (x less)")
-    ax.set_title(f"ZeRO savings per rank, {precision} Adam (ZeRO-3's is exactly N)", fontsize=10)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(f"ZeRO savings per rank, {precision} Adam (ZeRO-3's is exactly N)", fontsize=_fs(10))
+    ax.legend(fontsize=_fs(8), loc="upper left")
     fig.tight_layout()
     return fig, out
 
@@ -118,7 +132,7 @@ def layer_figure(events: list, units=None, title: str = ""):
     colors = {"all-gather": "#8172b3", "prefetch": "#b3a6d9", "wait": "#d0c8ea",
               "compute": "#55a868", "free": "#c44e52", "reduce-scatter": "#dd8452"}
     units = units or list(dict.fromkeys(e["unit"] for e in events))
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(units) + 1.4))
+    fig, ax = plt.subplots(figsize=_figsize((9, 0.45 * len(units) + 1.4)))
     for e in events:
         if e["unit"] not in units:
             continue
@@ -132,10 +146,10 @@ def layer_figure(events: list, units=None, title: str = ""):
     from matplotlib.patches import Patch
     kinds = sorted({e["kind"] for e in events}, key=list(colors).index)
     ax.legend([Line2D([0], [0], color=colors[k], lw=2) if k == "free" else Patch(color=colors[k])
-               for k in kinds], kinds, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+               for k in kinds], kinds, fontsize=_fs(7), loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_yticks(range(len(units)))
-    ax.set_yticklabels(list(reversed(units)), fontsize=8)
+    ax.set_yticklabels(list(reversed(units)), fontsize=_fs(8))
     ax.set_xlabel("ms since the step started (rank 0)")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=_fs(10))
     fig.tight_layout()
     return fig

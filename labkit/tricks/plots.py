@@ -1,0 +1,84 @@
+"""Pictures of module 09 (layer 4): memory against step time, and a live version of it."""
+from labkit.livefig import LiveFigure
+
+SHORT = {"M": "mixed precision", "a": "bf16 autocast", "C": "full checkpointing",
+         "S": "selective checkpointing", "A": "accumulation", "8": "8-bit Adam", "O": "offload",
+         "Z": "ZeRO-1"}
+COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]   # by number of tricks
+
+
+def scatter(points, title: str = "", ax=None, baseline: str = "-", figsize=None):
+    """points: [(code, peak bytes on the device, step seconds)]. One dot per configuration,
+    labelled with its letters, coloured by how many tricks it combines; a legend says what
+    the letters mean."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+    if ax is None:
+        from labkit import figtext
+        fig, ax = plt.subplots(figsize=figsize or figtext.figsize((10, 6)))
+    fig = ax.figure
+    seen = set()
+    for code, dev, sec in points:
+        n = len(code.strip("-"))
+        lab = f"{n} trick{'s' if n != 1 else ''}" if n not in seen else None
+        seen.add(n)
+        ax.scatter(1e3 * sec, dev / 1e6, color=COLORS[n % len(COLORS)], s=60 if code != baseline else 140,
+                   marker="*" if code == baseline else "o", label=lab, zorder=3)
+        right = sec > 0.75 * max(p[2] for p in points) and len(points) > 1   # label leftwards
+        ax.annotate("baseline" if code == baseline else code, (1e3 * sec, dev / 1e6),
+                    textcoords="offset points", xytext=(-5, 4) if right else (5, 4),
+                    ha="right" if right else "left")
+    ax.margins(x=0.12)
+    ax.set_xlabel("step time (ms, slowest rank)")
+    ax.set_ylabel("peak per rank (MB)")
+    ax.set_ylim(0, 1.15 * max((dev / 1e6 for _, dev, _ in points), default=1))
+    ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: labels[i])
+    used = sorted({c for code, _, _ in points for c in code.strip("-")})
+    ax.set_title(title or "memory against time (lower left is better)")
+    width = max((len(SHORT[c]) for c in used), default=12) + 4
+    em = matplotlib.rcParams["font.size"] / 72 * 0.62          # a monospace character, inches
+    fig.tight_layout(rect=(0, 0, max(0.5, 1 - width * em / fig.get_figwidth()), 1))
+    # the keys go right of the axes, after the layout (which would shrink the axes for them)
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="lower left",
+              bbox_to_anchor=(1.02, 0.0), title="combined")
+    ax.text(1.02, 1.0, "\n".join(f"{c}  {SHORT[c]}" for c in used), transform=ax.transAxes,
+            va="top", family="monospace")
+    return fig
+
+
+class LiveScatter(LiveFigure):
+    """The scatter, redrawn as rank 0 emits each finished configuration."""
+
+    def __init__(self, cluster, total: int = 0, fps: float = 1.0):
+        super().__init__(cluster, fps)
+        self.points, self.total = [], total
+
+    def _take(self, event) -> bool:
+        d = event.data
+        if "trick" not in d:
+            return False
+        self.points.append((d["trick"], d["peak_device"], d["step_s"]))
+        return True
+
+    def figure(self):
+        done = len(self.points) >= self.total
+        return scatter(self.points, title="" if done else
+                       f"measured so far: {len(self.points)} of {self.total} configurations")
+
+
+def loss_figure(curves: dict, title: str = "fp32 Adam against 8-bit Adam"):
+    """curves: {name: [loss per step]} on one axis."""
+    import matplotlib.pyplot as plt
+    from labkit import figtext
+    fig, ax = plt.subplots(figsize=figtext.figsize((8, 3.8)))
+    for name, ys in curves.items():
+        ax.plot(range(1, len(ys) + 1), ys, label=name, marker="o", ms=3)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig

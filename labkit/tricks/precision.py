@@ -1,0 +1,69 @@
+"""Mixed precision, two ways, and what each keeps (layer 3).
+
+- 'mixed' (the notes' and the ZeRO paper's): the model's parameters and gradients in bf16,
+  an fp32 master copy with fp32 m and v in the optimizer (labkit.zero.masters.MasterOptimizer):
+  2 + 2 + 4 + 4 + 4 = 16 bytes per parameter, as many as fp32 Adam (4 + 4 + 4 + 4). Forward and
+  backward run in bf16, so every stored activation takes 2 bytes instead of 4: half.
+- 'autocast' (`torch.autocast`, what most training scripts use): parameters stay fp32 (they are
+  the masters), and selected ops (matmuls, linear layers, attention) cast their inputs to bf16;
+  the rest (layer norms, the residual stream, softmax where listed) stays fp32. Model state is
+  16 bytes per parameter; activations shrink by less than half (measured in module 09), and
+  autocast caches a bf16 copy of each weight for the forward pass.
+
+Micikevicius et al., "Mixed Precision Training" (arXiv 1710.03740).
+"""
+import contextlib
+
+import torch
+
+HALF = torch.bfloat16
+
+
+def to_mixed(model: torch.nn.Module, optimizer_class, **optimizer_kwargs):
+    """(model in bf16, optimizer on fp32 masters of its parameters): the notes' mixed precision."""
+    from labkit.zero.masters import MasterOptimizer
+    opt = MasterOptimizer(model.parameters(), optimizer_class, mixed_precision=True, **optimizer_kwargs)
+    model.to(HALF)
+    return model, opt
+
+
+def forward_context(precision: str, device_type: str = "cpu"):
+    """The context a forward runs in: bf16 autocast for 'autocast', nothing otherwise."""
+    if precision == "autocast":
+        return torch.autocast(device_type, dtype=HALF)
+    return contextlib.nullcontext()
+
+
+def dtypes_saved(model: torch.nn.Module, x: torch.Tensor, precision: str) -> dict:
+    """{dtype: bytes} of the tensors autograd saves for backward in one forward of `model`
+    (parameters excluded), to see what each precision stores."""
+    saved = {}
+    seen = set()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+    def pack(t):
+        st = t.untyped_storage()
+        key = st.data_ptr()
+        if key not in params and key not in seen:
+            seen.add(key)
+            saved[str(t.dtype).replace("torch.", "")] = saved.get(str(t.dtype).replace("torch.", ""), 0) + st.nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), forward_context(precision):
+        out = model(x)
+    del out
+    return saved
+
+
+def saved_by_dtype(precision: str = "autocast", shape=None) -> dict:
+    """Inside a rank: {dtype: bytes} autograd saves in one forward of the module's TinyGPT
+    (math attention) under `precision` ('fp32', 'mixed' or 'autocast')."""
+    from labkit.models import GPTConfig, TinyGPT, token_batch
+    from labkit.tricks.checkpointing import apply
+    from labkit.tricks.formulas import Shape
+    shape = shape or Shape()
+    torch.manual_seed(0)
+    model = apply(TinyGPT(GPTConfig(**shape.gpt_kwargs())), "none")
+    if precision == "mixed":
+        model.to(HALF)
+    x, _ = token_batch(shape.batch, shape.seq, shape.vocab_size)
+    return dtypes_saved(model, x, precision)

@@ -1,0 +1,180 @@
+"""One configuration of the memory tricks, trained on this rank (layer 3, inside a rank).
+
+    row = cluster.run(labkit.tricks.runs.run, Config(precision="mixed", checkpointing="full"))
+
+Data parallel over the cluster (the same config on every rank, each rank its own batch): after
+the last micro-batch every gradient is all-reduced and averaged (labkit.zero.wrap for the ZeRO
+point). The first step creates the optimizer state; the second runs under torch's MemTracker
+(`labkit.memory.peaks`), which tags every storage created during the step; then `timed` steps
+run untracked for the time.
+
+Peak by category = what persists through the step (`labkit.memory.measure` before it: params,
+master, m, v, 8-bit scales) + what the step creates, at its highest point (gradients,
+activations, temporaries). `stored` is the activation bytes alive right after the first
+micro-batch's forward: what was saved for backward (Korthikanti's count).
+"""
+import time
+
+import torch
+import torch.distributed as dist
+
+from labkit.memory.breakdown import Breakdown
+from labkit.models import GPTConfig, TinyGPT, lm_loss, token_batch
+from labkit.tricks import checkpointing, offload, precision
+from labkit.tricks.formulas import Config, Shape
+
+LR = 1e-3
+
+
+def optimizer_class(config: Config):
+    if config.optimizer == "adam8bit":
+        from labkit.tricks.quant8 import Adam8bit
+        return Adam8bit, dict(lr=LR)
+    return torch.optim.AdamW, dict(lr=LR, weight_decay=0.0, foreach=False)
+
+
+def build(config: Config, shape: Shape = Shape(), seed: int = 0):
+    """(model, optimizer) with the config's tricks applied; same initial weights on every rank."""
+    torch.manual_seed(seed)
+    model = TinyGPT(GPTConfig(**shape.gpt_kwargs()))
+    checkpointing.apply(model, config.checkpointing)          # math attention: scores are stored
+    cls, kw = optimizer_class(config)
+    mixed = config.precision == "mixed"
+    if config.zero:
+        import labkit.zero
+        return labkit.zero.wrap(model, cls, stage=config.zero, mixed_precision=mixed, **kw)
+    if config.offload:
+        opt = offload.Offloaded(model.parameters(), cls, **kw)
+        return (model.to(precision.HALF) if mixed else model), opt
+    if mixed:
+        return precision.to_mixed(model, cls, **kw)
+    return model, cls(model.parameters(), **kw)
+
+
+def train_step(model, opt, x, y, config: Config, after_forward=None, next_micro=None,
+               sync: bool = True) -> dict:
+    """One optimizer step over `config.micro` micro-batches of (x, y); seconds by phase.
+    `after_forward()` is called after the first micro-batch's forward, `next_micro()` before
+    each later one's (for the memory tracker)."""
+    t0 = time.perf_counter()
+    loss_sum = 0.0
+    for i, (xs, ys) in enumerate(zip(x.chunk(config.micro), y.chunk(config.micro))):
+        if i and next_micro is not None:
+            next_micro()
+        with precision.forward_context(config.precision):
+            logits = model(xs)
+        loss = lm_loss(logits.float(), ys) / config.micro
+        del logits
+        if i == 0 and after_forward is not None:
+            after_forward()
+        loss.backward()
+        loss_sum += loss.item()
+    t1 = time.perf_counter()
+    if sync and not config.zero and dist.is_initialized() and dist.get_world_size() > 1:
+        n = dist.get_world_size()
+        for p in model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                p.grad /= n
+    t2 = time.perf_counter()
+    opt.step()
+    if config.zero:
+        opt.zero_grad()
+    else:
+        for p in model.parameters():
+            p.grad = None
+    t3 = time.perf_counter()
+    return {"compute": t1 - t0, "comm": t2 - t1, "optimizer": t3 - t2, "step": t3 - t0, "loss": loss_sum}
+
+
+def _cat(snap: dict, name: str) -> int:
+    return sum(v for k, v in snap.items() if str(getattr(k, "value", k)).upper() == name.upper()
+               or str(k).split(".")[-1].upper() == name.upper())
+
+
+def tracked_step(model, opt, x, y, config: Config) -> tuple:
+    """(peak Breakdown, stored activation bytes) of one step, under MemTracker."""
+    from labkit.memory.peaks import _tracker
+    held = offload.measure(model, opt)
+    import warnings
+    mt = _tracker()
+    mt.track_external(model)
+    after_fwd = []
+    with mt, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Expected a tensor")   # MemTracker on a None output
+        train_step(model, opt, x, y, config,
+                   after_forward=lambda: after_fwd.append(dict(next(iter(mt.get_tracker_snapshot("current").values())))),
+                   next_micro=mt.reset_mod_stats)        # MemTracker tracks one forward per module
+    snap = next(iter(mt.get_tracker_snapshot("peak").values()))
+    stored = _cat(after_fwd[0], "Activation") if after_fwd else 0
+    peak = Breakdown(params=held.params, grads=held.grads + _cat(snap, "Gradient"), master=held.master,
+                     momentum=held.momentum, variance=held.variance, other=held.other,
+                     buffers=held.buffers, activations=_cat(snap, "Activation") + _cat(snap, "Other"),
+                     temporary=_cat(snap, "Temp") + _cat(snap, "Optstate"), on_host=held.on_host,
+                     label=f"peak {config.code}")
+    return peak, stored
+
+
+def run(config: Config, shape: Shape = Shape(), timed: int = 2, track: bool = True, seed: int = 0) -> dict:
+    """Build, one warm-up step, one tracked step (peak by category), `timed` steps (seconds)."""
+    import labkit
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    model, opt = build(config, shape, seed)
+    x, y = token_batch(shape.batch, shape.seq, shape.vocab_size, seed=seed + 100 + rank)
+    losses = [train_step(model, opt, x, y, config)["loss"]]
+    peak, stored = tracked_step(model, opt, x, y, config) if track else (None, 0)
+    times = [train_step(model, opt, x, y, config) for _ in range(timed)]
+    best = min(times, key=lambda t: t["step"]) if times else {}
+    held = offload.measure(model, opt, label=f"held {config.code}")
+    n_params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    checksum = param_checksum(model)
+    row = {"config": config, "rank": rank, "peak": peak, "stored": stored, "held": held,
+           "seconds": best, "losses": losses + [t["loss"] for t in times], "n_params": n_params,
+           "sizes": [p.numel() for p in {id(p): p for p in model.parameters()}.values() if p.requires_grad],
+           "offload_seconds": dict(getattr(opt, "seconds", {})), "moved": dict(getattr(opt, "moved", {})),
+           "checksum": checksum, "steps": 2 + len(times)}
+    if rank == 0:
+        labkit.emit(trick=config.code, peak_device=peak.device if peak else 0,
+                    step_s=best.get("step", 0.0))
+    return row
+
+
+def param_checksum(model) -> float:
+    """Sum of every distinct parameter, in float64: equal weights give equal sums."""
+    with torch.no_grad():
+        return float(sum(p.double().sum() for p in {id(p): p for p in model.parameters()}.values()))
+
+
+def one_process(config: Config, shape: Shape, world_size: int, steps: int, seed: int = 0) -> float:
+    """The reference: one process, no collective, each step on the global batch (every rank's
+    sequences of `run`); returns the parameters' checksum after `steps` steps."""
+    model, opt = build(config, shape, seed)
+    xs, ys = zip(*(token_batch(shape.batch, shape.seq, shape.vocab_size, seed=seed + 100 + r)
+                   for r in range(world_size)))
+    big = Config(**{**config.__dict__, "micro": config.micro * world_size})   # same micro-batch size
+    for _ in range(steps):
+        train_step(model, opt, torch.cat(xs), torch.cat(ys), big, sync=False)
+    return param_checksum(model)
+
+
+def run_many(configs, shape: Shape = Shape(), timed: int = 2) -> list:
+    """`run` for each config in turn (one call to the cluster for all of them), after one
+    untimed warm-up of the first: first calls (lazy imports, the tracker, allocator growth)
+    would otherwise make the baseline slow and every ratio to it look better than it is."""
+    configs = list(configs)
+    if configs:
+        model, opt = build(configs[0], shape)
+        x, y = token_batch(shape.batch, shape.seq, shape.vocab_size)
+        tracked_step(model, opt, x, y, configs[0])
+        del model, opt
+    return [run(c, shape, timed) for c in configs]
+
+
+def loss_curve(optimizer: str, steps: int = 30, shape: Shape = Shape(batch=4), seed: int = 0) -> list:
+    """Training loss per step with fp32 Adam or 8-bit Adam (fp32 model, one fixed batch per
+    step drawn from a small fixed set of sequences, so the loss falls)."""
+    cfg = Config(optimizer=optimizer)
+    model, opt = build(cfg, shape, seed)
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    data = [token_batch(shape.batch, shape.seq, shape.vocab_size, seed=seed + 7 * k + rank) for k in range(4)]
+    return [train_step(model, opt, *data[i % 4], cfg)["loss"] for i in range(steps)]

@@ -1,0 +1,44 @@
+"""Notebook 09's checker against its corpus of wrong answers (tests/check_corpus/accum.py):
+each gets its diagnosis within JUDGE_S seconds and leaves the ranks running; right answers pass."""
+import os
+import time
+
+import pytest
+
+import labkit
+import labkit.check
+from check_corpus import accum
+
+JUDGE_S = 3.0
+
+
+def _line(capsys, fn, cluster):
+    t0 = time.perf_counter()
+    ok = labkit.check.accumulate_gradients(fn, cluster=cluster, timeout=30)
+    took = time.perf_counter() - t0
+    lines = [ln for ln in capsys.readouterr().out.strip().splitlines() if ln.startswith("accumulate_gradients:")]
+    assert len(lines) == 1, lines
+    return ok, lines[0], took
+
+
+def test_right_answers_pass(capsys, cluster):
+    pids = cluster.run(os.getpid)
+    for name, fn in accum.RIGHT:
+        ok, line, _ = _line(capsys, fn, cluster)
+        assert ok and line.startswith("accumulate_gradients: pass ("), (name, line)
+    assert cluster.run(os.getpid) == pids
+
+
+@pytest.mark.parametrize("answer, fn, words, kind", accum.WRONG, ids=[w[0].replace(" ", "_") for w in accum.WRONG])
+def test_wrong_answer_is_diagnosed_quickly_and_keeps_the_ranks(capsys, cluster4, answer, fn, words, kind):
+    pids = cluster4.run(os.getpid)
+    ok, line, took = _line(capsys, fn, cluster4)
+    assert not ok and words in line, line
+    assert line.startswith(("accumulate_gradients: FAIL (", "accumulate_gradients: not implemented yet")), line
+    assert took < JUDGE_S, f"{answer}: judged in {took:.2f} s"
+    assert cluster4.run(os.getpid) == pids, "the ranks were replaced"
+
+
+def test_corpus_size():
+    assert len(accum.WRONG) >= 8 and len(accum.RIGHT) >= 2
+    assert len({w[0] for w in accum.WRONG}) == len(accum.WRONG)
