@@ -87,6 +87,8 @@ def test_a_normal_run_and_ranks_cell(remote, capsys):
 
 
 def test_an_error_names_the_rank_and_its_node(remote):
+    remote.push(kept="still here")
+
     def fn():
         if labkit.rank() == 1:
             raise ValueError("bad shape on this rank")
@@ -97,7 +99,7 @@ def test_an_error_names_the_rank_and_its_node(remote):
     text = str(info.value)
     assert f"--- rank 1 on node 1 (host {socket.gethostname()}): ValueError: bad shape" in text
     assert 'raise ValueError("bad shape on this rank")' in text
-    assert not info.value.restarted and remote.pull("y") == [50, 51], "ranks and state kept"
+    assert not info.value.restarted and remote.pull("kept") == ["still here"] * 2, "state kept"
 
 
 def test_a_hang_in_a_collective_gives_remote_stacks(remote):
