@@ -17,7 +17,7 @@ import time
 import weakref
 
 from labkit.runtime import errors, interrupts, procs, shm, wire
-from labkit.runtime.collect import Event, collect
+from labkit.runtime.collect import Event, collect, wait_joined
 from labkit.runtime.options import check_env, check_world_size, resolve_backend, seconds
 from labkit.runtime.output import Outputs
 from labkit.runtime.pool import WorkerPool, shutdown
@@ -42,6 +42,7 @@ def close_all() -> int:
 
 class Cluster:
     """A pool of `world_size` ranks. See the module docstring; docs/architecture.md has how a run flows."""
+    _local = True                                 # ranks on this machine (shared memory works)
 
     def __init__(self, world_size: int = 4, backend: str = "auto", *, timeout: float = 120.0,
                  spares: int = None, start_timeout: float = 120.0, env: dict = None,
@@ -59,32 +60,23 @@ class Cluster:
             (None: no limit); the rest is read and counted ("... N lines not shown"). Change
             them later as ``cluster.output_lines = ...``."""
         self.world_size = check_world_size(world_size)
-        self.backend = resolve_backend(backend, world_size)
-        self.device_type = "cuda" if self.backend == "nccl" else "cpu"
         self.timeout = seconds(timeout, "timeout", none_ok=False)
         pg_timeout = seconds(pg_timeout, "pg_timeout")
         self.pg_timeout = pg_timeout if pg_timeout else max(600.0, 2 * self.timeout)
         self.env = check_env(env)
         self.output_lines, self.output_bytes = output_lines, output_bytes
-        self.threads_per_rank = procs.fair_threads(world_size)
         self.events = []                          # Event(rank, time, data) of the last run
         self._callbacks = []
         self._outputs = Outputs()                 # what each rank printed, on its way to the cell
-        self._pool = WorkerPool(self.threads_per_rank, world_size if spares is None else int(spares),
-                                self.env)
         self._ranks = []                          # Worker by rank
-        self._needs_restart = False
-        self._in_flight = False                   # a run was sent and not yet fully collected
-        self._closed = False
+        self._needs_restart = self._in_flight = self._closed = False   # _in_flight: a run not yet collected
         self._gen = 0
         self._task_ids = itertools.count(1)
         self._run_lock = threading.Lock()
-        store, self._store_address = procs.rendezvous_store(start_timeout)
-        self._store, self._store_port = [store], self._store_address[1]
-        self._finalizer = weakref.finalize(self, shutdown, self._pool, self._store)
+        self._finalizer = lambda: None
         t0 = time.perf_counter()
         try:
-            self._promote(start_timeout)
+            self._start(backend, spares, start_timeout)
         except BaseException:
             self.close()
             raise
@@ -101,6 +93,25 @@ class Cluster:
         errors.install_traceback_filter()
         self._pool.top_up()
 
+    def _start(self, backend: str, spares, start_timeout: float) -> None:
+        """Local ranks: a pool of workers (zygote.py), a loopback store, ranks promoted."""
+        self.backend = resolve_backend(backend, self.world_size)
+        self.device_type = "cuda" if self.backend == "nccl" else "cpu"
+        self.threads_per_rank = procs.fair_threads(self.world_size)
+        self._pool = WorkerPool(self.threads_per_rank, self.world_size if spares is None
+                                else int(spares), self.env)
+        store, self._store_address = procs.rendezvous_store(start_timeout)
+        self._store, self._store_port = [store], self._store_address[1]
+        self._finalizer = weakref.finalize(self, shutdown, self._pool, self._store)
+        self._promote(start_timeout)
+
+    @classmethod
+    def remote(cls, listen: str, nnodes: int, nproc_per_node: int, **kwargs):
+        """Ranks that torchrun (or srun) starts on other machines; prints the command to run
+        on each node. See remote.RemoteCluster and docs/remote.md."""
+        from labkit.runtime.remote import RemoteCluster
+        return RemoteCluster(listen, nnodes, nproc_per_node, **kwargs)
+
     def _promote(self, timeout: float) -> None:
         """Turn `world_size` spares into ranks 0..n-1 of a fresh process group."""
         deadline = time.monotonic() + timeout
@@ -115,34 +126,8 @@ class Cluster:
                 "prefix": f"labkit/{self._gen}/", "threads": self.threads_per_rank,
                 "pg_timeout": self.pg_timeout, "sys_path": sys_path}))
         self._ranks = ranks
-        self._wait_joined(deadline)
+        wait_joined(self, deadline, self._kill_ranks)
         self._needs_restart = False
-
-    def _wait_joined(self, deadline: float) -> None:
-        """Wait for every rank's reply to init/rejoin; on a failure stop them all and say why."""
-        waiting = set(range(self.world_size))
-        while waiting:
-            for r in list(waiting):
-                w = self._ranks[r]
-                self.show_output(w)
-                msgs = w.read_messages()
-                if w.eof or w.garbled:
-                    how = w.how_it_died() if w.eof else f"sent garbage ({w.garbled})"
-                    self._kill_ranks()
-                    raise RuntimeError(f"rank {r} {how} while joining the process group")
-                for msg in msgs:
-                    if msg[0] == "init_failed":
-                        self._kill_ranks()
-                        f = errors.failure_from_report(r, msg[1])
-                        raise RuntimeError(f"rank {r} could not join the process group: {f.type}: "
-                                           f"{f.message}\n{f.traceback}")
-                    if msg[0] == "ready":
-                        waiting.discard(r)
-            if waiting and time.monotonic() > deadline:
-                self._kill_ranks()
-                raise TimeoutError(f"ranks {sorted(waiting)} did not join the process group in time")
-            if waiting:
-                time.sleep(0.005)
 
     def _rejoin(self, timeout: float = 60.0) -> None:
         """All ranks join a new process group, namespaces kept (after destroy_process_group()
@@ -150,7 +135,7 @@ class Cluster:
         self._gen += 1
         for w in self._ranks:
             w.conn.send(("rejoin", f"labkit/{self._gen}/"))
-        self._wait_joined(time.monotonic() + timeout)
+        wait_joined(self, time.monotonic() + timeout, self._kill_ranks)
 
     def _kill_ranks(self, why: str = None) -> None:
         for w in self._ranks:
@@ -168,7 +153,7 @@ class Cluster:
         """Run ``fn(*args, **kwargs)`` on every rank; return the results, index = rank."""
         __tracebackhide__ = True
         self._check_open()
-        with shm.outbox() as keep:                # tensors go through shared memory (shm.py)
+        with shm.outbox(self._local) as keep:     # tensors go through shared memory (shm.py)
             payload = wire.dumps_call(fn, args, kwargs, keep=keep)
             return self._execute("call", payload, timeout, f"{getattr(fn, '__name__', 'fn')}()")
 
@@ -176,7 +161,7 @@ class Cluster:
         """Set variables in every rank's %%ranks namespace: ``cluster.push(lr=0.1)``."""
         __tracebackhide__ = True
         self._check_open()
-        with shm.outbox() as keep:
+        with shm.outbox(self._local) as keep:
             self._execute("push", wire.dumps_values(values, keep=keep), None, "push")
 
     def pull(self, name: str) -> list:

@@ -46,6 +46,7 @@ class Outcome:
         self.timed_out = False
         self.stuck = {}             # rank -> where it was
         self.pg_lost = set()        # ranks whose process group is gone or out of step
+        self.nodes = None           # rank -> its node, for ranks on other machines
 
     @property
     def needs_new_ranks(self) -> bool:
@@ -59,18 +60,22 @@ class Outcome:
         restarted = self.needs_new_ranks
         if self.timed_out and not self.failures and not self.dead:
             done = [r for r in range(len(self.results)) if r not in self.pending]
-            raise errors.RankTimeout(errors.timeout_message(label, timeout, self.stuck, done, restarted),
+            raise errors.RankTimeout(errors.timeout_message(label, timeout, self.stuck, done, restarted,
+                                                            self.nodes),
                                      {}, self.stuck, restarted)
         failures = dict(self.failures)
         for r, how in self.dead.items():
             failures[r] = errors.Failure(r, "RankDied", how, "")
-        msg = errors.failure_message(label, world_size, failures, self.stuck, restarted)
+        msg = errors.failure_message(label, world_size, failures, self.stuck, restarted, self.nodes)
         raise errors.RankError(msg, failures, self.stuck, restarted)
 
 
 def dump_stacks(ranks, which) -> dict:
     """Where each rank in `which` is: faulthandler's dump of its main thread (works inside
-    C++ too), innermost frame first; a string instead when the rank cannot answer."""
+    C++ too), innermost frame first; a string instead when the rank cannot answer. Ranks on
+    other machines are asked through their node agents (remote_link.Hub.dump_stacks)."""
+    if which and hasattr(ranks[which[0]], "dump_stacks"):
+        return ranks[which[0]].dump_stacks(ranks, which)
     found, asked, sizes = {}, [], {}
     for r in which:
         if ranks[r].state() in ("T", "t"):
@@ -122,6 +127,7 @@ def _unreadable(r: int, exc: BaseException) -> errors.Failure:
 def collect(host: Host, task_id: int, timeout: float) -> Outcome:
     ranks = list(host.ranks)
     out = Outcome(len(ranks))
+    out.nodes = {r: w.where for r, w in enumerate(ranks) if getattr(w, "where", None)} or None
     stack_sizes = {r: w.stack_size() for r, w in enumerate(ranks)}
     sel = selectors.DefaultSelector()
     for r, w in enumerate(ranks):
@@ -208,3 +214,31 @@ def collect(host: Host, task_id: int, timeout: float) -> Outcome:
     if out.pending and not out.stuck:
         out.stuck = describe(dump_stacks(ranks, sorted(out.pending)))
     return out
+
+
+def wait_joined(cluster, deadline: float, kill) -> None:
+    """Wait for every rank's reply to init/rejoin (the Cluster's `_promote`, `_rejoin`); on a
+    failure stop them all (`kill()`) and say why."""
+    waiting = set(range(cluster.world_size))
+    while waiting:
+        for r in list(waiting):
+            w = cluster.ranks[r]
+            cluster.show_output(w)
+            msgs = w.read_messages()
+            if w.eof or w.garbled:
+                how = w.how_it_died() if w.eof else f"sent garbage ({w.garbled})"
+                kill()
+                raise RuntimeError(f"rank {r} {how} while joining the process group")
+            for msg in msgs:
+                if msg[0] == "init_failed":
+                    kill()
+                    f = errors.failure_from_report(r, msg[1])
+                    raise RuntimeError(f"rank {r} could not join the process group: {f.type}: "
+                                       f"{f.message}\n{f.traceback}")
+                if msg[0] == "ready":
+                    waiting.discard(r)
+        if waiting and time.monotonic() > deadline:
+            kill()
+            raise TimeoutError(f"ranks {sorted(waiting)} did not join the process group in time")
+        if waiting:
+            time.sleep(0.005)

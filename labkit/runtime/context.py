@@ -80,8 +80,8 @@ def world_size() -> int:
 
 
 def local_rank() -> int:
-    if _worker is not None:
-        return _worker[0]                        # one node: local rank == rank
+    if _worker is not None:                      # one node: local rank == rank (remote: torchrun's)
+        return int(os.environ.get("LOCAL_RANK", _worker[0]))
     return int(os.environ.get("LOCAL_RANK", 0))
 
 

@@ -24,10 +24,12 @@ class ControlServer:
     """
 
     def __init__(self, on_hello, host: str = "127.0.0.1", handshake_timeout: float = 10.0,
-                 max_pending: int = 64):
+                 max_pending: int = 64, port: int = 0):
         self.authkey = secrets.token_bytes(32)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind((host, 0))                 # the OS picks a free port: clusters never collide
+        if port:                                  # a port the user named (remote.py)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))              # port 0: the OS picks a free one, clusters never collide
         self.sock.listen(64)
         self.sock.settimeout(0.25)                # wake up to shut expired handshakes
         self.address = self.sock.getsockname()

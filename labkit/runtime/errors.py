@@ -159,8 +159,15 @@ def describe_stack(frames: list, limit: int = 4) -> str:
     return head + "\n" + format_frames(shown, innermost_first=True, limit=limit)
 
 
-def _rank_list(ranks) -> str:
+def _rank_list(ranks, nodes: dict = None) -> str:
+    """'rank 2', 'ranks 0, 1'; with `nodes` (remote ranks: rank -> 'node 1 (host b)'), each
+    group of ranks followed by where it runs."""
     ranks = sorted(ranks)
+    if nodes:
+        by_node = {}
+        for r in ranks:
+            by_node.setdefault(nodes.get(r, "?"), []).append(r)
+        return " and ".join(f"{_rank_list(rs)} on {n}" for n, rs in by_node.items())
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
@@ -186,7 +193,7 @@ def _pg_timeout_hint(f: Failure) -> str:
 
 
 def failure_message(label: str, world_size: int, failures: dict, stuck: dict,
-                    restarted: bool) -> str:
+                    restarted: bool, nodes: dict = None) -> str:
     """The text of a RankError: deaths first, failures with the same traceback grouped (the
     traceback printed once, each distinct message named), then the ranks that only failed
     because a peer died, then the stuck ones with where they were."""
@@ -201,25 +208,25 @@ def failure_message(label: str, world_size: int, failures: dict, stuck: dict,
     parts = [f"{n} of {world_size} rank{'s' if world_size > 1 else ''} failed in {label}:"]
     for (typ, msg, tb), ranks in groups.items():
         if typ == "RankDied":
-            parts.append(f"--- {_rank_list(ranks)} {msg}")
+            parts.append(f"--- {_rank_list(ranks, nodes)} {msg}")
             continue
         msgs = {} if msg is not None else {r: failures[r].message for r in ranks}
         if msg is None and len(set(msgs.values())) == 1:
             msg = msgs[ranks[0]]
         if msg is not None:
-            parts.append(f"--- {_rank_list(ranks)}: {typ}: {msg}" if msg else f"--- {_rank_list(ranks)}: {typ}")
+            parts.append(f"--- {_rank_list(ranks, nodes)}: {typ}: {msg}" if msg else f"--- {_rank_list(ranks, nodes)}: {typ}")
         else:
-            parts.append(f"--- {_rank_list(ranks)}: {typ}")
+            parts.append(f"--- {_rank_list(ranks, nodes)}: {typ}")
             parts += [f"rank {r}: {typ}: {m}" for r, m in msgs.items()]
         if tb:
             parts[-1] += _pg_timeout_hint(failures[ranks[0]])
-            parts.append(f"Traceback (on {_rank_list(ranks)}, most recent call last):\n{tb}")
+            parts.append(f"Traceback (on {_rank_list(ranks, nodes)}, most recent call last):\n{tb}")
     if knock_on:
         first = failures[min(knock_on)]
-        parts.append(f"--- {_rank_list(knock_on)} then failed because a rank they were talking to "
+        parts.append(f"--- {_rank_list(knock_on, nodes)} then failed because a rank they were talking to "
                      f"died ({first.type}: {_short(first.message)})")
     if stuck:
-        parts.append(f"--- {_rank_list(stuck)} had not finished (waiting for a failed rank in a "
+        parts.append(f"--- {_rank_list(stuck, nodes)} had not finished (waiting for a failed rank in a "
                      "collective, probably) and were stopped:")
         parts += [f"rank {r}: {s}" for r, s in sorted(stuck.items())]
     if restarted:
@@ -228,13 +235,14 @@ def failure_message(label: str, world_size: int, failures: dict, stuck: dict,
     return "\n".join(parts)
 
 
-def timeout_message(label: str, timeout: float, stuck: dict, done: list, restarted: bool) -> str:
-    parts = [f"{label} did not finish within {timeout:g} s on {_rank_list(stuck)} "
+def timeout_message(label: str, timeout: float, stuck: dict, done: list, restarted: bool,
+                    nodes: dict = None) -> str:
+    parts = [f"{label} did not finish within {timeout:g} s on {_rank_list(stuck, nodes)} "
              "(a deadlock: a collective that not every rank called, a recv without a send, "
              "or simply more work than the timeout allows). Where each rank was:"]
     parts += [f"rank {r}: {s}" for r, s in sorted(stuck.items())]
     if done:
-        parts.append(f"{_rank_list(done)}: finished.")
+        parts.append(f"{_rank_list(done, nodes)}: finished.")
     if restarted:
         parts.append("The stuck ranks were stopped; the cluster starts fresh ranks for the next "
                      "run (variables made by %%ranks cells are gone). Pass timeout=... to "

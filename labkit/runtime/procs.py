@@ -47,7 +47,7 @@ class Worker:
     def read_messages(self) -> list:
         """The whole messages that have arrived, without ever blocking (see frames.Inbox);
         sets `eof` when the connection closed and `garbled` when a message cannot be decoded."""
-        msgs = self._inbox.read(self.conn.fileno())
+        msgs = self._inbox.read(-1 if self.conn.closed else self.conn.fileno())   # closed: EOF
         self.eof, self.garbled = self._inbox.eof, self._inbox.garbled
         return msgs
 

@@ -103,7 +103,7 @@ def _join(opts: dict, prefix: str) -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
     rank, world_size, backend = opts["rank"], opts["world_size"], opts["backend"]
-    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    device = torch.device("cuda", opts.get("local_rank", rank)) if backend == "nccl" else torch.device("cpu")
     timeout = datetime.timedelta(seconds=opts["pg_timeout"])
     store = dist.TCPStore(opts["store_host"], opts["store_port"], None, False, timeout=timeout)
     store = dist.PrefixStore(prefix, store)
@@ -125,8 +125,8 @@ def _init(conn, opts: dict) -> None:
     torch.set_num_threads(opts["threads"])
     rank, world_size, backend = opts["rank"], opts["world_size"], opts["backend"]
     if backend == "nccl":
-        torch.cuda.set_device(rank)               # the notes' first pitfall, done for the learner
-        device = torch.device("cuda", rank)
+        device = torch.device("cuda", opts.get("local_rank", rank))   # remote: torchrun's LOCAL_RANK
+        torch.cuda.set_device(device)             # the notes' first pitfall, done for the learner
     else:
         device = torch.device("cpu")
     _opts = opts

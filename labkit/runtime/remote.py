@@ -1,0 +1,284 @@
+"""Ranks on other machines: a notebook drives ranks that torchrun (or srun) started elsewhere.
+
+    cluster = labkit.Cluster.remote("0.0.0.0:29500", nnodes=2, nproc_per_node=4)
+    # prints the torchrun command (and the srun line) to run on every node, and the key file
+    cluster.run(fn)        # the same run, %%ranks, push/pull, errors, hang stacks and timeouts
+
+torchrun's own rendezvous (c10d) forms the job: it gives every rank RANK, WORLD_SIZE and the
+store at MASTER_ADDR:MASTER_PORT through which the process group is joined. By default the
+notebook hosts that rendezvous store itself (`rdzv_endpoint=None`), so no node must be first.
+Each node's agent (agent.py) connects back over TLS (tls.py) and carries its ranks' control
+bytes and output (remote_link.py). After a hang, a death or an interrupt the ranks are killed
+and torchrun restarts them (`--max-restarts`): the next run waits for them. docs/remote.md
+has the commands and the security model.
+"""
+import os
+import secrets
+import shlex
+import sys
+import threading
+import time
+import weakref
+
+from labkit.runtime import tls
+from labkit.runtime.cluster import Cluster
+from labkit.runtime.remote_link import Hub
+from labkit.runtime.remote_worker import TLSServer
+
+
+def _address(text: str) -> tuple:
+    host, _, port = str(text).rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"listen= takes 'HOST:PORT' (e.g. '0.0.0.0:29500'), got {text!r}")
+    return host, int(port)
+
+
+class RemotePool:
+    """The remote ranks that have reached the notebook, by their torchrun RANK."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.cond = threading.Condition()
+        self.workers = {}                         # pid ("host:pid") -> RemoteWorker
+        self.spares = []
+
+    def add(self, w) -> None:                     # from the hub thread
+        with self.cond:
+            self.workers[w.pid] = w
+            self.cond.notify_all()
+
+    def forget(self, w) -> None:
+        with self.cond:
+            self.workers.pop(w.pid, None)
+
+    def top_up(self) -> None:
+        pass                                      # torchrun restarts ranks, not labkit
+
+    def _ready(self) -> dict:
+        """Live ranks that said hello, by rank (the newest one for each rank)."""
+        found = {}
+        for w in list(self.workers.values()):
+            if w.ready is None and w.conn is not None and not w.eof:
+                for msg in w.read_messages():
+                    if msg[0] == "hello":
+                        w.ready = msg[1]
+            if w.proc.poll() is not None or w.eof:
+                self.workers.pop(w.pid, None)
+                lines = w.read_lines(final=True)
+                if lines and not w.stopped_by:
+                    print(f"labkit: rank {w.info['rank']} on {w.where} ended before it was "
+                          f"ready ({w.how_it_died()}):\n" + "\n".join(lines[-20:]), file=sys.stderr)
+            elif w.ready is not None:
+                found[int(w.info["rank"])] = w
+        return found
+
+    def take(self, n: int, deadline: float) -> list:
+        said, t0 = False, time.monotonic()
+        with self.cond:
+            while True:
+                ready = self._ready()
+                bad = [w for w in ready.values() if int(w.info["world_size"]) != n]
+                if bad:
+                    raise RuntimeError(f"torchrun started {bad[0].info['world_size']} ranks, but "
+                                       f"this cluster has {n} (nnodes x nproc_per_node): run the "
+                                       "command the notebook printed")
+                if all(r in ready for r in range(n)):
+                    return [ready[r] for r in range(n)]
+                missing = [r for r in range(n) if r not in ready]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(self.cluster.missing_message(missing))
+                if not said and time.monotonic() - t0 > 3:
+                    print(f"labkit: waiting for ranks {missing} (torchrun starts or restarts "
+                          "them on their nodes) ...", file=sys.stderr)
+                    said = True
+                self.cond.wait(min(left, 0.05))
+
+    def wait_for_spares(self, timeout: float = 60.0) -> bool:
+        return True
+
+
+class RemoteCluster(Cluster):
+    """`Cluster.remote(listen, nnodes, nproc_per_node, ...)`: see the module docstring.
+
+    listen: 'HOST:PORT' the notebook listens on ('0.0.0.0:29500'; port 0: any free port).
+    advertise: the host name the nodes use to reach the notebook (default: this machine's).
+    rdzv_endpoint: torchrun's rendezvous 'HOST:PORT'; default: hosted by the notebook on the
+        next port (listen port + 1, or a free one).
+    join_file: where the key file goes (default ~/.labkit/join-<name>.json, mode 0600).
+    tls: True (always, unless listen is loopback and you pass False).
+    max_restarts: failures (hangs, deaths, interrupts) torchrun recovers from before its
+        command must be run again. heartbeat_timeout: seconds of silence before a node is lost.
+    start_timeout: how long the first run waits for every rank; restart_timeout: how long a
+        later run waits for torchrun to restart them. Other arguments as `Cluster`; `env`
+        goes on the command line (``env K=V torchrun ...``)."""
+    _local = False
+
+    def __init__(self, listen: str, nnodes: int, nproc_per_node: int, *, advertise: str = None,
+                 rdzv_endpoint: str = None, join_file: str = None, tls: bool = True,
+                 max_restarts: int = 100, heartbeat_timeout: float = 5.0,
+                 timeout: float = 120.0, start_timeout: float = 600.0,
+                 restart_timeout: float = 120.0, backend: str = "auto", **kwargs):
+        self.listen, self.nnodes, self.nproc_per_node = _address(listen), int(nnodes), int(nproc_per_node)
+        self.advertise, self.rdzv_endpoint, self.join_file = advertise, rdzv_endpoint, join_file
+        self.tls, self.max_restarts, self.heartbeat_timeout = tls, int(max_restarts), heartbeat_timeout
+        self.start_timeout, self.restart_timeout = start_timeout, restart_timeout
+        self.name = f"labkit-{secrets.token_hex(4)}"
+        super().__init__(self.nnodes * self.nproc_per_node, backend, timeout=timeout,
+                         start_timeout=start_timeout, **kwargs)
+
+    # -- start: listen, write the key file, print the commands ---------------------------------
+    def _start(self, backend: str, spares, start_timeout: float) -> None:
+        import torch.distributed as dist
+        host, port = self.listen
+        if not self.tls and not tls.is_loopback(host):
+            raise ValueError(f"refusing to listen on {host} without TLS: anyone who can reach that "
+                             "address could try to run code in your ranks. Keep tls=True.")
+        self.backend_wanted = backend
+        self.backend, self.device_type, self.threads_per_rank = "?", "?", None
+        self._folder = tls.private_dir("labkit-remote-")
+        ctx = None
+        if self.tls:
+            cert, key, self.certificate_tool = tls.make_certificate(self._folder, self.name)
+            ctx = tls.server_context(cert, key)
+        self._pool = RemotePool(self)
+        self._hub = Hub(self._pool.add, self.heartbeat_timeout)
+        self._server = TLSServer(self._hub.add, host, port, ctx)
+        self._store, self.join_file = [], os.path.abspath(os.path.expanduser(
+            self.join_file or os.path.join("~", ".labkit", f"join-{self.name}.json")))
+        self._finalizer = weakref.finalize(self, _shutdown, self._hub, self._server, self._store,
+                                           self._folder, self.join_file)
+        self.address = (self.advertise or (host if host not in ("0.0.0.0", "::", "") else
+                                           _this_host()), self._server.address[1])
+        tls.write_join_file(self.join_file, {
+            "name": self.name, "key": self._server.authkey.hex(), "tls": bool(self.tls),
+             "cert": open(os.path.join(self._folder, "cert.pem")).read() if self.tls else ""})
+        if self.rdzv_endpoint is None:            # the notebook hosts torchrun's rendezvous
+            import datetime
+            sock = _listen(host, port + 1 if port else 0)
+            self._store = [dist.TCPStore(host, sock.getsockname()[1], None, True,
+                                         timeout=datetime.timedelta(seconds=start_timeout),
+                                         wait_for_workers=False, master_listen_fd=sock.detach(),
+                                         use_libuv=True)]
+            self.rdzv_endpoint = f"{self.address[0]}:{self._store[0].port}"
+            self._hosted_rdzv = True
+        else:
+            self._hosted_rdzv = False
+        self.commands = self._commands()
+        self._needs_restart = True                # the first run waits for the ranks
+        print(self.instructions(), flush=True)
+
+    def _commands(self) -> dict:
+        env = ("env " + " ".join(f"{shlex.quote(k)}={shlex.quote(v)}" for k, v in self.env.items())
+               + " ") if self.env else ""
+        conf = " --rdzv-conf is_host=false" if self._hosted_rdzv else ""
+        run = (f"torchrun --nnodes {self.nnodes} --nproc-per-node {self.nproc_per_node} "
+               f"--rdzv-backend c10d --rdzv-endpoint {self.rdzv_endpoint} --rdzv-id {self.name}"
+               f"{conf} --max-restarts {self.max_restarts} -m labkit.runtime.remote_rank "
+               f"--connect {self.address[0]}:{self.address[1]} --join {shlex.quote(self.join_file)}")
+        return {"torchrun": env + run,
+                "srun": f"srun --nodes {self.nnodes} --ntasks-per-node 1 {env}{run}"}
+
+    def instructions(self) -> str:
+        return (f"labkit: a cluster of {self.nnodes} node(s) x {self.nproc_per_node} rank(s) waits "
+                f"at {self.address[0]}:{self.address[1]} ({'TLS' if self.tls else 'no TLS: loopback'}"
+                f"{', certificate made with ' + self.certificate_tool if self.tls else ''}).\n"
+                f"Its key file (readable by you only): {self.join_file}\n"
+                "Every node needs it at that path: a shared home folder has it already, else copy "
+                "it (scp -p keeps it private).\n"
+                "On each node, in a Python environment with labkit, run:\n"
+                f"  {self.commands['torchrun']}\n"
+                f"or from a Slurm allocation, once:\n  {self.commands['srun']}")
+
+    # -- ranks --------------------------------------------------------------------------------
+    def _promote(self, timeout: float) -> None:
+        """Take the ranks torchrun started (or restarted) and have them join the process group
+        through torchrun's store, as the ranks torchrun numbered them."""
+        from labkit.runtime.collect import wait_joined
+        first = self._gen == 0
+        deadline = time.monotonic() + (self.start_timeout if first else self.restart_timeout)
+        ranks = self._pool.take(self.world_size, deadline)
+        self.backend = self._choose_backend(ranks)
+        self.device_type = "cuda" if self.backend == "nccl" else "cpu"
+        self._gen += 1
+        sys_path = [p or os.getcwd() for p in sys.path]
+        for w in ranks:
+            w.rank = int(w.info["rank"])
+            w.conn.send(("init", {
+                "rank": w.rank, "world_size": self.world_size, "backend": self.backend,
+                "store_host": w.info["master_addr"], "store_port": int(w.info["master_port"]),
+                "prefix": f"{self.name}/{self._gen}/", "threads": w.ready["threads"],
+                "pg_timeout": self.pg_timeout, "sys_path": sys_path,
+                "local_rank": int(w.info["local_rank"])}))
+        self._ranks = ranks
+        wait_joined(self, deadline + 60, self._kill_ranks)
+        self._needs_restart = False
+
+    def _choose_backend(self, ranks) -> str:
+        enough = all(w.ready["gpus"] >= int(w.info["local_world_size"]) for w in ranks)
+        if self.backend_wanted == "nccl" and not enough:
+            raise ValueError("backend='nccl' needs one GPU per rank on every node")
+        if self.backend_wanted in ("nccl", "gloo"):
+            return self.backend_wanted
+        return "nccl" if enough else "gloo"
+
+    def missing_message(self, missing: list) -> str:
+        nodes = list(self._hub.links)
+        back = {(n.info["host"], n.info["torchrun"]) for n in nodes}
+        gone = [f"{n.name} was lost: {n.gone}" for n in self._hub.lost
+                if (n.info["host"], n.info["torchrun"]) not in back][-self.nnodes:]
+        return (f"ranks {missing} have not reached the notebook ({len(nodes)} of {self.nnodes} "
+                "node agents connected" + (f"; {'; '.join(gone)}" if gone else "") + "). If "
+                "torchrun has stopped on a node (it restarts the ranks at most --max-restarts "
+                f"times), run there again:\n  {self.commands['torchrun']}\nor start a new cluster.")
+
+    @property
+    def nodes(self) -> list:
+        """The node agents connected now: [{'name', 'host', 'agent_pid', 'torchrun_pid',
+        'ranks'}]."""
+        return [{"name": n.name, "host": n.info["host"], "agent_pid": n.info["pid"],
+                 "torchrun_pid": n.info["torchrun"],
+                 "ranks": sorted(int(w.info["rank"]) for w in n.workers.values()
+                                 if w.proc.poll() is None)}
+                for n in list(self._hub.links)]
+
+    def wait_for_ranks(self, timeout: float = None) -> None:
+        """Block until every rank has joined (the first run does this anyway)."""
+        with self._run_lock:
+            if self._needs_restart:
+                self._promote(timeout or self.start_timeout)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._ranks)} ranks joined"
+        return (f"RemoteCluster(nnodes={self.nnodes}, nproc_per_node={self.nproc_per_node}, "
+                f"backend={self.backend!r}, at {self.address[0]}:{self.address[1]}; {state})")
+
+
+def _shutdown(hub, server, store, folder, join_file) -> None:
+    """Close a remote cluster (also at exit): the agents are told, so their ranks exit with
+    code 0 and torchrun ends on every node; the key file and certificate are removed."""
+    import shutil
+    hub.close()
+    server.close()
+    store.clear()
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        os.unlink(os.path.expanduser(join_file))
+    except OSError:
+        pass
+
+
+def _this_host() -> str:
+    import socket
+    return socket.getfqdn()
+
+
+def _listen(host: str, port: int):
+    import fcntl
+    import socket
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, port))
+    s.listen(128)
+    fcntl.fcntl(s.fileno(), fcntl.F_SETFD, fcntl.fcntl(s.fileno(), fcntl.F_GETFD) | fcntl.FD_CLOEXEC)
+    return s

@@ -1,0 +1,162 @@
+"""A rank that torchrun started on a node, driven by a notebook elsewhere (Cluster.remote).
+
+    torchrun --nnodes N --nproc-per-node P --rdzv-backend c10d --rdzv-endpoint HOST:PORT ... \\
+        -m labkit.runtime.remote_rank --connect HOST:PORT --join KEYFILE
+
+1. check the key file (mode 0600, ours) before anything else, so a mistake shows at once;
+2. reach the node's agent (agent.py) on its Unix socket, starting it if this is the first rank
+   of this torchrun, and hand it this rank's output (a pipe: fd 1 and 2 go there);
+3. import torch, say hello to the notebook (through the agent), then serve tasks exactly as a
+   local worker does (worker._serve); the process group is torchrun's: RANK, WORLD_SIZE and the
+   store at MASTER_ADDR:MASTER_PORT that torchrun's rendezvous set up.
+The rank exits with its agent: code 0 when the cluster was closed (torchrun ends), 1 if the
+agent vanished (torchrun restarts the ranks, and the first of them a new agent).
+"""
+import faulthandler
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from labkit.runtime import agent, tls
+from labkit.runtime.agent_ranks import peer
+
+_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+        "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT")
+
+
+def _stop(code: int, message: str = None) -> None:
+    """A mistake that a restart cannot fix: say it, stop this node's torchrun, exit."""
+    if message:
+        print(f"labkit: {message}", file=sys.stderr, flush=True)
+    if code and "TORCHELASTIC_RUN_ID" in os.environ:
+        print("labkit: stopping torchrun on this node.", file=sys.stderr, flush=True)
+        try:
+            os.kill(os.getppid(), signal.SIGTERM)
+        except OSError:
+            pass
+    os._exit(code)
+
+
+def _reach_agent(args, torchrun: int, deadline: float) -> socket.socket:
+    """A connection to this torchrun's agent, started here if there is none yet."""
+    spawned = None
+    while time.monotonic() < deadline:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(agent.socket_name(torchrun))
+            if peer(s)[1] != os.getuid():
+                _stop(2, "the process listening as this node's labkit agent belongs to another "
+                         "user; refusing to talk to it.")
+            return s
+        except (ConnectionRefusedError, FileNotFoundError):
+            s.close()
+        if spawned is not None and spawned.poll() is not None:
+            if spawned.returncode == 2:
+                _stop(2)                          # the agent said why
+            if spawned.returncode == 3:
+                _stop(0, "the notebook is not listening any more; leaving.")
+            spawned = None                        # another rank's agent won: connect to it
+        if spawned is None:
+            spawned = subprocess.Popen(
+                [sys.executable, "-m", "labkit.runtime.agent", "--connect", args.connect,
+                 "--join", args.join, "--torchrun", str(torchrun)],
+                stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        time.sleep(0.02)
+    _stop(1, "could not reach this node's labkit agent in time.")
+
+
+def _register(args, torchrun: int):
+    """Hand the agent this rank's description and output pipe; returns (socket, stack path)."""
+    deadline = time.monotonic() + 60.0
+    info = {k.lower(): os.environ.get(k) for k in _ENV}
+    info.update(host=socket.gethostname(), main_ident=threading.main_thread().ident)
+    while True:
+        s = _reach_agent(args, torchrun, deadline)
+        out_r, out_w = os.pipe()
+        try:
+            socket.send_fds(s, [pickle.dumps(info)], [out_r])
+            s.settimeout(max(1.0, deadline - time.monotonic()))
+            reply = s.recv(1 << 16)
+        except OSError:
+            reply = b""
+        os.close(out_r)
+        if reply:
+            s.settimeout(None)
+            os.dup2(out_w, 1)
+            os.dup2(out_w, 2)
+            os.close(out_w)
+            return s, pickle.loads(reply)[1]
+        os.close(out_w)                           # that agent went away: try again
+        s.close()
+        if time.monotonic() > deadline:
+            _stop(1, "this node's labkit agent did not answer.")
+        time.sleep(0.1)
+
+
+def _control_loop(conn, torchrun: int, folder: str) -> None:
+    """Messages from the notebook (through the agent); the agent gone ends the rank."""
+    from labkit.runtime import wire, worker
+    while True:
+        try:
+            if not conn.poll(1.0):
+                if os.getppid() != torchrun:
+                    os._exit(1)
+                continue
+            msg = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0 if os.path.exists(os.path.join(folder, "leave")) else 1)
+        if msg[0] == "release":
+            wire.release_results()
+            continue
+        worker._tasks.put(msg)
+
+
+def main(argv=None) -> None:
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m labkit.runtime.remote_rank")
+    p.add_argument("--connect", required=True, help="the notebook's HOST:PORT")
+    p.add_argument("--join", required=True, help="the cluster's key file (mode 0600)")
+    args = p.parse_args(argv)
+    try:
+        tls.read_join_file(args.join)
+    except tls.JoinFileError as exc:
+        _stop(2, str(exc))
+    if "RANK" not in os.environ or "MASTER_ADDR" not in os.environ:
+        _stop(2, "run this module with torchrun (it reads RANK, WORLD_SIZE, MASTER_ADDR ...); "
+                 "the notebook printed the command.")
+    torchrun = os.getppid()
+    from labkit.runtime import worker
+    worker._die_with_parent()                     # torchrun gone (even SIGKILL): so are we
+    sock, stack_path = _register(args, torchrun)
+    os.register_at_fork(after_in_child=worker._after_fork_in_child)
+    stack_file = open(stack_path, "w")
+    faulthandler.enable(file=stack_file, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the notebook decides what an interrupt does
+    os.environ["LABKIT_SHM"] = "0"                # tensors cannot cross machines through memfd
+    import torch
+    import labkit.runtime.context as context
+    from labkit.runtime import shm
+    from multiprocessing.connection import Connection
+    shm.ENABLED = False
+    conn = context.Channel(Connection(sock.detach()))
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    conn.send(("hello", {"gpus": gpus, "threads": max(1, cores // local)}))
+    threading.Thread(target=_control_loop, args=(conn, torchrun, os.path.dirname(stack_path)),
+                     daemon=True, name="labkit-control").start()
+    worker._PID = os.getpid()
+    worker._serve(conn)
+
+
+if __name__ == "__main__":
+    main()

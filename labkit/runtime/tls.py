@@ -1,0 +1,261 @@
+"""TLS for ranks on other machines: a certificate made per cluster, the join file, framed links.
+
+The control connection of a remote cluster carries code (pickled functions) to the ranks, so
+when it can leave the machine it is TLS 1.2+ with a certificate made for this one cluster:
+with the `openssl` tool where present (nearly every Linux), else with the `cryptography`
+package (``pip install labkit[remote]``). Workers do not trust any CA: the join file carries
+the cluster's certificate, and a server must present exactly that one (pinned).
+
+The join file (JSON: the key, the certificate, the cluster's name) is the only secret a node
+needs. It is written with mode 0600; a worker refuses one that other users may read or that
+belongs to someone else. The key never appears on a command line or in an environment.
+"""
+import hashlib
+import ipaddress
+import json
+import os
+import pickle
+import shutil
+import socket
+import ssl
+import struct
+import subprocess
+import tempfile
+import threading
+
+MAX_FRAME = 1 << 36         # a frame announcing more than this is garbage
+
+
+class JoinFileError(RuntimeError):
+    """The join file cannot be used (readable by others, not ours, missing, malformed)."""
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
+
+
+# -- the certificate ---------------------------------------------------------------------------
+def make_certificate(folder: str, name: str) -> tuple:
+    """A self-signed certificate for DNS name `name` and its private key, written into
+    `folder` (the key with mode 0600). Returns (cert_path, key_path, how)."""
+    cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+    if shutil.which("openssl"):
+        old = os.umask(0o077)
+        try:
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                            "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", cert,
+                            "-days", "30", "-subj", f"/CN={name}", "-addext",
+                            f"subjectAltName=DNS:{name}", "-addext",
+                            "basicConstraints=critical,CA:FALSE"],
+                           check=True, capture_output=True, timeout=30)
+        finally:
+            os.umask(old)
+        return cert, key, "openssl"
+    try:
+        return (*_with_cryptography(cert, key, name), "cryptography")
+    except ImportError:
+        raise RuntimeError("a remote cluster needs TLS, and TLS needs a certificate: install the "
+                           "openssl tool or the cryptography package (pip install "
+                           "'labkit[remote]')") from None
+
+
+def _with_cryptography(cert_path: str, key_path: str, name: str) -> tuple:
+    import datetime
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    with open(cert_path, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    return cert_path, key_path
+
+
+def server_context(cert: str, key: str) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def client_context(cert_pem: str) -> ssl.SSLContext:
+    """Trusts exactly the cluster's certificate (from the join file), no CA."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_verify_locations(cadata=cert_pem)
+    return ctx
+
+
+def check_pinned(sock: ssl.SSLSocket, cert_pem: str) -> None:
+    """The server's certificate is byte for byte the one in the join file."""
+    der = ssl.PEM_cert_to_DER_cert(cert_pem)
+    if hashlib.sha256(sock.getpeercert(binary_form=True)).digest() != hashlib.sha256(der).digest():
+        raise ssl.SSLError("the server's certificate is not this cluster's")
+
+
+# -- the join file -----------------------------------------------------------------------------
+def write_join_file(path: str, data: dict) -> str:
+    path = os.path.abspath(os.path.expanduser(path))
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    if os.path.lexists(path):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    return path
+
+
+def read_join_file(path: str) -> dict:
+    """The join file's contents, if only its owner (this user) can read it; else JoinFileError
+    with what to do."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise JoinFileError(f"labkit cannot open the cluster's key file {path} ({exc.strerror}). "
+                            "Copy it from the notebook's machine to the same path here "
+                            "(scp -p keeps it private), or use the path the notebook printed.") from None
+    with os.fdopen(fd) as f:
+        st = os.fstat(f.fileno())
+        if st.st_uid != os.getuid():
+            raise JoinFileError(f"labkit refuses the key file {path}: it belongs to another user "
+                                f"(uid {st.st_uid}). Use your own copy.")
+        if st.st_mode & 0o077:
+            raise JoinFileError(f"labkit refuses the key file {path}: other users may read it "
+                                f"(mode {st.st_mode & 0o777:04o}). Whoever has the key can run code "
+                                f"in your ranks. Run: chmod 600 {path} and start again.")
+        try:
+            data = json.load(f)
+            assert {"key", "cert", "name", "tls"} <= set(data)
+        except (ValueError, AssertionError):
+            raise JoinFileError(f"{path} is not a labkit key file (write it again from the "
+                                "notebook: it prints the path).") from None
+    return data
+
+
+# -- framed messages ---------------------------------------------------------------------------
+class Blocking:
+    """Whole frames over a blocking (TLS) socket, for the handshake: the methods that
+    multiprocessing's deliver_challenge/answer_challenge use, plus send/recv of objects."""
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def send_bytes(self, data: bytes) -> None:
+        self.sock.sendall(struct.pack("!Q", len(data)) + data)
+
+    def _exactly(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            got = self.sock.recv(n - len(buf))
+            if not got:
+                raise EOFError("the connection closed")
+            buf += got
+        return bytes(buf)
+
+    def recv_bytes(self, maxlength: int = None) -> bytes:
+        n, = struct.unpack("!Q", self._exactly(8))
+        if maxlength is not None and n > maxlength:
+            raise EOFError("message too long")
+        return self._exactly(n)
+
+    def send(self, obj) -> None:
+        self.send_bytes(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
+
+    def recv(self, maxlength: int = 1 << 20):
+        return pickle.loads(self.recv_bytes(maxlength))
+
+
+_WOULD_BLOCK = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError)
+
+
+class Link:
+    """An authenticated connection (TLS, or plain on loopback) used from one event loop:
+    `send` from any thread queues a message; `flush` and `read` never block."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        sock.setblocking(False)
+        self.eof = False
+        self._in, self._out, self._chunk = bytearray(), bytearray(), None
+        self._lock = threading.Lock()
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, msg) -> None:
+        data = pickle.dumps(msg, pickle.HIGHEST_PROTOCOL)
+        with self._lock:
+            self._out += struct.pack("!Q", len(data)) + data
+
+    def wants_write(self) -> bool:
+        return bool(self._out or self._chunk)
+
+    def flush(self) -> None:
+        """Write what the socket takes now (a chunk that would block is retried unchanged)."""
+        while not self.eof:
+            with self._lock:
+                if self._chunk is None:
+                    if not self._out:
+                        return
+                    self._chunk = bytes(self._out[:1 << 20])
+                    del self._out[:len(self._chunk)]
+            try:
+                n = self.sock.send(self._chunk)
+            except _WOULD_BLOCK:
+                return
+            except OSError:
+                self.eof = True
+                return
+            self._chunk = self._chunk[n:] or None
+
+    def read(self) -> list:
+        """The whole messages that have arrived; sets `eof` when the peer has gone."""
+        while not self.eof:
+            try:
+                data = self.sock.recv(1 << 20)
+            except _WOULD_BLOCK:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                self.eof = True
+                break
+            self._in += data
+        msgs = []
+        while len(self._in) >= 8:
+            n, = struct.unpack("!Q", self._in[:8])
+            if n > MAX_FRAME:
+                self.eof = True
+                break
+            if len(self._in) < 8 + n:
+                break
+            msgs.append(pickle.loads(bytes(self._in[8:8 + n])))
+            del self._in[:8 + n]
+        return msgs
+
+    def close(self) -> None:
+        self.eof = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def private_dir(prefix: str) -> str:
+    return tempfile.mkdtemp(prefix=prefix)        # mode 0700
