@@ -259,3 +259,22 @@ def test_errors_read_like_python_tracebacks():
     msg = errors.failure_message("fn()", 4, fails, {}, False)
     assert msg.count("tb line") == 1 and msg.count("Traceback") == 1
     assert all(f"rank {r}: ValueError: rank {r} is wrong" in msg for r in range(4))
+
+
+def test_an_interrupt_in_ipython_shows_the_cell_not_the_runtime(tmp_path):
+    """Ctrl-C (the lab's stop button) during cluster.run: the learner sees their cell and the
+    message, not labkit.runtime's wait loop; the next run works."""
+    script = tmp_path / "interrupt.py"
+    script.write_text(
+        "from IPython.testing.globalipapp import start_ipython\n"
+        "ip = start_ipython()\n"
+        "ip.run_cell('import labkit, time, os, signal, threading\\ncluster = labkit.Cluster(2)\\n"
+        "cluster.run(lambda: 1)')\n"
+        "ip.run_cell('threading.Timer(1, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\\n"
+        "cluster.run(time.sleep, 30)')\n"
+        "ip.run_cell('print(\"next run\", cluster.run(lambda: 2)); cluster.close()')\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    text = out.stdout + out.stderr
+    assert "KeyboardInterrupt: interrupted: the 2 ranks were stopped" in text, text
+    assert "labkit/runtime" not in text and "_execute" not in text, text
+    assert "next run [2, 2]" in text, text

@@ -271,8 +271,9 @@ def _show_rank_error(shell, etype, value, tb, tb_offset=None):
 
 
 def install_traceback_filter(shell=None) -> None:
-    """In IPython, show RankError/RankTimeout without labkit's internal frames (only if no
-    other custom exception handler is installed)."""
+    """In IPython, show RankError/RankTimeout, and the KeyboardInterrupt of a cell whose ranks
+    were stopped, without labkit's internal frames (only if no other custom exception handler is
+    installed). An interrupt outside labkit has no runtime frames: it shows as before."""
     if shell is None:
         try:
             from IPython import get_ipython
@@ -280,7 +281,7 @@ def install_traceback_filter(shell=None) -> None:
         except ImportError:
             return
     if shell is not None and not shell.custom_exceptions:
-        shell.set_custom_exc((RankError,), _show_rank_error)
+        shell.set_custom_exc((RankError, KeyboardInterrupt), _show_rank_error)
 
 
 __all__ = ["RankError", "RankTimeout", "Failure"]
