@@ -69,7 +69,7 @@ def before_after_figure(results, title: str, labels=("before", "after"), notes=N
     note_w = max((len(n) for n in notes), default=0) * 0.16 if notes else 0.0
     k = _k()
     fig, ax = plt.subplots(figsize=(k * (0.55 * (width_b + width_a + gap) + 1.2 + 0.55 * note_w + 0.9),
-                                    k * (0.5 * len(rows) + 0.9)))
+                                    k * (0.5 * len(rows) + (0.9 if title else 0.65))))   # no title: no room for one
     for r, (b, a) in enumerate(rows):
         y = len(rows) - 1 - r
         ax.text(-0.3, y + 0.4, f"rank {r}", ha="right", va="center", fontsize=_fs(9))

@@ -132,3 +132,21 @@ def test_build_names_the_deck_and_cell_of_an_unexpected_error(tmp_path):
     assert "99_broken.ipynb cell 1 (id c1): ZeroDivisionError" in out.stdout
     assert "99_broken.ipynb cell 3 (id c3): tagged raises-exception but ran without an error" in out.stdout
     assert "cell 2" not in out.stdout and "cell 0" not in out.stdout
+
+
+def test_an_executed_build_is_rebuilt_when_the_library_changes(tmp_path, monkeypatch):
+    """The build cache's key: a deck's figures come from labkit, so an executed build is stale
+    once any labkit module changes; a build as committed depends only on the deck and the template."""
+    from labkit.slides import build as B
+    (tmp_path / "labkit" / "slides").mkdir(parents=True)
+    (tmp_path / "labkit" / "slides" / "deck.css").write_text("a {}")
+    (tmp_path / "labkit" / "plots.py").write_text("SIZE = 1\n")
+    deck = tmp_path / "d.ipynb"
+    deck.write_text("{}")
+    monkeypatch.setattr(B, "HERE", tmp_path / "labkit" / "slides")
+    before = B.key(deck, True), B.key(deck, False)
+    (tmp_path / "labkit" / "plots.py").write_text("SIZE = 2\n")
+    after = B.key(deck, True), B.key(deck, False)
+    assert after[0] != before[0] and after[1] == before[1]
+    (tmp_path / "labkit" / "slides" / "deck.css").write_text("a { color: red }")
+    assert B.key(deck, False) != after[1]

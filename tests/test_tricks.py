@@ -114,6 +114,27 @@ def test_every_trick_trains_like_one_process(cluster):
     for i in (1, 4, 5):                        # exact tricks: same losses as the baseline
         for r, b in zip(rows, base):
             assert all(abs(x - y) < 1e-4 for x, y in zip(r[i]["losses"], b)), configs[i].code
+    _tables_of(configs, rows)
+
+
+def _tables_of(configs, rows):
+    """compare's tables of these measured rows: full, and with the fewer columns a slide shows
+    (in the asked order, ratio columns named for what they compare), the notes in English."""
+    import re
+    from labkit.tricks import compare
+    results = [compare.Result(c, [r[i] for r in rows]) for i, c in enumerate(configs)]
+    full = compare.table(results, SHAPE, world_size=len(rows))
+    assert len(full.header) == 7 and [r[0] for r in full.rows] == [c.code for c in configs]
+    few = compare.table(results, SHAPE, world_size=len(rows), columns=("tricks", "activations", "step_ratio"))
+    assert few.header == ["tricks", full.header[4], "step vs baseline"] and few.align == "lrr"
+    assert [r[1:] for r in few.rows] == [[r[4], r[6]] for r in full.rows] and few.rows[0][2] == "1.00x"
+    with pytest.raises(ValueError, match="columns must be some of"):
+        compare.table(results, SHAPE, columns=("tricks", "peak per rank"))
+    zh, en = compare.priority(results), compare.priority(results, english=True, columns=("rank", "notes", "saved"))
+    cjk = re.compile(r"[\u3000-\u9fff]")
+    assert cjk.search(str(zh)) and not cjk.search(str(en))
+    assert len(en.rows) == len(zh.rows) and en.header == ["notes' rank", "the notes", "saved per rank"]
+    assert [r[2] for r in en.rows] == [r[3] for r in zh.rows]
 
 
 def test_figures_on_slides_are_legible_and_in_a_notebook_unchanged():

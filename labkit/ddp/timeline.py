@@ -114,7 +114,7 @@ def plot_timelines(runs: dict, path: str = None):
     from matplotlib.patches import Patch
     colour = {"forward": "#c7e9c0", "backward": "#31a354", "running": "#3182bd", "waiting": "#d9d9d9"}
     height = sum(0.9 + 0.55 * len(r) for r in runs.values()) + 0.8
-    fig, axes = plt.subplots(len(runs), 1, figsize=_figsize((10, height), (10, min(height, 5.4))),
+    fig, axes = plt.subplots(len(runs), 1, figsize=_figsize((10, height), (10, min(height, 5.0))),
                              squeeze=False, sharex=True)    # on a slide: under a title and 3 lines of code
     longest = 0.0
     for ax, (label, ranks) in zip(axes[:, 0], runs.items()):

@@ -3,8 +3,8 @@
 `build_deck` runs a deck in a fresh `labkit` kernel (when asked), records every error that is
 not in a cell tagged `raises-exception` (naming the deck and the cell), and writes
 `<dst>/<deck>.slides.html` plus `<dst>/<deck>.build.json` (the errors, the time, a key). The
-key hashes the deck and this package, so the tests and the browser checks reuse an executed
-build instead of running a deck twice (`cached`).
+key hashes the deck, this package and (when executed) the rest of labkit, so the tests and the
+browser checks reuse an executed build instead of running a deck twice (`cached`).
 """
 import copy
 import dataclasses
@@ -32,10 +32,15 @@ class Built:
 
 
 def key(path: pathlib.Path, execute: bool) -> str:
+    """The deck, this package's template and style, and (for an executed build) every module of
+    labkit: a deck's figures and tables come from the library, so a changed plot rebuilds it."""
     h = hashlib.sha256(path.read_bytes())
-    for part in sorted(HERE.iterdir()):
+    parts = sorted(HERE.iterdir())
+    if execute:
+        parts += sorted(HERE.parent.rglob("*.py"))
+    for part in parts:
         if part.suffix in (".py", ".css", ".j2"):
-            h.update(part.read_bytes())
+            h.update(str(part.relative_to(HERE.parent)).encode() + part.read_bytes())
     h.update(b"executed" if execute else b"as committed")
     return h.hexdigest()[:16]
 

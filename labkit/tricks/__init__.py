@@ -8,8 +8,8 @@ selective, from outside the model), `accumulation`, `quant8` (Adam8bit), `offloa
 In the notebook: `compare` (every configuration on the cluster, tables, the notes' priority
 order checked) and `plots`.
 """
-from labkit.tricks.formulas import (LETTERS, NOTES_PRIORITY, WORDS, Config, Shape, combinations,
+from labkit.tricks.formulas import (LETTERS, NOTES_PRIORITY, NOTES_PRIORITY_EN, WORDS, Config, Shape, combinations,
                                     predict, predicted_activations, singles)
 
 __all__ = ["Config", "Shape", "combinations", "singles", "predict", "predicted_activations",
-           "LETTERS", "WORDS", "NOTES_PRIORITY"]
+           "LETTERS", "WORDS", "NOTES_PRIORITY", "NOTES_PRIORITY_EN"]

@@ -3,11 +3,13 @@
     results = compare.measure(cluster, configs)         # one Result per config
     compare.table(results)                               # peak, time, ratios to the baseline
     compare.priority(results)                            # the notes' order against the measured one
+    compare.table(results, columns=("tricks", "peak", "activations"))   # fewer columns (a slide)
+    compare.priority(results, english=True, columns=("rank", "notes", "saved", "order"))
 """
 from dataclasses import dataclass
 
 from labkit.tables import Table
-from labkit.tricks.formulas import NOTES_PRIORITY, WORDS, Config, Shape, predict
+from labkit.tricks.formulas import NOTES_PRIORITY, NOTES_PRIORITY_EN, WORDS, Config, Shape, predict
 
 
 @dataclass
@@ -61,9 +63,31 @@ def _mb(v: float) -> str:
     return f"{v / 1e6:,.2f}"
 
 
-def table(results: list, shape: Shape = Shape(), world_size: int = 2, title: str = "") -> Table:
+# table()'s columns by key; a ratio column shown without its value column is named for it
+COLUMNS = {"code": "code", "tricks": "tricks", "peak": "peak per rank on the device (MB)",
+           "peak_ratio": "vs baseline", "activations": "stored activations: measured / formula (MB)",
+           "step": "step (ms)", "step_ratio": "vs baseline"}
+ALONE = {"peak_ratio": ("peak", "peak vs baseline"), "step_ratio": ("step", "step vs baseline")}
+
+
+def _pick(names: dict, header: list, rows: list, align: str, columns) -> tuple:
+    """header, rows and align restricted to `columns` (keys of `names`, in that order)."""
+    if columns is None:
+        return header, rows, align
+    keys = list(names)
+    unknown = [c for c in columns if c not in names]
+    if unknown or not columns:
+        raise ValueError(f"columns must be some of {keys}, got {list(columns)}")
+    at = [keys.index(c) for c in columns]
+    head = [ALONE[c][1] if c in ALONE and ALONE[c][0] not in columns else header[i] for c, i in zip(columns, at)]
+    return head, [[row[i] for i in at] for row in rows], "".join(align[i] for i in at)
+
+
+def table(results: list, shape: Shape = Shape(), world_size: int = 2, title: str = "",
+          columns=None) -> Table:
     """Peak per rank on the device (MB), stored activations measured against Korthikanti, and
-    the step time, each as a ratio to the first result (the baseline)."""
+    the step time, each as a ratio to the first result (the baseline). `columns`: some of
+    COLUMNS' keys, in the order to show (a slide shows fewer: e.g. ("tricks", "peak", "activations"))."""
     base = results[0]
     rows = []
     for res in results:
@@ -71,9 +95,9 @@ def table(results: list, shape: Shape = Shape(), world_size: int = 2, title: str
         act = f"{_mb(res.stored)} / {_mb(f.activations)}"
         rows.append([res.code, res.config.describe(), _mb(res.device), f"{res.device / base.device:.2f}x",
                      act, f"{1e3 * res.seconds:.0f}", f"{res.seconds / base.seconds:.2f}x"])
-    return Table(["code", "tricks", "peak per rank on the device (MB)", "vs baseline",
-                  "stored activations: measured / formula (MB)", "step (ms)", "vs baseline"],
-                 rows, align="llrrrrr", title=title or f"TinyGPT, {world_size} ranks, batch {shape.batch} x {shape.seq} per rank")
+    header, rows, align = _pick(COLUMNS, list(COLUMNS.values()), rows, "llrrrrr", columns)
+    return Table(header, rows, align=align,
+                 title=title or f"TinyGPT, {world_size} ranks, batch {shape.batch} x {shape.seq} per rank")
 
 
 def single_savings(results: list) -> dict:
@@ -86,13 +110,20 @@ def single_savings(results: list) -> dict:
     return out
 
 
-def priority(results: list) -> Table:
-    """The notes' order (1-5) next to the measured order of the single tricks by memory saved."""
+PRIORITY_COLUMNS = {"rank": "notes' rank", "notes": "the notes", "measured_as": "measured as",
+                    "saved": "saved per rank", "order": "measured rank by memory saved"}
+
+
+def priority(results: list, english: bool = False, columns=None, title: str = None) -> Table:
+    """The notes' order (1-5) next to the measured order of the single tricks by memory saved.
+    `english`: the notes' words in English (NOTES_PRIORITY_EN) instead of their Chinese;
+    `columns`: some of PRIORITY_COLUMNS' keys, in the order to show; `title`: "" for none
+    (a slide whose heading says it)."""
     saved = single_savings(results)
     order = sorted(saved, key=lambda c: -saved[c][0])
     key = {"mixed": "M", "checkpointing": "C", "zero": "Z", "accumulate": "A", "adam8bit": "8"}
     rows = []
-    for i, (name, words) in enumerate(NOTES_PRIORITY, 1):
+    for i, (name, words) in enumerate(NOTES_PRIORITY_EN if english else NOTES_PRIORITY, 1):
         c = key[name]
         if c not in saved:
             rows.append([str(i), words, "-", "not measured here", ""])
@@ -104,5 +135,6 @@ def priority(results: list) -> Table:
         if c not in key.values():
             rows.append(["-", "(not in the list)", WORDS[c], f"{saved[c][0] / 1e6:,.2f} MB",
                          f"{order.index(c) + 1} of {len(order)}, step {saved[c][1]:.2f}x"])
-    return Table(["notes' rank", "the notes", "measured as", "saved per rank", "measured rank by memory saved"],
-                 rows, align="llllr", title="the notes' priority list against the measurements")
+    header, rows, align = _pick(PRIORITY_COLUMNS, list(PRIORITY_COLUMNS.values()), rows, "llllr", columns)
+    return Table(header, rows, align=align,
+                 title="the notes' priority list against the measurements" if title is None else title)

@@ -30,6 +30,12 @@ NOTES_PRIORITY = (("mixed", "混合精度 → 直接砍一半激活"),
                   ("zero", "ZeRO/FSDP 切分 → 砍优化器状态与参数"),
                   ("accumulate", "梯度累积 → 用小 batch 模拟大 batch"),
                   ("adam8bit", "8-bit 优化器 → 优化器状态再砍 4x"))
+# the same list in English (for slides: a projector's browser may have no CJK font)
+NOTES_PRIORITY_EN = (("mixed", "mixed precision → activations cut in half"),
+                     ("checkpointing", "gradient checkpointing → compute for activation memory"),
+                     ("zero", "ZeRO/FSDP sharding → cuts optimizer state and parameters"),
+                     ("accumulate", "gradient accumulation → a big batch from small ones"),
+                     ("adam8bit", "8-bit optimizer → optimizer state 4x smaller again"))
 
 
 @dataclass(frozen=True)

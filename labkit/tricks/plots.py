@@ -75,6 +75,7 @@ def loss_figure(curves: dict, title: str = "fp32 Adam against 8-bit Adam"):
     fig, ax = plt.subplots(figsize=figtext.figsize((8, 3.8)))
     for name, ys in curves.items():
         ax.plot(range(1, len(ys) + 1), ys, label=name, marker="o", ms=3)
+    ax.xaxis.get_major_locator().set_params(integer=True)    # steps are whole numbers
     ax.set_xlabel("step")
     ax.set_ylabel("training loss")
     ax.legend()
