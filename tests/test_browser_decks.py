@@ -9,7 +9,9 @@
 - every slide fits the 1280 x 720 slide: no visible text (of a paragraph, table, code, output)
   and no picture reaches below the slide's bottom or past its right edge (a section scrolls
   rather than showing what overflows, so without this check the bottom of a table or figure is
-  silently cut off). A failure names the deck, the slide and what is cut (tag, text or image).
+  silently cut off). A failure names the deck, the slide and what is cut (tag, text or image);
+- no Chinese on a slide (the notes keep the course's Chinese): a projector's browser may have no
+  CJK font (this chromium has none) and would show boxes.
 Every slide's screenshot is kept under build/browser/decks/<deck>/ (test artefacts).
 """
 import pytest
@@ -30,7 +32,8 @@ MEASURE = """() => {
     if (!text || el.closest('aside.notes, mjx-container, script, style')) continue;
     const css = getComputedStyle(el);
     if (css.display === 'none' || css.visibility === 'hidden' || el.getClientRects().length === 0) continue;
-    texts.push({px: parseFloat(css.fontSize) * scale, text: text.slice(0, 50), tag: el.tagName});
+    texts.push({px: parseFloat(css.fontSize) * scale, text: text.slice(0, 50), tag: el.tagName,
+                cjk: (text.match(/[\u3000-\u9fff\uff00-\uffef]+/) || [''])[0]});
   }
   for (const img of slide.querySelectorAll('img')) {
     imgs.push({shown: img.offsetWidth * scale, natural: img.naturalWidth, ok: img.complete && img.naturalWidth > 0});
@@ -91,7 +94,7 @@ def test_every_slide_readable_at_1280x720(deck, page):
     page.wait_for_function("() => window.Reveal && Reveal.isReady()")
     page.evaluate("() => Reveal.configure({fragments: false, transition: 'none'})")   # all fragments shown
     slides = page.evaluate("() => Reveal.getSlides().map(s => Reveal.getIndices(s))")
-    small, small_figs, blank, with_figure, cut = [], [], [], [], []
+    small, small_figs, blank, with_figure, cut, cjk = [], [], [], [], [], []
     for n, ix in enumerate(slides, 1):
         page.evaluate(f"() => Reveal.slide({ix['h']}, {ix['v'] or 0})")
         page.wait_for_timeout(50)
@@ -104,6 +107,7 @@ def test_every_slide_readable_at_1280x720(deck, page):
             cut.append(f"{where}: <{o['tag']}> {o['what']!r} reaches {side}")
         if len(over) > 3:
             cut.append(f"{where}: ... and {len(over) - 3} more texts or pictures cut off")
+        cjk += [f"{where}: {t['tag']} {t['text']!r}" for t in m["texts"] if t["cjk"]]
         small += [f"{where}: {t['px']:.1f} px {t['tag']} {t['text']!r}" for t in m["texts"] if t["px"] < BODY_PX - 0.01]
         for img in m["imgs"]:
             assert img["ok"], f"{deck.name} {where}: an image did not load"
@@ -118,6 +122,7 @@ def test_every_slide_readable_at_1280x720(deck, page):
                 blank.append(f"{where}: the figure is blank (pixel variance {v:.0f})")
     print(f"\n{deck.name}: {len(slides)} slides, screenshots in {shot_path('decks/' + deck.stem)}")
     assert not cut, f"{deck.name}: slides that do not fit 1280 x 720 (content cut off):\n" + "\n".join(cut)
+    assert not cjk, f"{deck.name}: Chinese on a slide (put it in the notes, or say it in English):\n" + "\n".join(cjk[:10])
     assert not small, f"{deck.name}: text under {BODY_PX} px:\n" + "\n".join(small[:15])
     assert not small_figs, f"{deck.name}: figures shrunk so their text is under {FIGURE_PX} px:\n" + "\n".join(small_figs)
     assert not blank, "\n".join(blank)
