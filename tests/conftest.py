@@ -123,14 +123,22 @@ def _part(nodeid: str) -> str:
     return "tests"
 
 
-def pytest_runtest_logreport(report):
-    part = _part(report.nodeid)
-    _part_seconds[part] = _part_seconds.get(part, 0.0) + report.duration
+def _count_reports(terminalreporter) -> None:
+    """Sum each test's setup, call and teardown by part. From the terminal reporter's records,
+    not pytest_runtest_logreport: a conftest in tests/ is not asked about notebooks/ items."""
+    seen = set()
+    for reports in terminalreporter.stats.values():
+        for r in reports:
+            if getattr(r, "when", None) and hasattr(r, "duration") and id(r) not in seen:
+                seen.add(id(r))
+                part = _part(r.nodeid)
+                _part_seconds[part] = _part_seconds.get(part, 0.0) + r.duration
 
 
 def pytest_terminal_summary(terminalreporter):
     for n, why in _browser_off:
         terminalreporter.write_line(f"{n} browser tests not run: {why}")
+    _count_reports(terminalreporter)
     import sys
     deck_build = sys.modules.get("deck_build")
     for part, seconds in (deck_build.spent.items() if deck_build else ()):
