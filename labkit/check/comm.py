@@ -19,8 +19,9 @@ __all__ = ["ring_all_reduce"]
 _LENGTHS = [7, 3, 1, 1001]      # 7 first: every chunk non-empty, so a diagnosis names real steps
 _DTYPES = ["float32", "int64", "bfloat16", "float64"]
 _TIMEOUT = 10.0         # seconds: a correct ring finishes every case in about one on a busy machine
-_groups = {}            # group size -> process group, kept on each rank between checks (and
-                        # "world": the default group they belong to)
+_groups = {}            # group size -> process group of ranks 0..k-1, kept on each rank between
+                        # checks; "shifted": ranks 1..world-1, where a group rank is not the global
+                        # one (dst= where group_dst= is meant); "world": the default group
 
 
 def _wrong_values(t, x, out, expected, log, rank, k, length, dt):
@@ -75,12 +76,15 @@ def _chunk_hint(caught, k, length) -> str:
     return ""
 
 
-def _case(fn, rank, k, length, dtype, group, world):
-    """Run fn once on this rank (in the group of k ranks): {case, k, rank, log (its messages),
-    and text (what is wrong, '' if nothing) or caught (what fn raised)}."""
+def _case(fn, rank, k, length, dtype, key, world):
+    """Run fn once on this rank (in the group _groups[key] of k ranks): {case, k, key, rank
+    (global), grank (in the group), log (its messages, peers in group ranks), and text (what is
+    wrong, '' if nothing) or caught (what fn raised)}. Diagnoses name group ranks."""
     import torch.distributed as dist
     import labkit
     from labkit.check import guard, ring_watch
+    group, first = _groups[key], world - k if key == "shifted" else 0
+    glob, rank = rank, rank - first         # diagnoses speak of the rank in the group
     dt = getattr(torch, dtype)
     g = torch.Generator().manual_seed(7919 * length + 31 * k + rank)
     x = torch.randint(-20, 20, (length,), generator=g).to(dt) if not dt.is_floating_point \
@@ -92,7 +96,11 @@ def _case(fn, rank, k, length, dtype, group, world):
     with ring_watch.watch(t, group, k, world, log, notes, labkit.emit):
         out, caught = guard.attempt(fn, t, group=group)
     case = f"world size {k}, length {length}, {dtype}"
-    found = {"case": case, "k": k, "rank": rank, "log": log}
+    if first:
+        case = (f"a group of {k} ranks, global ranks {first}..{world - 1} (rank r of the group is "
+                f"global rank r + {first}), length {length}, {dtype}")
+    found = {"case": case, "k": k, "key": key, "rank": glob, "grank": rank, "log": log,
+             "dtype": dtype}
     if caught is not None and caught.type == "RingMistake":
         return dict(found, text=caught.message)
     if caught is not None:
@@ -120,6 +128,18 @@ def _setup():
             _groups[k] = None if k == world else dist.new_group(list(range(k)))
             if rank < k:
                 ring_all_reduce_simple(torch.ones(k), group=_groups[k])
+    if world > 2 and "shifted" not in _groups:
+        _groups["shifted"] = dist.new_group(list(range(1, world)))
+        if rank >= 1:
+            ring_all_reduce_simple(torch.ones(world - 1), group=_groups["shifted"])
+
+
+def _cases(world):
+    """(key, k, length, dtype) in the order they run: groups of ranks 0..k-1, then one case on
+    ranks 1..world-1, where group and global ranks differ."""
+    out = [(k, k, length, dtype) for k in range(2, min(4, world) + 1)
+           for length in _LENGTHS for dtype in _DTYPES]
+    return out + ([("shifted", world - 1, 7, "float32")] if world > 2 else [])
 
 
 def _drive(fn, token):
@@ -129,27 +149,32 @@ def _drive(fn, token):
     import labkit
     from labkit.check import guard
     rank, world = labkit.rank(), labkit.world_size()
-    for k in range(2, min(4, world) + 1):
-        for length in _LENGTHS:
-            for dtype in _DTYPES:
-                mine = _case(fn, rank, k, length, dtype, _groups[k], world) if rank < k else None
-                flag = mine and (mine.get("caught") or mine["text"] or None)
-                if any(guard.settle(token, f"{k}/{length}/{dtype}", flag)):
-                    return mine
+    for key, k, length, dtype in _cases(world):
+        inside = rank >= world - k if key == "shifted" else rank < k
+        if not inside:
+            labkit.emit(case=None)              # not in this case (ring_diagnosis.case_logs)
+        mine = _case(fn, rank, k, length, dtype, key, world) if inside else None
+        flag = mine and (mine.get("caught") or mine["text"] or None)
+        if any(guard.settle(token, f"{key}/{length}/{dtype}", flag)):
+            return mine
     return None
 
 
-def _drain(todo, k, dtype):
+def _drain(todo, key, dtype):
     """On every rank: post the receives (and sends) that meet the messages the learner's ring
-    left unmet when it stopped half-way, so no stale message reaches a later run."""
+    left unmet when it stopped half-way, so no stale message reaches a later run. todo is keyed
+    by global rank, its peers are ranks of the group _groups[key]."""
     import torch.distributed as dist
     import labkit
     works = []
+    ring = _groups.get(key)
     for kind, peer, numel, on_group in todo.get(labkit.rank(), []):
-        group = _groups.get(k) if on_group else None
+        if not on_group and ring is not None:   # posted on the whole world: a global rank
+            peer = dist.get_global_rank(ring, peer)
         buf = torch.zeros(numel, dtype=getattr(torch, dtype))
         post = dist.irecv if kind == "recv" else dist.isend
-        works.append(post(buf, group=group, **{"group_src" if kind == "recv" else "group_dst": peer}))
+        works.append(post(buf, group=ring if on_group else None,
+                          **{"group_src" if kind == "recv" else "group_dst": peer}))
     for w in works:
         w.wait()
 
@@ -159,10 +184,12 @@ def _tidy(cluster, found) -> None:
     met; the next run would receive it. Meet those messages now, or start fresh ranks."""
     import labkit
     from labkit.check.ring_diagnosis import leftovers
-    todo = leftovers({p["rank"]: p["log"] for p in found})
+    todo = leftovers({p["grank"]: p["log"] for p in found})       # in group ranks
+    glob = {p["grank"]: p["rank"] for p in found}
+    todo = {glob[r]: calls for r, calls in todo.items()}
     if todo:
         try:
-            cluster.run(_drain, todo, found[0]["k"], found[0]["case"].split(", ")[-1], timeout=3)
+            cluster.run(_drain, todo, found[0]["key"], found[0]["dtype"], timeout=3)
         except labkit.RankError:
             cluster.restart()
 
@@ -184,13 +211,15 @@ def ring_all_reduce(fn, cluster, timeout: float = _TIMEOUT):
         raise
     found = [p for p in results if p]
     if not found:
-        sizes = ", ".join(str(k) for k in range(2, min(4, cluster.world_size) + 1))
-        return True, (f"world sizes {sizes}; lengths {', '.join(map(str, _LENGTHS))}; "
+        w = cluster.world_size
+        sizes = ", ".join(str(k) for k in range(2, min(4, w) + 1))
+        shifted = f" and {w - 1} on global ranks 1..{w - 1}" if w > 2 else ""
+        return True, (f"world sizes {sizes}{shifted}; lengths {', '.join(map(str, _LENGTHS))}; "
                       f"{', '.join(_DTYPES)}")
     _tidy(cluster, found)
     if any(p.get("caught") for p in found):
         return False, f"{found[0]['case']}: {caught_verdict([p.get('caught') for p in found])}"
-    p = min((p for p in found if p["text"]), key=lambda p: p["rank"])
+    p = min((p for p in found if p["text"]), key=lambda p: p["grank"])
     return False, f"{p['case']}: {p['text']}"
 
 

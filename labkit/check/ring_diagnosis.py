@@ -168,7 +168,10 @@ def case_logs(events):
     """The last case each rank started and the messages it posted in it, from emitted events."""
     case, logs = {}, {}
     for e in events:
-        if "case" in e.data:
+        if "case" in e.data and e.data["case"] is None:     # a rank outside the case's group
+            case.pop(e.rank, None)
+            logs.pop(e.rank, None)
+        elif "case" in e.data:
             case[e.rank], logs[e.rank] = e.data["case"], []
         elif "p2p" in e.data:
             logs.setdefault(e.rank, []).append(tuple(e.data["p2p"]))
@@ -182,7 +185,7 @@ def hang(stuck: dict, events, frame_of) -> str:
     k, length, dtype = next(iter(case.values()), (None, None, None))
     parts = []
     for r, where in sorted(stuck.items()):
-        if k is not None and r >= k:
+        if k is not None and r not in case:
             continue                            # outside the group: it only waits for it
         if "in settle()" in where.splitlines()[0]:
             parts.append(f"rank {r} finished its part and waits for the others")
@@ -195,7 +198,7 @@ def hang(stuck: dict, events, frame_of) -> str:
         parts.append(f"rank {r} waits {stuck_in(where)}" + (f" at {at}" if at else "") + f" ({msg})")
     head = f"hung (world size {k}, length {length}, {dtype})" if k else "hung"
     text = head + ": " + "; ".join(parts)
-    mine = {r: v for r, v in logs.items() if k is None or r < k}
+    mine = {r: v for r, v in logs.items() if k is None or r in case}
     dropped = [e.data["dropped"] for e in events if "dropped" in e.data]
     if dropped:
         return text + ". " + dropped[0][0].upper() + dropped[0][1:]

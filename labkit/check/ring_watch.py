@@ -7,7 +7,9 @@ that notice a call without the group. Three mistakes are stopped before they rea
 they would hang or kill a rank:
 
 - a message to or from a rank that is not the ring neighbour (RingMistake, raised before it is
-  posted, so nothing is left half-sent when every rank makes the same mistake);
+  posted, so nothing is left half-sent when every rank makes the same mistake), and the
+  neighbour's group rank passed where torch reads a global one (dst=/src= even with group=,
+  or no group= at all), which only shows on a group that does not start at global rank 0;
 - the world's size or rank asked for inside a group (RingMistake, at the call);
 - a buffer of another dtype than the tensor: the message travels in the tensor's dtype (so the
   sizes still match and the ring goes on) and the mistake is noted for the verdict.
@@ -89,6 +91,37 @@ def _from_learner() -> bool:
     return "/labkit/" not in name and "/torch/" not in name
 
 
+def _group_rank(group, peer):
+    """The group rank of global rank `peer` (itself for the whole world), None outside it."""
+    if group is None:
+        return peer
+    try:
+        return dist.get_group_rank(group, peer)
+    except (ValueError, RuntimeError):
+        return None
+
+
+def _who(gpeer, peer) -> str:
+    return f"rank {gpeer}" if gpeer is not None else f"global rank {peer}, which is not in the group"
+
+
+def _global_peer(kind, me, want, peer, group, no_group) -> str:
+    """A group rank passed where torch reads a global one (dst=/src=, or no group= at all)."""
+    send = kind.endswith("send")
+    arg, garg = ("dst", "group_dst") if send else ("src", "group_src")
+    mine, theirs = dist.get_global_rank(group, me), dist.get_global_rank(group, want)
+    there = _group_rank(group, peer)
+    reads = (f"global rank {peer}" + (" (not in the group)" if there is None
+                                      else f" (rank {there} of the group)"))
+    head = (f"rank {me} of the group (global rank {mine}) {'sends to' if send else 'receives from'} "
+            f"rank {want} of the group (global rank {theirs}) as {kind}(..., {arg}={peer}")
+    if no_group:
+        return (head + f") without group=: on the whole world that is {reads}. Pass group=group "
+                f"and {garg}={want} (group ranks; or {arg}=dist.get_global_rank(group, {want}))")
+    return (head + f", group=group): {arg}= is a global rank even with group=, so that is {reads}; "
+            f"use {garg}={want} (or {arg}=dist.get_global_rank(group, {want}))")
+
+
 @contextlib.contextmanager
 def watch(flat, group, k, world, log, notes, emit):
     """Patch torch.distributed (and labkit.rank/world_size) for the learner's call."""
@@ -96,6 +129,7 @@ def watch(flat, group, k, world, log, notes, emit):
     orig = {name: getattr(dist, name) for name in P2P + ("get_world_size", "get_rank")}
     orig_lab = {"rank": labkit.rank, "world_size": labkit.world_size}
     me = orig["get_rank"](group)
+    ring_group = group
     right, left = (me + 1) % k, (me - 1) % k
 
     def p2p(kind):
@@ -104,14 +138,16 @@ def watch(flat, group, k, world, log, notes, emit):
         def call(tensor, peer=None, group=None, tag=0, **kw):
             peer = kw.pop("dst" if send else "src", peer)
             gpeer = kw.get("group_dst" if send else "group_src")
-            if gpeer is None and peer is not None:
-                gpeer = peer if group is None else dist.get_group_rank(group, peer)
             want = right if send else left
+            if gpeer is None and peer is not None:
+                gpeer = _group_rank(group if group is not None else ring_group, peer)
+                if gpeer != want and peer == want and ring_group is not None:
+                    raise RingMistake(_global_peer(kind, me, want, peer, ring_group, group is None))
             if gpeer is not None and gpeer != want and tensor.numel():
                 side = "sends to" if send else "receives from"
                 ring = (f"sends to the right-hand neighbour {right}" if send
                         else f"receives from the left-hand neighbour {left}")
-                raise RingMistake(f"rank {me} {side} rank {gpeer} ({kind}); the ring {ring} "
+                raise RingMistake(f"rank {me} {side} {_who(gpeer, peer)} ({kind}); the ring {ring} "
                                   "(group ranks: rank + 1 and rank - 1, mod the group's size)")
             real, convert = tensor, None
             if tensor.dtype != flat.dtype and tensor.numel():

@@ -10,7 +10,7 @@ from labkit.comm import chunk_bounds
 
 def ring(tensor, group=None, *, cut="bounds", buffer="like", sizes="group", left_of=None,
          right_of=None, shift=0, rs_steps=None, gather="copy", scatter="add", out_of_place=False,
-         rs_shift=0, ag_shift=0, mean=False, wait_sends=True):
+         rs_shift=0, ag_shift=0, mean=False, wait_sends=True, peers="group"):
     """The notebook's solution, with one knob per mistake a learner makes."""
     if sizes == "group":
         rank, n = dist.get_rank(group), dist.get_world_size(group)
@@ -32,12 +32,22 @@ def ring(tensor, group=None, *, cut="bounds", buffer="like", sizes="group", left
     def exchange(send, recv):
         reqs = []
         if send.numel():
-            q = dist.isend(send, group=group, group_dst=right)
+            if peers == "group":
+                q = dist.isend(send, group=group, group_dst=right)
+            elif peers == "dst":                                # dst= is a global rank
+                q = dist.isend(send, dst=right, group=group)
+            else:                                               # no group=: on the whole world
+                q = dist.isend(send, dst=right)
             if wait_sends:                                      # else: fire and forget
                 reqs.append(q)
             del q
         if recv.numel():
-            reqs.append(dist.irecv(recv, group=group, group_src=left))
+            if peers == "group":
+                reqs.append(dist.irecv(recv, group=group, group_src=left))
+            elif peers == "dst":
+                reqs.append(dist.irecv(recv, src=left, group=group))
+            else:
+                reqs.append(dist.irecv(recv, src=left))
         for q in reqs:
             q.wait()
 
@@ -110,6 +120,26 @@ def right_blocking(tensor, group=None):
     return tensor
 
 
+def blocking_group_ranks(tensor, group=None):
+    """right_blocking with the group ranks passed positionally (dist.send's dst is global)."""
+    rank, n = dist.get_rank(group), dist.get_world_size(group)
+    chunks = [tensor.view(-1)[a:b] for a, b in chunk_bounds(tensor.numel(), n)]
+    for s in range(2 * (n - 1)):
+        rs = s < n - 1
+        send = chunks[(rank - s - 1) % n] if rs else chunks[(rank - s + n - 1) % n]
+        recv = chunks[(rank - s - 2) % n] if rs else chunks[(rank - s + n - 2) % n]
+        buf = torch.empty_like(recv)
+        ops = [lambda: send.numel() and dist.send(send, (rank + 1) % n, group=group),
+               lambda: recv.numel() and dist.recv(buf, (rank - 1) % n, group=group)]
+        for op in (ops if rank % 2 == 0 else ops[::-1]):
+            op()
+        if rs:
+            recv += buf
+        else:
+            recv.copy_(buf)
+    return tensor
+
+
 def stub(tensor, group=None):
     raise NotImplementedError("exercise: replace this line with your code")
 
@@ -168,4 +198,11 @@ WRONG = [
      "sent no point-to-point message: the exercise is to build the all-reduce", "clean"),
     ("isend never waited", lambda t, group=None: ring(t, group, wait_sends=False),
      "never waited on its isend", "hang"),     # the message may never arrive: a hang, or a FAIL
+    # group ranks where torch wants global ones: passed while every sub-group was ranks 0..k-1
+    ("dst= with the group's rank", lambda t, group=None: ring(t, group, peers="dst"),
+     "dst= is a global rank", "clean"),
+    ("blocking send with the group's rank", lambda t, group=None: blocking_group_ranks(t, group),
+     "dst= is a global rank", "clean"),
+    ("group ranks without group=", lambda t, group=None: ring(t, group, peers="world"),
+     "without group=", "clean"),
 ]
