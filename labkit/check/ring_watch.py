@@ -130,6 +130,18 @@ def watch(flat, group, k, world, log, notes, emit):
     orig_lab = {"rank": labkit.rank, "world_size": labkit.world_size}
     me = orig["get_rank"](group)
     ring_group = group
+    state = {"live": True, "busy": False}
+
+    def emit_once(**data):
+        """emit, but never from inside another emit (a request's __del__ can run during one,
+        when the garbage collector frees it) nor after this watch ended (a request freed late,
+        from a reference cycle): both would write to the rank's event pipe while it is busy."""
+        if state["live"] and not state["busy"]:
+            state["busy"] = True
+            try:
+                emit(**data)
+            finally:
+                state["busy"] = False
     right, left = (me + 1) % k, (me - 1) % k
 
     def p2p(kind):
@@ -162,7 +174,7 @@ def watch(flat, group, k, world, log, notes, emit):
             if tensor.numel():
                 entry = (kind, gpeer, start_of(tensor, flat), tensor.numel(), group is not None)
                 log.append(entry)
-                emit(p2p=list(entry), n=len(log))
+                emit_once(p2p=list(entry), n=len(log))
             work = orig[kind](real, peer, group, tag, **kw)
             if convert is not None:
                 if kind == "recv":
@@ -170,7 +182,7 @@ def watch(flat, group, k, world, log, notes, emit):
                 else:
                     work = _Converted(work, convert, tensor)
             if kind.startswith("i") and tensor.numel():
-                work = _Request(work, (me, kind, len(log), gpeer), notes, emit)
+                work = _Request(work, (me, kind, len(log), gpeer), notes, emit_once)
             return work
         return call
 
@@ -200,3 +212,4 @@ def watch(flat, group, k, world, log, notes, emit):
         for name, f in orig.items():
             setattr(dist, name, f)
         labkit.world_size, labkit.rank = orig_lab["world_size"], orig_lab["rank"]
+        state["live"] = False
