@@ -17,6 +17,7 @@ import pytest
 
 import labkit
 from labkit.runtime import agent, tls
+from labkit.runtime.procs import proc_state
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TORCHRUN = str(pathlib.Path(sys.executable).with_name("torchrun"))
@@ -143,9 +144,9 @@ def test_an_interrupt_stops_every_remote_rank(remote):
         remote.run(time.sleep, 30)
     for pid in pids:                              # same machine here: we can look
         deadline = time.monotonic() + 5
-        while os.path.exists(f"/proc/{pid}") and _state(pid) not in ("Z", "") and time.monotonic() < deadline:
+        while os.path.exists(f"/proc/{pid}") and proc_state(pid) not in ("Z", "") and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _state(pid) in ("Z", ""), f"rank process {pid} still running"
+        assert proc_state(pid) in ("Z", ""), f"rank process {pid} still running"
     assert remote.run(total) == [3.0, 3.0]
 
 
@@ -294,11 +295,3 @@ def _quietly(fn):
         fn()
     except (OSError, ssl.SSLError):
         pass
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""

@@ -10,6 +10,8 @@ import socket
 import struct
 import time
 
+from labkit.runtime.procs import proc_state
+
 STACK_WAIT_S = 1.0               # how long a stack dump may take
 
 
@@ -26,14 +28,6 @@ def exit_status(pid: int):
             return int(f.read().rsplit(")", 1)[1].split()[-1])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
 
 
 class Rank:
@@ -190,6 +184,6 @@ class RankSide:
                 elif s in grown:
                     answers[s] = ("dump", self.stack_text(r))
                 else:
-                    answers[s] = ("stopped" if _state(r.pid) in ("T", "t") else "silent", "")
+                    answers[s] = ("stopped" if proc_state(r.pid) in ("T", "t") else "silent", "")
             self.link.send(("stacks", request, answers))
             self.stacks.remove(item)

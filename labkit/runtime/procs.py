@@ -25,6 +25,15 @@ from labkit.runtime.control import ControlServer
 _LABKIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(labkit.__file__)))
 
 
+def proc_state(pid) -> str:
+    """The kernel's one-letter state of a process (R, S, D, T stopped, Z ...), '' if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 class Worker:
     """One worker process as the notebook sees it."""
 
@@ -94,11 +103,7 @@ class Worker:
 
     def state(self) -> str:
         """The kernel's one-letter state of the process (R, S, D, T stopped, Z ...), '' if gone."""
-        try:
-            with open(f"/proc/{self.pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return ""
+        return proc_state(self.pid)
 
     def kill(self, why: str = None) -> None:
         """SIGKILL the worker and every process it started (its own process group), so a
