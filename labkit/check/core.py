@@ -105,6 +105,16 @@ def caught_verdict(caught: list) -> str:
     return first.describe()
 
 
+def ranks_verdict(results: list):
+    """(False, line) when the learner's function raised on some rank ("raised") or some rank
+    found a problem ("problem"), the lowest rank's problem named; None when every rank was fine.
+    For checkers whose ranks each return such a dict."""
+    if any(res.get("raised") for res in results):
+        return False, caught_verdict([res.get("raised") for res in results])
+    problems = [res["problem"] for res in results if res.get("problem")]
+    return (False, problems[0]) if problems else None
+
+
 def new_token(timeout: float) -> tuple:
     """(a name unique to one checker call, for the keys its ranks leave in the store; how long
     a rank waits for the others at guard.settle: at most half the checker's timeout)."""

@@ -6,7 +6,7 @@
 """
 import hashlib
 
-from labkit.check.core import caught_verdict, checker, new_token, report
+from labkit.check.core import checker, new_token, ranks_verdict, report
 
 __all__ = ["replicas_in_sync", "average_gradients", "param_hashes"]
 
@@ -167,11 +167,9 @@ def average_gradients(fn, cluster, steps: int = 3, timeout: float = 30):
     training AwkwardNet (tied weight, frozen and unused parameters) for `steps` SGD steps
     against one process on the global batch, comparing every gradient after each step."""
     results = cluster.run(_drive_average, fn, new_token(timeout), steps, timeout=timeout)
-    if any(res.get("raised") for res in results):
-        return False, caught_verdict([res.get("raised") for res in results])
-    problems = [res["problem"] for res in results if res.get("problem")]
-    if problems:
-        return False, problems[0]
+    verdict = ranks_verdict(results)
+    if verdict:
+        return verdict
     return True, (f"{cluster.world_size} ranks, {steps} steps: every gradient is the mean over "
                   "ranks, as one process on the global batch gets it, with a tied, a frozen "
                   "and an unused parameter")

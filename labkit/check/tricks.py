@@ -9,7 +9,7 @@ by the number of micro-batches, zero_grad inside the loop (only the last micro-b
 one micro-batch only, no all-reduce, a sum over ranks instead of the mean, an all-reduce
 after every micro-batch (right values, micro times the bytes), a step taken.
 """
-from labkit.check.core import caught_verdict, checker, new_token
+from labkit.check.core import checker, new_token, ranks_verdict
 
 __all__ = ["accumulate_gradients"]
 
@@ -129,11 +129,9 @@ def _verdict(got, cands, changed, micro, n, r, sent, ref_sent):
 def accumulate_gradients(fn, cluster, micro: int = 3, timeout: float = 30):
     """fn(model, x, y, micro) on every rank: accumulate over micro-batches, average over ranks."""
     results = cluster.run(_drive, fn, new_token(timeout), micro, 2 * micro, timeout=timeout)
-    if any(res.get("raised") for res in results):
-        return False, caught_verdict([res.get("raised") for res in results])
-    problems = [res["problem"] for res in results if res.get("problem")]
-    if problems:
-        return False, problems[0]
+    verdict = ranks_verdict(results)
+    if verdict:
+        return verdict
     return True, (f"{cluster.world_size} ranks x {micro} micro-batches: every gradient equals one "
                   f"process's on the global batch (rtol {RTOL:g}), with a tied and a frozen "
                   "parameter, and no more traffic than one all-reduce of the gradients")
