@@ -12,20 +12,8 @@ import numpy as np
 from matplotlib.colors import Normalize
 from matplotlib.ticker import MaxNLocator
 
+from labkit.figtext import scale as _k, size as _fs   # text and figures grow on slides (labkit.slides.style())
 from labkit.livefig import LiveFigure  # re-exported: labkit.show.LiveFigure
-
-
-def _k() -> float:
-    """How much larger than matplotlib's default text the current style is (1 in a notebook,
-    1.6 under labkit.slides.style()): sizes and figure sizes below grow with it."""
-    return float(plt.rcParams["font.size"]) / 10.0
-
-
-def _fs(size: float) -> float:
-    """A text size `size` (points at the default style) scaled by _k(), and never below the
-    style's tick-label size when that is a number (labkit.slides.style() sets 14 pt)."""
-    floor = plt.rcParams["xtick.labelsize"]
-    return max(size * _k(), floor if isinstance(floor, (int, float)) else 0.0)
 
 
 def _as_array(t) -> np.ndarray:
