@@ -22,7 +22,7 @@ import sys
 import time
 from multiprocessing.connection import answer_challenge, deliver_challenge
 
-from labkit.runtime import tls
+from labkit.runtime import frames, tls
 from labkit.runtime.agent_ranks import RankSide, exit_status
 
 BEAT_S = 1.0                     # a heartbeat to the notebook this often
@@ -37,6 +37,7 @@ def connect(address: str, join: dict, timeout: float = 10.0):
     key's challenge both ways. Returns the socket."""
     host, port = address.rsplit(":", 1)
     raw = socket.create_connection((host, int(port)), timeout)
+    frames.nodelay(raw)                           # small control messages: no 40 ms waits
     if join["tls"]:
         s = tls.client_context(join["cert"]).wrap_socket(raw, server_hostname=join["name"])
         tls.check_pinned(s, join["cert"])

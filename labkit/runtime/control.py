@@ -9,7 +9,9 @@ import secrets
 import socket
 import threading
 import time
-from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
+from multiprocessing.connection import answer_challenge, deliver_challenge
+
+from labkit.runtime import frames
 
 
 class ControlServer:
@@ -86,7 +88,7 @@ class ControlServer:
 
     def _handshake(self, s: socket.socket) -> None:
         try:
-            conn = Connection(os.dup(s.fileno()))   # shutting `s` down ends a stalled read here
+            conn = frames.accepted(s)            # no Nagle, one write per message
         except OSError:
             self._done(s)
             return

@@ -6,11 +6,18 @@ notebook for good. `Inbox` reads only the bytes that have arrived, frames them a
 multiprocessing frames them (a 4-byte big-endian length, or -1 and an 8-byte length) and
 unpickles each whole message. A message that cannot be decoded sets `garbled`: that rank has
 failed. A closed connection sets `eof`.
+
+`Conn` is the sending side of the same framing: a multiprocessing Connection that writes each
+message with one system call, on a socket with Nagle's algorithm off (`nodelay`). Two small
+writes in a row on a TCP connection otherwise wait for the peer's delayed acknowledgement
+(40 ms on Linux): that made a trivial `cluster.run` take 44 ms instead of about 1.
 """
 import os
 import pickle
 import select
+import socket
 import struct
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
 MAX_MESSAGE = 1 << 40          # a header announcing more than this is garbage, not a message
 
@@ -26,8 +33,7 @@ class Inbox:
         got = 0
         while got < limit and not self.eof:
             try:
-                ready, _, _ = select.select([fd], [], [], 0)
-                if not ready:
+                if not readable(fd):
                     break
                 data = os.read(fd, 1 << 20)
             except (OSError, ValueError):
@@ -60,3 +66,62 @@ class Inbox:
                 self.garbled = f"{type(exc).__name__}: {exc}"
             del buf[:head + n]
         return msgs
+
+
+def readable(fd: int, timeout: float = 0.0) -> bool:
+    """Whether `fd` has something to read (or is closed), waiting at most `timeout` seconds.
+    poll, not select: select fails on descriptors >= 1024 (a notebook with many files open)."""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(None if timeout is None else max(0, int(timeout * 1000))))
+
+
+def nodelay(sock) -> None:
+    """Turn Nagle's algorithm off on a TCP socket (or a descriptor of one); a no-op otherwise."""
+    if isinstance(sock, int):
+        s = socket.socket(fileno=os.dup(sock))
+        try:
+            nodelay(s)
+        finally:
+            s.close()
+        return
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+
+
+class Conn(Connection):
+    """multiprocessing's Connection, sending header and body in one write (writev)."""
+
+    def _send_bytes(self, buf) -> None:
+        buf = memoryview(buf).cast("B")
+        n = len(buf)
+        header = struct.pack("!i", n) if n <= 0x7fffffff else struct.pack("!iQ", -1, n)
+        parts = [header, buf]
+        while parts:
+            sent = os.writev(self._handle, parts)
+            while parts and sent >= len(parts[0]):
+                sent -= len(parts[0])
+                parts.pop(0)
+            if parts and sent:
+                parts[0] = memoryview(parts[0])[sent:]
+
+
+def connect(address, authkey: bytes) -> Conn:
+    """A worker's control connection to the notebook: TCP without Nagle, the key checked both
+    ways (as multiprocessing.connection.Client does)."""
+    s = socket.create_connection(address)
+    nodelay(s)
+    conn = Conn(s.detach())
+    answer_challenge(conn, authkey)
+    deliver_challenge(conn, authkey)
+    return conn
+
+
+def accepted(sock) -> Conn:
+    """The notebook's end of an accepted control socket (a duplicate descriptor: shutting `sock`
+    down still ends a stalled read on it)."""
+    nodelay(sock)
+    return Conn(os.dup(sock.fileno()))

@@ -10,7 +10,7 @@ import socket
 import threading
 from multiprocessing.connection import answer_challenge, deliver_challenge
 
-from labkit.runtime import procs, tls
+from labkit.runtime import frames, procs, tls
 from labkit.runtime.control import ControlServer
 
 UNKNOWN = "unknown"
@@ -27,6 +27,7 @@ class TLSServer(ControlServer):
     def _handshake(self, s: socket.socket) -> None:
         try:
             t = socket.socket(fileno=os.dup(s.fileno()))   # shutting `s` ends a stalled read
+            frames.nodelay(t)                     # small control messages: no 40 ms waits
             t.settimeout(self.handshake_timeout)
             if self.context is not None:
                 t = self.context.wrap_socket(t, server_side=True)

@@ -24,7 +24,6 @@ import signal
 import sys
 import threading
 import traceback
-from multiprocessing.connection import Client
 
 # Workers never re-import the learner's __main__: this module is __main__ here.
 _tasks: "queue.Queue" = queue.Queue()
@@ -279,8 +278,9 @@ def start(host: str, port: int, stack_dir: str, authkey: bytes, owner: int) -> N
     import torch.distributed                       # noqa: F401
     import cloudpickle                             # noqa: F401
     import labkit.runtime.context                  # noqa: F401
+    from labkit.runtime import frames
 
-    conn = labkit.runtime.context.Channel(Client((host, port), authkey=authkey))
+    conn = labkit.runtime.context.Channel(frames.connect((host, port), authkey))
     conn.send(("hello", os.getpid(), threading.main_thread().ident, stack_path))
     threading.Thread(target=_control_loop, args=(conn, owner), daemon=True,
                      name="labkit-control").start()

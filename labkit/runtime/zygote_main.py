@@ -66,7 +66,7 @@ def _preload() -> None:
 
 
 def main() -> None:
-    import select
+    import selectors
     host, port, stack_dir, fd = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     authkey = bytes.fromhex(sys.stdin.readline().strip())
     owner = os.getppid()
@@ -91,8 +91,11 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: None)   # checked below: is the notebook still there?
     children = set()
     sock.send(pickle.dumps(("ready", os.getpid())))
+    sel = selectors.DefaultSelector()            # not select.select: it fails on fds >= 1024
+    sel.register(sock, selectors.EVENT_READ)
+    sel.register(wake_r, selectors.EVENT_READ)
     while True:
-        readable, _, _ = select.select([sock, wake_r], [], [], 1.0)
+        readable = [key.fileobj for key, _ in sel.select(1.0)]
         if wake_r in readable:
             try:
                 os.read(wake_r, 4096)
