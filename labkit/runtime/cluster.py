@@ -61,6 +61,7 @@ class Cluster:
             them later as ``cluster.output_lines = ...``."""
         self.world_size = check_world_size(world_size)
         self.timeout = seconds(timeout, "timeout", none_ok=False)
+        start_timeout = seconds(start_timeout, "start_timeout", none_ok=False)
         pg_timeout = seconds(pg_timeout, "pg_timeout")
         self.pg_timeout = pg_timeout if pg_timeout else max(600.0, 2 * self.timeout)
         self.env = check_env(env)
@@ -74,12 +75,15 @@ class Cluster:
         self._task_ids = itertools.count(1)
         self._run_lock = threading.Lock()
         self._finalizer = lambda: None
+        self._store = []                          # the rendezvous store, once it exists
         t0 = time.perf_counter()
         try:
             self._start(backend, spares, start_timeout)
-        except BaseException:
+        except BaseException as exc:              # leave nothing behind: processes, threads, folders
             self.close()
-            raise
+            if isinstance(exc, (errors.StartError, KeyboardInterrupt, ValueError, TypeError)):
+                raise
+            raise errors.StartError(f"the cluster could not start: {type(exc).__name__}: {exc}") from exc
         self.startup_seconds = time.perf_counter() - t0
         global _current
         _current = weakref.ref(self)
@@ -100,9 +104,10 @@ class Cluster:
         self.threads_per_rank = procs.fair_threads(self.world_size)
         self._pool = WorkerPool(self.threads_per_rank, self.world_size if spares is None
                                 else int(spares), self.env)
-        store, self._store_address = procs.rendezvous_store(start_timeout)
-        self._store, self._store_port = [store], self._store_address[1]
         self._finalizer = weakref.finalize(self, shutdown, self._pool, self._store)
+        store, self._store_address = procs.rendezvous_store(start_timeout)
+        self._store.append(store)
+        self._store_port = self._store_address[1]
         self._promote(start_timeout)
 
     @classmethod

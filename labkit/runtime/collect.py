@@ -228,17 +228,17 @@ def wait_joined(cluster, deadline: float, kill) -> None:
             if w.eof or w.garbled:
                 how = w.how_it_died() if w.eof else f"sent garbage ({w.garbled})"
                 kill()
-                raise RuntimeError(f"rank {r} {how} while joining the process group")
+                raise errors.StartError(f"rank {r} {how} while joining the process group")
             for msg in msgs:
                 if msg[0] == "init_failed":
                     kill()
                     f = errors.failure_from_report(r, msg[1])
-                    raise RuntimeError(f"rank {r} could not join the process group: {f.type}: "
+                    raise errors.StartError(f"rank {r} could not join the process group: {f.type}: "
                                        f"{f.message}\n{f.traceback}")
                 if msg[0] == "ready":
                     waiting.discard(r)
         if waiting and time.monotonic() > deadline:
             kill()
-            raise TimeoutError(f"ranks {sorted(waiting)} did not join the process group in time")
+            raise errors.StartTimeout(f"ranks {sorted(waiting)} did not join the process group in time")
         if waiting:
             time.sleep(0.005)

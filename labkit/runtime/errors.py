@@ -46,6 +46,15 @@ class RankTimeout(RankError):
     """Ranks did not finish in time; ``stuck`` maps every unfinished rank to its stack."""
 
 
+class StartError(RuntimeError):
+    """The cluster's ranks could not start or join the process group (at `Cluster(...)`, after
+    a failure, or at restart). Everything the failed start had built is cleaned up."""
+
+
+class StartTimeout(StartError, TimeoutError):
+    """The ranks did not start or join within the start timeout."""
+
+
 # -- frames ------------------------------------------------------------------------------
 def _short_path(filename: str) -> str:
     for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):

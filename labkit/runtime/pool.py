@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from labkit.runtime import procs, zygote
+from labkit.runtime import errors, procs, zygote
 
 
 class WorkerPool:
@@ -130,11 +130,11 @@ class WorkerPool:
                     if w.conn is None and not w.alive():
                         out = "\n".join(w.read_lines(final=True)[-30:])
                         del self.workers[w.pid]
-                        raise RuntimeError(f"a rank's process could not start ({w.how_it_died()}). "
+                        raise errors.StartError(f"a rank's process could not start ({w.how_it_died()}). "
                                            f"Its output:\n{out}")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"ranks did not start within the start timeout "
+                    raise errors.StartTimeout(f"ranks did not start within the start timeout "
                                        f"({len(self.spares)} of {n} ready)")
                 self.cond.wait(min(left, 0.2))
             taken, self.spares = self.spares[:n], self.spares[n:]

@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 
-from labkit.runtime import tls
+from labkit.runtime import errors, tls
 from labkit.runtime.cluster import Cluster
 from labkit.runtime.remote_link import Hub
 from labkit.runtime.remote_worker import TLSServer
@@ -79,7 +79,7 @@ class RemotePool:
                 ready = self._ready()
                 bad = [w for w in ready.values() if int(w.info["world_size"]) != n]
                 if bad:
-                    raise RuntimeError(f"torchrun started {bad[0].info['world_size']} ranks, but "
+                    raise errors.StartError(f"torchrun started {bad[0].info['world_size']} ranks, but "
                                        f"this cluster has {n} (nnodes x nproc_per_node): run the "
                                        "command the notebook printed")
                 if all(r in ready for r in range(n)):
@@ -87,7 +87,7 @@ class RemotePool:
                 missing = [r for r in range(n) if r not in ready]
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(self.cluster.missing_message(missing))
+                    raise errors.StartTimeout(self.cluster.missing_message(missing))
                 if not said and time.monotonic() - t0 > 3:
                     print(f"labkit: waiting for ranks {missing} (torchrun starts or restarts "
                           "them on their nodes) ...", file=sys.stderr)
@@ -156,10 +156,10 @@ class RemoteCluster(Cluster):
         if self.rdzv_endpoint is None:            # the notebook hosts torchrun's rendezvous
             import datetime
             sock = _listen(host, port + 1 if port else 0)
-            self._store = [dist.TCPStore(host, sock.getsockname()[1], None, True,
-                                         timeout=datetime.timedelta(seconds=start_timeout),
-                                         wait_for_workers=False, master_listen_fd=sock.detach(),
-                                         use_libuv=True)]
+            self._store.append(dist.TCPStore(host, sock.getsockname()[1], None, True,
+                                             timeout=datetime.timedelta(seconds=start_timeout),
+                                             wait_for_workers=False, master_listen_fd=sock.detach(),
+                                             use_libuv=True))   # the finalizer's list: closed with it
             self.rdzv_endpoint = f"{self.address[0]}:{self._store[0].port}"
             self._hosted_rdzv = True
         else:
