@@ -77,3 +77,63 @@ def test_a_failed_start_leaves_nothing_behind(monkeypatch):
     assert _children() - kids == set(), "processes left by failed starts"
     assert [t.name for t in threading.enumerate() if t.name == "labkit-accept"] == []
     assert _own_dirs() - dirs == set()
+
+
+@pytest.fixture(scope="module")
+def c2():
+    with labkit.Cluster(2, backend="gloo", spares=2, timeout=60) as cl:
+        yield cl
+
+
+def test_a_huge_error_message_is_cut_and_counted(c2):
+    def fn():
+        if labkit.rank() == 1:
+            raise ValueError("x" * 50_000_000)
+        return 0
+    t0 = time.monotonic()
+    with pytest.raises(labkit.RankError) as info:
+        c2.run(fn)
+    text = str(info.value)
+    assert len(text) < 30_000, len(text)
+    assert "characters not shown" in text and "49,980,000" in text
+    assert "rank 1" in text and "ValueError" in text
+    assert time.monotonic() - t0 < 20
+    assert c2.run(lambda: labkit.rank()) == [0, 1]
+
+
+def test_an_exception_whose_str_fails_is_reported(c2):
+    def fn():
+        class Odd(Exception):
+            def __str__(self):
+                raise KeyError("no text")
+        if labkit.rank() == 0:
+            raise Odd()
+    with pytest.raises(labkit.RankError, match="could not be shown"):
+        c2.run(fn)
+    assert c2.run(lambda: labkit.rank()) == [0, 1]
+
+
+def test_an_emit_loop_is_capped_per_rank_and_counted(c2, capfd):
+    def flood(payload):
+        import time as _t
+        end = _t.monotonic() + 2.0
+        n = 0
+        while _t.monotonic() < end:
+            labkit.emit(i=n, p=payload)
+            n += 1
+        return n
+    old = (c2.max_events, c2.max_event_bytes)
+    c2.max_events, c2.max_event_bytes = 1000, 10_000_000
+    try:
+        sent = c2.run(flood, "")
+        assert len(c2.events) == 2 * 1000
+        err = capfd.readouterr().err
+        assert "events dropped" in err and f"rank 0: {sent[0] - 1000:,}" in err, err
+        c2.run(flood, "y" * 10_000)                    # 10 KB payloads: the byte cap binds
+        per_rank = {r: sum(1 for e in c2.events if e.rank == r) for r in (0, 1)}
+        assert all(900 <= n <= 1000 for n in per_rank.values()), per_rank
+        assert "events dropped" in capfd.readouterr().err
+    finally:
+        c2.max_events, c2.max_event_bytes = old
+    c2.run(flood, "")                                   # the default cap: 10,000 per rank
+    assert len(c2.events) <= 2 * 10_000

@@ -47,7 +47,8 @@ class Cluster:
     def __init__(self, world_size: int = 4, backend: str = "auto", *, timeout: float = 120.0,
                  spares: int = None, start_timeout: float = 120.0, env: dict = None,
                  pg_timeout: float = None, output_lines: int = 10_000,
-                 output_bytes: int = 1_000_000):
+                 output_bytes: int = 1_000_000, max_events: int = 10_000,
+                 max_event_bytes: int = 10_000_000):
         """timeout: default seconds a run may take before RankTimeout.
         spares: standby workers kept ready for recovery (default: world_size; LABKIT_ZYGOTE=0).
         env: extra environment variables for every rank, set when its process starts, so before
@@ -58,7 +59,10 @@ class Cluster:
             group's own timeout error (it comes back as a RankError naming the rank).
         output_lines, output_bytes: at most this much output per rank per run reaches the cell
             (None: no limit); the rest is read and counted ("... N lines not shown"). Change
-            them later as ``cluster.output_lines = ...``."""
+            them later as ``cluster.output_lines = ...``.
+        max_events, max_event_bytes: at most this many `labkit.emit` events (and pickled bytes
+            of them) per rank per run reach `cluster.events`; the rest are dropped on the rank
+            and counted ("rank 1: 52,000 events dropped")."""
         self.world_size = check_world_size(world_size)
         self.timeout = seconds(timeout, "timeout", none_ok=False)
         start_timeout = seconds(start_timeout, "start_timeout", none_ok=False)
@@ -66,6 +70,7 @@ class Cluster:
         self.pg_timeout = pg_timeout if pg_timeout else max(600.0, 2 * self.timeout)
         self.env = check_env(env)
         self.output_lines, self.output_bytes = output_lines, output_bytes
+        self.max_events, self.max_event_bytes = max_events, max_event_bytes
         self.events = []                          # Event(rank, time, data) of the last run
         self._callbacks = []
         self._outputs = Outputs()                 # what each rank printed, on its way to the cell
@@ -203,8 +208,9 @@ class Cluster:
                 task_id = next(self._task_ids)
                 self.events = []
                 self._in_flight = True
-                wire.send_task(self._ranks, task_id, kind, payload)   # a dead rank: EOF below
-                outcome = collect(self, task_id, timeout)
+                limits = (self.max_events, self.max_event_bytes)
+                wire.send_task(self._ranks, task_id, kind, payload, limits)   # a dead rank: EOF below
+                outcome = collect(self, task_id, timeout, limits)
                 wire.release(self._ranks, task_id)  # results loaded: ranks free their copies
                 if self._closed:
                     raise RuntimeError(f"the cluster was closed (close() was called) while {label} "

@@ -47,6 +47,8 @@ class Outcome:
         self.stuck = {}             # rank -> where it was
         self.pg_lost = set()        # ranks whose process group is gone or out of step
         self.nodes = None           # rank -> its node, for ranks on other machines
+        self.events = {}            # rank -> events delivered this run
+        self.dropped = {}           # rank -> events dropped (over the cap per rank per run)
 
     @property
     def needs_new_ranks(self) -> bool:
@@ -124,9 +126,19 @@ def _unreadable(r: int, exc: BaseException) -> errors.Failure:
                           "tensors, or objects of classes the notebook can import.", "")
 
 
-def collect(host: Host, task_id: int, timeout: float) -> Outcome:
+def _say_dropped(out: Outcome, limits) -> None:
+    if out.dropped:
+        import sys
+        each = ", ".join(f"rank {r}: {n:,}" for r, n in sorted(out.dropped.items()))
+        print(f"labkit: events dropped ({each}): at most {limits[0]:,} labkit.emit events "
+              f"({limits[1]:,} bytes) per rank per run reach cluster.events; emit less often, "
+              "or raise cluster.max_events / cluster.max_event_bytes", file=sys.stderr)
+
+
+def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
     ranks = list(host.ranks)
     out = Outcome(len(ranks))
+    limits = limits or (float("inf"), float("inf"))
     out.nodes = {r: w.where for r, w in enumerate(ranks) if getattr(w, "where", None)} or None
     stack_sizes = {r: w.stack_size() for r, w in enumerate(ranks)}
     sel = selectors.DefaultSelector()
@@ -176,8 +188,14 @@ def collect(host: Host, task_id: int, timeout: float) -> Outcome:
                 for msg in w.read_messages():
                     if msg[1] != task_id:
                         continue                      # left over from an earlier task
-                    if msg[0] == "event":
-                        host.deliver_event(Event(*msg[2:]))
+                    if msg[0] == "event":        # capped on the rank; here too, for safety
+                        if out.events.get(r, 0) < limits[0]:
+                            out.events[r] = out.events.get(r, 0) + 1
+                            host.deliver_event(Event(*msg[2:]))
+                        else:
+                            out.dropped[r] = out.dropped.get(r, 0) + 1
+                    elif msg[0] == "events_dropped":
+                        out.dropped[r] = out.dropped.get(r, 0) + msg[2]
                     elif msg[0] == "pg_lost":
                         out.pg_lost.add(r)
                     elif msg[0] == "result" and r in out.pending:
@@ -211,6 +229,7 @@ def collect(host: Host, task_id: int, timeout: float) -> Outcome:
         sel.close()
     for w in ranks:
         host.show_output(w, final=not out.pending)
+    _say_dropped(out, limits)
     if out.pending and not out.stuck:
         out.stuck = describe(dump_stacks(ranks, sorted(out.pending)))
     return out

@@ -12,6 +12,19 @@ import time
 
 _worker = None          # (rank, world_size, device, backend, conn) inside a labkit rank
 _task_id = None         # the task the rank is running now, for emit()
+EVENT_LIMITS = (10_000, 10_000_000)   # events, pickled bytes per rank per run (Cluster sets them)
+_events = None          # [count, bytes, dropped, limits] of the running task
+
+
+def new_task(task_id, limits=None) -> None:
+    """On a rank: a task starts (None: it ended); its events are counted from zero."""
+    global _task_id, _events
+    _task_id = task_id
+    _events = [0, 0, 0, tuple(limits or EVENT_LIMITS)]
+
+
+def events_dropped() -> int:
+    return _events[2] if _events else 0
 
 
 class Channel:
@@ -33,6 +46,26 @@ class Channel:
             return
         with self._lock:
             self.conn.send(msg)
+
+    def send_event(self, msg) -> None:
+        """An event, unless this task already sent as many events or bytes as it may: then
+        it is counted as dropped (the notebook says how many), and the notebook's memory
+        stays bounded however fast a rank emits."""
+        import pickle
+        ev = _events
+        if ev is None or os.getpid() != self.pid:
+            return
+        if ev[0] >= ev[3][0]:
+            ev[2] += 1
+            return
+        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+        if ev[1] + len(data) > ev[3][1]:
+            ev[2] += 1
+            return
+        ev[0] += 1
+        ev[1] += len(data)
+        with self._lock:
+            self.conn.send_bytes(data)
 
     def recv(self):
         return self.conn.recv()
@@ -111,7 +144,7 @@ def emit(**fields) -> None:
     """
     if _worker is None or _task_id is None:
         return
-    _worker[4].send(("event", _task_id, _worker[0], time.time(), fields))
+    _worker[4].send_event(("event", _task_id, _worker[0], time.time(), fields))
 
 
 def init_process_group(backend: str = "auto", **kwargs):

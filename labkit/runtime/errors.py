@@ -125,6 +125,27 @@ def in_collective(frames) -> bool:
     return any(m in f[0] for f in frames for m in markers)
 
 
+MAX_ERROR_CHARS = 20_000     # of one rank's error message, per run; the rest is counted
+
+
+def safe_str(exc: BaseException) -> str:
+    """str(exc), or a sentence saying it could not be made (a __str__ that raises)."""
+    try:
+        return str(exc)
+    except BaseException as e:               # noqa: B902 - anything, KeyboardInterrupt too
+        return f"<the message of this {type(exc).__name__} could not be shown: its __str__ raised {type(e).__name__}>"
+
+
+def cap_text(text: str, limit: int = None) -> str:
+    """At most `limit` characters: the head and the tail, with how many were left out."""
+    limit = MAX_ERROR_CHARS if limit is None else limit
+    if not isinstance(text, str) or len(text) <= limit:
+        return text
+    head, tail = limit * 4 // 5, limit // 5
+    return (f"{text[:head]}\n... [{len(text) - head - tail:,} characters not shown: an error "
+            f"message is cut at {limit:,} characters] ...\n{text[-tail:]}")
+
+
 def failure_from_report(rank: int, report: dict) -> Failure:
     exc = None
     if report.get("pickled"):
@@ -133,7 +154,8 @@ def failure_from_report(rank: int, report: dict) -> Failure:
             exc = cloudpickle.loads(report["pickled"])
         except Exception:
             exc = None
-    return Failure(rank, report["type"], report["message"], format_frames(report["frames"]), exc)
+    return Failure(rank, report["type"], cap_text(report["message"], 2 * MAX_ERROR_CHARS),  # the rank cut it
+                   format_frames(report["frames"][-200:]), exc)
 
 
 # -- stacks from faulthandler dumps ------------------------------------------------------

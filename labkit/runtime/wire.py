@@ -177,10 +177,11 @@ def dumps_result(value) -> bytes:
         return dumps(value, keep=_sent, private=False)
 
 
-def send_task(ranks, task_id: int, kind: str, payload) -> None:
+def send_task(ranks, task_id: int, kind: str, payload, event_limits=None) -> None:
     """In the notebook: send a task to every rank, with the notebook's folder, sys.path and
-    edited modules (learner.py). A rank that is gone shows up as EOF when results are read."""
-    msg = ("task", task_id, kind, payload, learner.snapshot())
+    edited modules (learner.py), and how many events (and bytes of them) each rank may send.
+    A rank that is gone shows up as EOF when results are read."""
+    msg = ("task", task_id, kind, payload, learner.snapshot(), event_limits)
     for w in ranks:
         try:
             w.conn.send(msg)

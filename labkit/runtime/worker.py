@@ -180,15 +180,26 @@ def _to_cpu(obj):
 
 
 def _failure(exc: BaseException) -> dict:
+    """What the notebook needs of an exception, its text capped (errors.cap_text): a 50 MB
+    message must not travel, nor the exception object that carries it."""
     import cloudpickle
+    from labkit.runtime import errors
     frames = [(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_tb(exc.__traceback__)]
+    message = errors.safe_str(exc)
     try:
-        pickled = cloudpickle.dumps(exc)
-    except Exception:
-        pickled = None
-    return {"type": type(exc).__name__, "message": str(exc), "frames": frames,
-            "text": "".join(traceback.format_exception_only(type(exc), exc)).strip(),
-            "pickled": pickled}
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    except BaseException:                     # noqa: B902 - a __str__ that fails, even oddly
+        text = f"{type(exc).__name__}: {message}"
+    pickled = None
+    if len(message) <= errors.MAX_ERROR_CHARS:
+        try:
+            pickled = cloudpickle.dumps(exc)
+        except BaseException:                 # noqa: B902
+            pickled = None
+        if pickled is not None and len(pickled) > 4 * errors.MAX_ERROR_CHARS:
+            pickled = None                    # a huge payload on the exception: text only
+    return {"type": type(exc).__name__, "message": errors.cap_text(message),
+            "frames": frames[-200:], "text": errors.cap_text(text), "pickled": pickled}
 
 
 def _run_task(kind: str, payload, ns: dict):
@@ -230,7 +241,7 @@ def _serve(conn) -> None:
             continue
         _, task_id, kind, payload = msg[:4]
         wire.release_results()                # the notebook has long loaded the last result
-        context._task_id = task_id
+        context.new_task(task_id, msg[5] if len(msg) > 5 else None)
         error = None
         try:
             learner.apply(msg[4] if len(msg) > 4 else None)   # the notebook's folder, path, modules
@@ -248,12 +259,15 @@ def _serve(conn) -> None:
             error = exc
             out = ("result", task_id, False, _failure(exc))
         finally:
-            context._task_id = None
+            dropped = context.events_dropped()
+            context.new_task(None)
         _flush()                              # output first: it is in the pipe before the result
         if os.getpid() != _PID:               # a child forked by the task came back here
             os._exit(0)
         if _pg_suspect(error):
             conn.send(("pg_lost", task_id))   # the notebook has the ranks join a new group
+        if dropped:
+            conn.send(("events_dropped", task_id, dropped))
         conn.send(out)
 
 
