@@ -137,3 +137,54 @@ def test_an_emit_loop_is_capped_per_rank_and_counted(c2, capfd):
         c2.max_events, c2.max_event_bytes = old
     c2.run(flood, "")                                   # the default cap: 10,000 per rank
     assert len(c2.events) <= 2 * 10_000
+
+
+ODD_DTYPES = ["uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", "complex32"]
+
+
+@pytest.mark.parametrize("n", [5, 40_000], ids=["inline", "shared-memory"])
+def test_every_dtype_travels_both_ways(c2, n):
+    import torch
+    def echo(ts):
+        return [t[1:] for t in ts]                # a view: offset and strides kept too
+    sent = []
+    for name in ODD_DTYPES:
+        dt = getattr(torch, name)
+        sent.append(torch.arange(n + 1, dtype=torch.float32).to(dt))
+    got = c2.run(echo, sent)
+    for r in range(2):
+        for name, s, g in zip(ODD_DTYPES, sent, got[r]):
+            assert g.dtype == s.dtype and g.shape == (n,), name
+            assert torch.equal(g.contiguous().view(torch.uint8),
+                               s[1:].contiguous().view(torch.uint8)), name
+
+
+def test_numpy_arrays_and_bytes_take_the_shared_memory_path():
+    """A big numpy array or bytes object is written once into shared memory, not pickled into
+    the message (which went through the socket once per rank: 13 s for 512 MB to 4 ranks)."""
+    import numpy as np
+    from labkit.runtime import shm, wire
+    if not shm.ENABLED:
+        pytest.skip("no memfd on this system")
+    big = np.arange(2**20, dtype=np.float64).reshape(1024, 1024)
+    for value in (big, np.asfortranarray(big), bytes(2**22), bytearray(2**22), [bytes(2**22)]):
+        keep = []
+        data = wire.dumps_values({"a": value}, keep=keep)
+        try:
+            assert len(data) < 4096, (type(value), len(data))
+            back = wire.loads(data)["a"]
+            if isinstance(value, np.ndarray):
+                assert back.dtype == value.dtype and (back == value).all()
+            else:
+                assert type(back) is type(value) and back == value
+        finally:
+            shm.close(keep)
+
+
+def test_numpy_and_bytes_reach_every_rank(c2):
+    import numpy as np
+    def look(a, b):
+        return float(a.sum()), a.dtype.str, a.shape, len(b), b[:1]
+    a = np.arange(100_000, dtype=np.int32).reshape(100, 1000)
+    got = c2.run(look, a, b"\x07" * 100_000)
+    assert got == [(float(a.sum()), "<i4", (100, 1000), 100_000, b"\x07")] * 2
