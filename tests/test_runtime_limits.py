@@ -188,3 +188,16 @@ def test_numpy_and_bytes_reach_every_rank(c2):
     a = np.arange(100_000, dtype=np.int32).reshape(100, 1000)
     got = c2.run(look, a, b"\x07" * 100_000)
     assert got == [(float(a.sum()), "<i4", (100, 1000), 100_000, b"\x07")] * 2
+
+
+def test_a_killed_zygote_is_named_as_killed(capfd):
+    import signal
+    with labkit.Cluster(2, backend="gloo", spares=1) as c:
+        c.wait_for_spares()
+        os.kill(c._pool.zygote.proc.pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        while "forks ranks quickly has stopped" not in (err := capfd.readouterr().err):
+            assert time.monotonic() - t0 < 10
+            time.sleep(0.1)
+        assert "killed (SIGKILL" in err and "closed its connection" not in err, err
+        assert c.run(lambda: labkit.rank()) == [0, 1]

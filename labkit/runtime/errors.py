@@ -125,6 +125,30 @@ def in_collective(frames) -> bool:
     return any(m in f[0] for f in frames for m in markers)
 
 
+# -- how a process ended: one wording for ranks, spares and the zygote, local or remote ----------
+_SIGNALS = {"SIGKILL": "killed (SIGKILL: out of memory, or killed from outside)",
+            "SIGSEGV": "crashed with a segmentation fault (SIGSEGV)",
+            "SIGABRT": "aborted (SIGABRT: a C++ assertion or abort())",
+            "SIGBUS": "crashed with a bus error (SIGBUS)",
+            "SIGFPE": "crashed with a floating-point exception (SIGFPE)",
+            "SIGTERM": "terminated (SIGTERM)"}
+
+
+def how_it_ended(returncode, what: str = "the process") -> str:
+    """A process's end in words, from its return code (None: it is still running; < 0: the
+    signal that ended it, as subprocess reports it)."""
+    if returncode is None:
+        return "closed its connection but is still running"
+    if returncode < 0:
+        import signal
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"died: {_SIGNALS.get(name, f'killed by {name}')}"
+    return f"exited with code {returncode} (os._exit or a C-level exit; {what} is gone)"
+
+
 MAX_ERROR_CHARS = 20_000     # of one rank's error message, per run; the rest is counted
 
 

@@ -70,13 +70,14 @@ class WorkerPool:
 
     def _on_zygote_lost(self, lost: int) -> None:
         """The zygote died; `lost` forks it never answered are spawned instead."""
+        how = zygote_exit(self.zygote) if not self.closed else ""
         with self.cond:
             self.forking -= lost
             if not self.closed:
                 if lost:
                     self.launch(lost)
                 print("labkit: the process that forks ranks quickly has stopped "
-                      f"({zygote_exit(self.zygote)}); new ranks start as fresh interpreters "
+                      f"({how}); new ranks start as fresh interpreters "
                       "(2-10 s each).", file=sys.stderr)
             self.cond.notify_all()
 
@@ -145,11 +146,15 @@ class WorkerPool:
 
 
 def zygote_exit(z) -> str:
-    code = z.proc.poll() if z is not None else None
-    if code is None:
+    """How the zygote ended (its connection closing comes first: wait a moment for its exit)."""
+    if z is None:
         return "closed its connection"
-    if code < 0:
-        return f"killed by signal {-code}"
+    try:
+        code = z.proc.wait(1.0)
+    except Exception:                             # noqa: BLE001 - still running after 1 s
+        code = None
+    if code is None or code < 0:
+        return errors.how_it_ended(code, "the zygote")
     try:
         with open(z.log_path, errors="replace") as f:
             tail = f.read()[-400:].strip()

@@ -19,7 +19,7 @@ import tempfile
 import threading
 
 import labkit
-from labkit.runtime import frames
+from labkit.runtime import errors, frames
 from labkit.runtime.control import ControlServer
 
 _LABKIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(labkit.__file__)))
@@ -142,24 +142,9 @@ class Worker:
                 pass
 
     def how_it_died(self) -> str:
-        code = self.proc.poll()
         if self.stopped_by:
             return f"was stopped: {self.stopped_by}"
-        if code is None:
-            return "closed its connection but is still running"
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            why = {"SIGKILL": "killed (SIGKILL: out of memory, or killed from outside)",
-                   "SIGSEGV": "crashed with a segmentation fault (SIGSEGV)",
-                   "SIGABRT": "aborted (SIGABRT: a C++ assertion or abort())",
-                   "SIGBUS": "crashed with a bus error (SIGBUS)",
-                   "SIGFPE": "crashed with a floating-point exception (SIGFPE)",
-                   "SIGTERM": "terminated (SIGTERM)"}.get(name, f"killed by {name}")
-            return f"died: {why}"
-        return f"exited with code {code} (os._exit or a C-level exit; the rank's process is gone)"
+        return errors.how_it_ended(self.proc.poll(), "the rank's process")
 
 
 class _Launcher:
