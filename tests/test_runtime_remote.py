@@ -252,6 +252,34 @@ def test_a_node_whose_torchrun_ended_is_named_and_the_next_run_says_what_to_do(r
     assert "run there again" in text and "torchrun --nnodes 2" in text
 
 
+def _agent_dirs() -> dict:
+    """This user's node-agent folders, by the agent's pid."""
+    import glob
+    import tempfile
+    out = {}
+    for d in glob.glob(os.path.join(tempfile.gettempdir(), "labkit-agent-*-*")):
+        pid = os.path.basename(d).split("-")[2]
+        if pid.isdigit() and os.stat(d).st_uid == os.getuid():
+            out.setdefault(int(pid), []).append(d)
+    return out
+
+
+def test_close_ends_every_torchrun_and_leaves_no_agent_folder(remote):
+    """After node 1's torchrun died, node 0's torchrun waits in a rendezvous that cannot
+    complete; close() still ends it (its agent gives it SIGTERM after a grace period). The
+    agent SIGKILLed earlier in this module left its folder; the agent started after it removed
+    it. Runs after the test above (node 1 gone)."""
+    node0 = remote.torchruns[0]
+    assert node0.poll() is None
+    remote.close()
+    try:
+        node0.wait(agent.TORCHRUN_GRACE_S + 15)
+    except subprocess.TimeoutExpired:
+        pytest.fail("node 0's torchrun still runs after close()")
+    left = {pid: d for pid, d in _agent_dirs().items() if not os.path.exists(f"/proc/{pid}")}
+    assert left == {}, f"folders of agents that are gone: {left}"
+
+
 def test_no_tls_is_refused_off_loopback():
     with pytest.raises(ValueError, match="without TLS"):
         labkit.Cluster.remote("0.0.0.0:0", nnodes=1, nproc_per_node=1, tls=False)

@@ -28,6 +28,9 @@ from labkit.runtime.agent_ranks import RankSide, exit_status
 BEAT_S = 1.0                     # a heartbeat to the notebook this often
 
 
+TORCHRUN_GRACE_S = 10.0    # after the cluster closed, how long torchrun may take to end by itself
+
+
 def socket_name(torchrun_pid: int) -> bytes:
     return f"\0labkit-agent-{os.getuid()}-{torchrun_pid}".encode()   # abstract: nothing on disk
 
@@ -95,6 +98,21 @@ class Agent(RankSide):
                     self.ranks.pop(r.slot)
             time.sleep(0.02)
         self.signal(list(self.ranks), signal.SIGKILL)
+        self.end_torchrun()
+
+    def end_torchrun(self, grace: float = TORCHRUN_GRACE_S) -> None:
+        """torchrun ends by itself once its ranks exit 0; one whose ranks are gone already (a
+        peer node died, so it waits in a new rendezvous that will never complete) would wait
+        for good: after `grace` seconds it gets SIGTERM (it stops its workers and exits)."""
+        import select
+        p = select.poll()
+        p.register(self.torchrun, select.POLLIN)  # a pidfd is readable once the process exits
+        if p.poll(int(grace * 1000)):
+            return
+        try:
+            signal.pidfd_send_signal(self.torchrun, signal.SIGTERM)
+        except OSError:
+            pass
 
     def cut_off(self) -> None:
         """The connection closed without "exit": the notebook died (leave), or it gave up on
@@ -164,7 +182,9 @@ def main(argv=None) -> int:
               "was closed or its address is wrong.", file=sys.stderr, flush=True)
         return 3
     link = tls.Link(sock)
-    folder = tls.private_dir("labkit-agent-")
+    from labkit.runtime.procs import remove_stale_dirs
+    remove_stale_dirs(prefix="labkit-agent-")    # folders of agents that were SIGKILLed
+    folder = tls.private_dir(f"labkit-agent-{os.getpid()}-")
     link.send(("agent", {"host": socket.gethostname(), "pid": os.getpid(),
                          "torchrun": a.torchrun}))
     try:

@@ -222,8 +222,9 @@ def make_stack_dir() -> str:
     return tempfile.mkdtemp(prefix=f"labkit-{os.getpid()}-")
 
 
-def remove_stale_dirs(root: str = None) -> list:
-    """Remove labkit-<pid>-* folders of this user whose notebook process <pid> is gone."""
+def remove_stale_dirs(root: str = None, prefix: str = "labkit-") -> list:
+    """Remove <prefix><pid>-* folders of this user whose process <pid> is gone (a notebook's
+    stack folders, "labkit-"; a node agent's, "labkit-agent-"): what a SIGKILL left behind."""
     root = root or tempfile.gettempdir()
     removed = []
     try:
@@ -231,7 +232,7 @@ def remove_stale_dirs(root: str = None) -> list:
     except OSError:
         return removed
     for name in names:
-        m = re.fullmatch(r"labkit-(\d+)-\w+", name)
+        m = re.fullmatch(re.escape(prefix) + r"(\d+)-\w+", name)
         path = os.path.join(root, name)
         if not m:
             continue
