@@ -22,7 +22,7 @@ import sys
 import time
 from multiprocessing.connection import answer_challenge, deliver_challenge
 
-from labkit.runtime import frames, tls
+from labkit.runtime import frames, protocol, tls
 from labkit.runtime.agent_ranks import RankSide, exit_status
 
 BEAT_S = 1.0                     # a heartbeat to the notebook this often
@@ -50,7 +50,7 @@ def connect(address: str, join: dict, timeout: float = 10.0):
         raw.close()
         raise tls.JoinFileError(f"this key file is for a cluster without TLS, which labkit only "
                                 f"allows on loopback, not at {address}")
-    ch, key = tls.Blocking(s), bytes.fromhex(join["key"])
+    ch, key = frames.Blocking(s), bytes.fromhex(join["key"])
     answer_challenge(ch, key)
     deliver_challenge(ch, key)
     s.settimeout(None)
@@ -73,15 +73,15 @@ class Agent(RankSide):
     # -- the notebook --------------------------------------------------------------------------
     def from_notebook(self) -> bool:
         for msg in self.link.read():
-            if msg[0] == "data" and msg[1] in self.ranks:
-                r = self.ranks[msg[1]]
-                r.to_rank += msg[2]
+            if isinstance(msg, protocol.RankBytes) and msg.slot in self.ranks:
+                r = self.ranks[msg.slot]
+                r.to_rank += msg.data
                 self.to_rank(r)
-            elif msg[0] == "kill":
-                self.signal(msg[1], signal.SIGKILL)
-            elif msg[0] == "stacks":
-                self.ask_stacks(msg[1], msg[2])
-            elif msg[0] == "exit":
+            elif isinstance(msg, protocol.Kill):
+                self.signal(msg.slots, signal.SIGKILL)
+            elif isinstance(msg, protocol.AskStacks):
+                self.ask_stacks(msg.request, msg.slots)
+            elif isinstance(msg, protocol.Close):
                 return False
         return True                               # a closed link: the loop's cut_off decides
 
@@ -128,7 +128,7 @@ class Agent(RankSide):
         while True:
             now = time.monotonic()
             if now >= self.beat_at:
-                self.link.send(("beat",))
+                self.link.send(protocol.Beat())
                 self.beat_at = now + BEAT_S
             self.link.flush()
             if self.link.eof:
@@ -142,7 +142,7 @@ class Agent(RankSide):
                 elif what == "link" and mask & selectors.EVENT_READ and not self.from_notebook():
                     return self.leave("the cluster was closed")
                 elif what == "torchrun":
-                    self.link.send(("bye", "its torchrun has exited"))
+                    self.link.send(protocol.Bye("its torchrun has exited"))
                     self.link.sock.setblocking(True)
                     self.link.flush()
                     return self.leave("torchrun exited")
@@ -181,12 +181,12 @@ def main(argv=None) -> int:
         print(f"labkit agent: the notebook at {a.connect} cannot be reached ({exc}); the cluster "
               "was closed or its address is wrong.", file=sys.stderr, flush=True)
         return 3
-    link = tls.Link(sock)
+    link = frames.Link(sock)
     from labkit.runtime.procs import remove_stale_dirs
     remove_stale_dirs(prefix="labkit-agent-")    # folders of agents that were SIGKILLed
     folder = tls.private_dir(f"labkit-agent-{os.getpid()}-")
-    link.send(("agent", {"host": socket.gethostname(), "pid": os.getpid(),
-                         "torchrun": a.torchrun}))
+    link.send(protocol.AgentHello({"host": socket.gethostname(), "pid": os.getpid(),
+                                   "torchrun": a.torchrun}))
     try:
         Agent(listener, link, a.torchrun, folder, a.connect, join).loop()
     finally:

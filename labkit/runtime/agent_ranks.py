@@ -10,6 +10,7 @@ import socket
 import struct
 import time
 
+from labkit.runtime import protocol
 from labkit.runtime.procs import proc_state
 
 STACK_WAIT_S = 1.0               # how long a stack dump may take
@@ -67,7 +68,7 @@ class RankSide:
         self.sel.register(s, selectors.EVENT_READ, ("rank", r))
         self.sel.register(r.out_fd, selectors.EVENT_READ, ("out", r))
         self.sel.register(r.pidfd, selectors.EVENT_READ, ("exit", r))
-        self.link.send(("rank", r.slot, dict(info, pid=pid)))
+        self.link.send(protocol.RankUp(r.slot, dict(info, pid=pid)))
 
     def drain_output(self, r: Rank) -> None:
         while r.out_fd is not None:
@@ -82,7 +83,7 @@ class RankSide:
                 os.close(r.out_fd)
                 r.out_fd = None
                 return
-            self.link.send(("out", r.slot, data))
+            self.link.send(protocol.RankOutput(r.slot, data))
 
     def from_rank(self, r: Rank) -> None:
         self.drain_output(r)                      # printed before it sent: forwarded before
@@ -93,7 +94,7 @@ class RankSide:
         except OSError:
             data = b""
         if data:
-            self.link.send(("data", r.slot, data))
+            self.link.send(protocol.RankBytes(r.slot, data))
         else:
             self.sel.unregister(r.sock)           # its exit (pidfd) says how it ended
 
@@ -115,7 +116,7 @@ class RankSide:
         status = exit_status(r.pid)
         self.drain_output(r)
         crash = self.stack_text(r)
-        self.link.send(("died", r.slot, status, crash))
+        self.link.send(protocol.RankDied(r.slot, status, crash))
         self.forget(r)
 
     def forget(self, r: Rank) -> None:
@@ -185,5 +186,5 @@ class RankSide:
                     answers[s] = ("dump", self.stack_text(r))
                 else:
                     answers[s] = ("stopped" if proc_state(r.pid) in ("T", "t") else "silent", "")
-            self.link.send(("stacks", request, answers))
+            self.link.send(protocol.Stacks(request, answers))
             self.stacks.remove(item)

@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 
-from labkit.runtime import errors, interrupts, procs, shm, wire
+from labkit.runtime import errors, interrupts, procs, protocol, shm, wire
 from labkit.runtime.collect import Event, collect, wait_joined
 from labkit.runtime.options import check_env, check_world_size, resolve_backend, seconds
 from labkit.runtime.output import Outputs
@@ -130,7 +130,7 @@ class Cluster:
         sys_path = [p or os.getcwd() for p in sys.path]
         for r, w in enumerate(ranks):
             w.rank = r
-            w.conn.send(("init", {
+            w.conn.send(protocol.Init({
                 "rank": r, "world_size": self.world_size, "backend": self.backend,
                 "store_host": "127.0.0.1", "store_port": self._store_port,
                 "prefix": f"labkit/{self._gen}/", "threads": self.threads_per_rank,
@@ -144,7 +144,7 @@ class Cluster:
         in a rank, or a collective that failed half-way)."""
         self._gen += 1
         for w in self._ranks:
-            w.conn.send(("rejoin", f"labkit/{self._gen}/"))
+            w.conn.send(protocol.Rejoin(f"labkit/{self._gen}/"))
         wait_joined(self, time.monotonic() + timeout, self._kill_ranks)
 
     def _kill_ranks(self, why: str = None) -> None:

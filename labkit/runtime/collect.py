@@ -17,7 +17,7 @@ import time
 from collections import namedtuple
 from typing import Protocol
 
-from labkit.runtime import errors, wire
+from labkit.runtime import errors, protocol, wire
 
 Event = namedtuple("Event", "rank time data")   # one labkit.emit(...) from a rank
 GRACE_S = 0.5      # after a rank dies, how long the others get to finish before they are stopped
@@ -186,27 +186,27 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
                 if r in gone:
                     continue
                 for msg in w.read_messages():
-                    if msg[1] != task_id:
+                    if getattr(msg, "task_id", None) != task_id:
                         continue                      # left over from an earlier task
-                    if msg[0] == "event":        # capped on the rank; here too, for safety
+                    if isinstance(msg, protocol.Event):   # capped on the rank; here too, for safety
                         if out.events.get(r, 0) < limits[0]:
                             out.events[r] = out.events.get(r, 0) + 1
-                            host.deliver_event(Event(*msg[2:]))
+                            host.deliver_event(Event(msg.rank, msg.time, msg.data))
                         else:
                             out.dropped[r] = out.dropped.get(r, 0) + 1
-                    elif msg[0] == "events_dropped":
-                        out.dropped[r] = out.dropped.get(r, 0) + msg[2]
-                    elif msg[0] == "pg_lost":
+                    elif isinstance(msg, protocol.EventsDropped):
+                        out.dropped[r] = out.dropped.get(r, 0) + msg.count
+                    elif isinstance(msg, protocol.PgLost):
                         out.pg_lost.add(r)
-                    elif msg[0] == "result" and r in out.pending:
+                    elif isinstance(msg, protocol.Result) and r in out.pending:
                         out.pending.discard(r)
-                        if msg[2]:
+                        if msg.ok:
                             try:
-                                out.results[r] = wire.loads(msg[3])
+                                out.results[r] = wire.loads(msg.data)
                             except Exception as exc:  # noqa: BLE001 - any unpickling error
                                 fail(r, _unreadable(r, exc))
                         else:
-                            fail(r, errors.failure_from_report(r, msg[3]))
+                            fail(r, errors.failure_from_report(r, msg.data))
                 if w.garbled or w.eof:
                     gone.add(r)
                     sel.unregister(key.fileobj)       # the conn may be closed by close()
@@ -249,12 +249,12 @@ def wait_joined(cluster, deadline: float, kill) -> None:
                 kill()
                 raise errors.StartError(f"rank {r} {how} while joining the process group")
             for msg in msgs:
-                if msg[0] == "init_failed":
+                if isinstance(msg, protocol.InitFailed):
                     kill()
-                    f = errors.failure_from_report(r, msg[1])
+                    f = errors.failure_from_report(r, msg.report)
                     raise errors.StartError(f"rank {r} could not join the process group: {f.type}: "
                                        f"{f.message}\n{f.traceback}")
-                if msg[0] == "ready":
+                if isinstance(msg, protocol.Ready):
                     waiting.discard(r)
         if waiting and time.monotonic() > deadline:
             kill()

@@ -144,7 +144,8 @@ def emit(**fields) -> None:
     """
     if _worker is None or _task_id is None:
         return
-    _worker[4].send_event(("event", _task_id, _worker[0], time.time(), fields))
+    from labkit.runtime.protocol import Event
+    _worker[4].send_event(Event(_task_id, _worker[0], time.time(), fields))
 
 
 def init_process_group(backend: str = "auto", **kwargs):

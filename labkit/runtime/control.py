@@ -4,14 +4,13 @@ Only labkit workers know the key, but any local process can connect (another use
 JupyterHub), so a connection that stalls, a flood of them, or running out of file descriptors
 must never stop the notebook from accepting its own workers.
 """
-import os
 import secrets
 import socket
 import threading
 import time
 from multiprocessing.connection import answer_challenge, deliver_challenge
 
-from labkit.runtime import frames
+from labkit.runtime import frames, protocol
 
 
 class ControlServer:
@@ -97,14 +96,14 @@ class ControlServer:
             answer_challenge(conn, self.authkey)
             if not conn.poll(self.handshake_timeout):
                 raise EOFError
-            kind, pid, main_ident, stack_path = conn.recv()
-            assert kind == "hello"
+            hello = conn.recv()
+            assert isinstance(hello, protocol.Hello)
         except Exception:
             conn.close()                            # wrong key, too slow, or not a labkit worker
             self._done(s)
             return
         self._done(s)
-        self._on_hello(pid, conn, main_ident, stack_path)
+        self._on_hello(hello.pid, conn, hello.main_ident, hello.stack_path)
 
     def close(self) -> None:
         self._closed = True

@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 
-from labkit.runtime import errors, tls
+from labkit.runtime import errors, protocol, tls
 from labkit.runtime.cluster import Cluster
 from labkit.runtime.remote_link import Hub
 from labkit.runtime.remote_worker import TLSServer
@@ -60,8 +60,8 @@ class RemotePool:
         for w in list(self.workers.values()):
             if w.ready is None and w.conn is not None and not w.eof:
                 for msg in w.read_messages():
-                    if msg[0] == "hello":
-                        w.ready = msg[1]
+                    if isinstance(msg, protocol.Hello):
+                        w.ready = msg.resources
             if w.proc.poll() is not None or w.eof:
                 self.workers.pop(w.pid, None)
                 lines = w.read_lines(final=True)
@@ -204,7 +204,7 @@ class RemoteCluster(Cluster):
         sys_path = [p or os.getcwd() for p in sys.path]
         for w in ranks:
             w.rank = int(w.info["rank"])
-            w.conn.send(("init", {
+            w.conn.send(protocol.Init({
                 "rank": w.rank, "world_size": self.world_size, "backend": self.backend,
                 "store_host": w.info["master_addr"], "store_port": int(w.info["master_port"]),
                 "prefix": f"{self.name}/{self._gen}/", "threads": w.ready["threads"],

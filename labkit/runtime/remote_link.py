@@ -14,16 +14,15 @@ import selectors
 import socket
 import threading
 import time
-from multiprocessing.connection import Connection
 
-from labkit.runtime import errors, tls
+from labkit.runtime import errors, frames, protocol
 from labkit.runtime.remote_worker import RemoteProc, RemoteWorker
 
 
 class NodeLink:
     def __init__(self, hub, sock, info: dict):
         self.hub, self.info = hub, info
-        self.link = tls.Link(sock)
+        self.link = frames.Link(sock)
         self.workers = {}                         # slot -> RemoteWorker
         self.pipes = {}                           # slot -> [sock end, out fd, pending data, pending out, closing]
         self.group_rank = None
@@ -80,7 +79,7 @@ class Hub:
         for link, slots in asked.items():
             i = next(self._ids)
             ids[i] = link
-            self.command(link, ("stacks", i, list(slots)))
+            self.command(link, protocol.AskStacks(i, list(slots)))
         deadline = time.monotonic() + 3.0
         with self._lock:
             while any(i not in self._replies for i in ids) and time.monotonic() < deadline:
@@ -149,29 +148,28 @@ class Hub:
     def _from_agent(self, n: NodeLink) -> None:
         n.last_seen = time.monotonic()
         for msg in n.link.read():
-            kind = msg[0]
-            if kind == "rank":
-                self._new_rank(n, msg[1], msg[2])
-            elif kind in ("data", "out") and msg[1] in n.pipes:
-                n.pipes[msg[1]][2 if kind == "data" else 3] += msg[2]
-                self._push(n, msg[1])
-            elif kind == "died" and msg[1] in n.workers:
-                n.workers[msg[1]].proc.ended(msg[2], msg[3])
-                n.pipes[msg[1]][4] = True
-                self._push(n, msg[1])
-            elif kind == "stacks":
+            if isinstance(msg, protocol.RankUp):
+                self._new_rank(n, msg.slot, msg.info)
+            elif isinstance(msg, (protocol.RankBytes, protocol.RankOutput)) and msg.slot in n.pipes:
+                n.pipes[msg.slot][2 if isinstance(msg, protocol.RankBytes) else 3] += msg.data
+                self._push(n, msg.slot)
+            elif isinstance(msg, protocol.RankDied) and msg.slot in n.workers:
+                n.workers[msg.slot].proc.ended(msg.status, msg.crash)
+                n.pipes[msg.slot][4] = True
+                self._push(n, msg.slot)
+            elif isinstance(msg, protocol.Stacks):
                 with self._lock:
-                    self._replies[msg[1]] = msg[2]
+                    self._replies[msg.request] = msg.answers
                     self._lock.notify_all()
-            elif kind == "bye":
-                n.gone = msg[1]
+            elif isinstance(msg, protocol.Bye):
+                n.gone = msg.why
 
     def _new_rank(self, n: NodeLink, slot: int, info: dict) -> None:
         a, b = socket.socketpair()
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         b.setblocking(False)
         os.set_blocking(out_w, False)
-        w = RemoteWorker(RemoteProc(f"{info['host']}:{info['pid']}", out_r, self, n, slot), Connection(a.detach()), n, info)
+        w = RemoteWorker(RemoteProc(f"{info['host']}:{info['pid']}", out_r, self, n, slot), frames.Conn(a.detach()), n, info)
         if info.get("group_rank") is not None:
             n.group_rank = int(info["group_rank"])
         n.workers[slot] = w
@@ -189,7 +187,7 @@ class Hub:
             except OSError:
                 data = b""
             if data:
-                n.link.send(("data", slot, data))
+                n.link.send(protocol.RankBytes(slot, data))
         self._push(n, slot)
 
     def _push(self, n: NodeLink, slot: int) -> None:
@@ -243,7 +241,7 @@ class Hub:
     def close(self) -> None:
         """Tell every agent the cluster is closed (its ranks exit 0, so torchrun ends)."""
         for n in list(self.links):
-            n.link.send(("exit",))
+            n.link.send(protocol.Close())
         self.closed = time.monotonic() + 2.0      # the loop delivers that, then stops
         self._wake()
         self.thread.join(3.0)

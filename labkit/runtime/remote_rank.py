@@ -100,7 +100,7 @@ def _register(args, torchrun: int):
 
 def _control_loop(conn, torchrun: int, folder: str) -> None:
     """Messages from the notebook (through the agent); the agent gone ends the rank."""
-    from labkit.runtime import wire, worker
+    from labkit.runtime import protocol, wire, worker
     while True:
         try:
             if not conn.poll(1.0):
@@ -110,7 +110,7 @@ def _control_loop(conn, torchrun: int, folder: str) -> None:
             msg = conn.recv()
         except (EOFError, OSError):
             os._exit(0 if os.path.exists(os.path.join(folder, "leave")) else 1)
-        if msg[0] == "release":
+        if isinstance(msg, protocol.Release):
             wire.release_results()
             continue
         worker._tasks.put(msg)
@@ -141,17 +141,16 @@ def main(argv=None) -> None:
     os.environ["LABKIT_SHM"] = "0"                # tensors cannot cross machines through memfd
     import torch
     import labkit.runtime.context as context
-    from labkit.runtime import shm
-    from multiprocessing.connection import Connection
+    from labkit.runtime import frames, protocol, shm
     shm.ENABLED = False
-    conn = context.Channel(Connection(sock.detach()))
+    conn = context.Channel(frames.Conn(sock.detach()))   # one write per message
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count() or 1
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    conn.send(("hello", {"gpus": gpus, "threads": max(1, cores // local)}))
+    conn.send(protocol.Hello(resources={"gpus": gpus, "threads": max(1, cores // local)}))
     threading.Thread(target=_control_loop, args=(conn, torchrun, os.path.dirname(stack_path)),
                      daemon=True, name="labkit-control").start()
     worker._PID = os.getpid()

@@ -10,7 +10,7 @@ import socket
 import threading
 from multiprocessing.connection import answer_challenge, deliver_challenge
 
-from labkit.runtime import frames, procs, tls
+from labkit.runtime import frames, procs, protocol
 from labkit.runtime.control import ControlServer
 
 UNKNOWN = "unknown"
@@ -31,11 +31,11 @@ class TLSServer(ControlServer):
             t.settimeout(self.handshake_timeout)
             if self.context is not None:
                 t = self.context.wrap_socket(t, server_side=True)
-            ch = tls.Blocking(t)
+            ch = frames.Blocking(t)
             deliver_challenge(ch, self.authkey)
             answer_challenge(ch, self.authkey)
-            kind, info = ch.recv()
-            assert kind == "agent"
+            hello = ch.recv()
+            assert isinstance(hello, protocol.AgentHello)
         except Exception:                         # no TLS, wrong key, too slow, not an agent
             try:
                 t.close()
@@ -44,7 +44,7 @@ class TLSServer(ControlServer):
             self._done(s)
             return
         self._done(s)
-        self._on_hello(t, info)
+        self._on_hello(t, hello.info)
 
 
 class RemoteProc:
@@ -79,7 +79,7 @@ class RemoteProc:
 
     def kill(self) -> None:
         if not self._ended.is_set():
-            self._hub.command(self._link, ("kill", [self._slot]))
+            self._hub.command(self._link, protocol.Kill([self._slot]))
 
 
 class RemoteWorker(procs.Worker):

@@ -14,16 +14,12 @@ import hashlib
 import ipaddress
 import json
 import os
-import pickle
 import shutil
 import socket
 import ssl
-import struct
 import subprocess
 import tempfile
-import threading
 
-MAX_FRAME = 1 << 36         # a frame announcing more than this is garbage
 
 
 class JoinFileError(RuntimeError):
@@ -146,115 +142,6 @@ def read_join_file(path: str) -> dict:
             raise JoinFileError(f"{path} is not a labkit key file (write it again from the "
                                 "notebook: it prints the path).") from None
     return data
-
-
-# -- framed messages ---------------------------------------------------------------------------
-class Blocking:
-    """Whole frames over a blocking (TLS) socket, for the handshake: the methods that
-    multiprocessing's deliver_challenge/answer_challenge use, plus send/recv of objects."""
-
-    def __init__(self, sock):
-        self.sock = sock
-
-    def send_bytes(self, data: bytes) -> None:
-        self.sock.sendall(struct.pack("!Q", len(data)) + data)
-
-    def _exactly(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            got = self.sock.recv(n - len(buf))
-            if not got:
-                raise EOFError("the connection closed")
-            buf += got
-        return bytes(buf)
-
-    def recv_bytes(self, maxlength: int = None) -> bytes:
-        n, = struct.unpack("!Q", self._exactly(8))
-        if maxlength is not None and n > maxlength:
-            raise EOFError("message too long")
-        return self._exactly(n)
-
-    def send(self, obj) -> None:
-        self.send_bytes(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
-
-    def recv(self, maxlength: int = 1 << 20):
-        return pickle.loads(self.recv_bytes(maxlength))
-
-
-_WOULD_BLOCK = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError)
-
-
-class Link:
-    """An authenticated connection (TLS, or plain on loopback) used from one event loop:
-    `send` from any thread queues a message; `flush` and `read` never block."""
-
-    def __init__(self, sock):
-        self.sock = sock
-        sock.setblocking(False)
-        self.eof = False
-        self._in, self._out, self._chunk = bytearray(), bytearray(), None
-        self._lock = threading.Lock()
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def send(self, msg) -> None:
-        data = pickle.dumps(msg, pickle.HIGHEST_PROTOCOL)
-        with self._lock:
-            self._out += struct.pack("!Q", len(data)) + data
-
-    def wants_write(self) -> bool:
-        return bool(self._out or self._chunk)
-
-    def flush(self) -> None:
-        """Write what the socket takes now (a chunk that would block is retried unchanged)."""
-        while not self.eof:
-            with self._lock:
-                if self._chunk is None:
-                    if not self._out:
-                        return
-                    self._chunk = bytes(self._out[:1 << 20])
-                    del self._out[:len(self._chunk)]
-            try:
-                n = self.sock.send(self._chunk)
-            except _WOULD_BLOCK:
-                return
-            except OSError:
-                self.eof = True
-                return
-            self._chunk = self._chunk[n:] or None
-
-    def read(self) -> list:
-        """The whole messages that have arrived; sets `eof` when the peer has gone."""
-        while not self.eof:
-            try:
-                data = self.sock.recv(1 << 20)
-            except _WOULD_BLOCK:
-                break
-            except OSError:
-                data = b""
-            if not data:
-                self.eof = True
-                break
-            self._in += data
-        msgs = []
-        while len(self._in) >= 8:
-            n, = struct.unpack("!Q", self._in[:8])
-            if n > MAX_FRAME:
-                self.eof = True
-                break
-            if len(self._in) < 8 + n:
-                break
-            msgs.append(pickle.loads(bytes(self._in[8:8 + n])))
-            del self._in[:8 + n]
-        return msgs
-
-    def close(self) -> None:
-        self.eof = True
-        try:
-            self.sock.close()
-        except OSError:
-            pass
 
 
 def private_dir(prefix: str) -> str:

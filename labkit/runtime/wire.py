@@ -14,7 +14,7 @@ from collections import ChainMap
 
 import cloudpickle
 
-from labkit.runtime import learner, shm
+from labkit.runtime import learner, protocol, shm
 
 
 def _code_reduce(code):
@@ -284,7 +284,7 @@ def send_task(ranks, task_id: int, kind: str, payload, event_limits=None) -> Non
     """In the notebook: send a task to every rank, with the notebook's folder, sys.path and
     edited modules (learner.py), and how many events (and bytes of them) each rank may send.
     A rank that is gone shows up as EOF when results are read."""
-    msg = ("task", task_id, kind, payload, learner.snapshot(), event_limits)
+    msg = protocol.Task(task_id, kind, payload, learner.snapshot(), event_limits)
     for w in ranks:
         try:
             w.conn.send(msg)
@@ -296,7 +296,7 @@ def release(ranks, task_id: int) -> None:
     """In the notebook: every result of task `task_id` is loaded; ranks may free their copies."""
     for w in ranks:
         try:
-            w.conn.send(("release", task_id))
+            w.conn.send(protocol.Release(task_id))
         except (BrokenPipeError, OSError):
             pass
 

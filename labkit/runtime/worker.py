@@ -66,7 +66,7 @@ def _owner_alive_check(owner: int):
 
 def _control_loop(conn, owner: int) -> None:
     """Read messages from the notebook; exit the process when the notebook goes away."""
-    from labkit.runtime import wire
+    from labkit.runtime import protocol, wire
     owner_alive = _owner_alive_check(owner)
     while True:
         try:
@@ -77,9 +77,7 @@ def _control_loop(conn, owner: int) -> None:
             msg = conn.recv()
         except (EOFError, OSError):
             _exit_all()
-        if msg[0] == "exit":
-            _exit_all()
-        if msg[0] == "release":                # the notebook has loaded our last result
+        if isinstance(msg, protocol.Release):  # the notebook has loaded our last result
             wire.release_results()
             continue
         _tasks.put(msg)
@@ -222,34 +220,34 @@ def _run_task(kind: str, payload, ns: dict):
 
 
 def _serve(conn) -> None:
-    from labkit.runtime import context, learner, wire
+    from labkit.runtime import context, learner, protocol, wire
     ns = None
     while True:
         msg = _tasks.get()
-        if msg[0] in ("init", "rejoin"):
+        if isinstance(msg, (protocol.Init, protocol.Rejoin)):
             try:
-                if msg[0] == "init":
-                    _init(conn, msg[1])
+                if isinstance(msg, protocol.Init):
+                    _init(conn, msg.opts)
                     ns = _namespace()
                 else:
-                    _join(_opts, msg[1])
+                    _join(_opts, msg.prefix)
                 _flush()
-                conn.send(("ready", _opts["rank"]))
+                conn.send(protocol.Ready(_opts["rank"]))
             except BaseException as exc:      # noqa: B902 - reported to the notebook
                 _flush()
-                conn.send(("init_failed", _failure(exc)))
+                conn.send(protocol.InitFailed(_failure(exc)))
             continue
-        _, task_id, kind, payload = msg[:4]
+        task_id, kind, payload = msg.task_id, msg.kind, msg.payload
         wire.release_results()                # the notebook has long loaded the last result
-        context.new_task(task_id, msg[5] if len(msg) > 5 else None)
+        context.new_task(task_id, msg.event_limits)
         error = None
         try:
-            learner.apply(msg[4] if len(msg) > 4 else None)   # the notebook's folder, path, modules
+            learner.apply(msg.learner)        # the notebook's folder, path, modules
             value = _to_cpu(_run_task(kind, payload, ns))
             learner.note_imports()
             try:
                 data = wire.dumps_result(value)   # tensors through shared memory
-                out = ("result", task_id, True, data)
+                out = protocol.Result(task_id, True, data)
                 del value, data                   # hold no argument or result between tasks
             except Exception as exc:
                 raise TypeError(f"the function's return value ({type(value).__name__}) cannot be "
@@ -257,7 +255,7 @@ def _serve(conn) -> None:
                                 "dicts or tensors instead.") from None
         except BaseException as exc:          # noqa: B902 - a KeyboardInterrupt/SystemExit too
             error = exc
-            out = ("result", task_id, False, _failure(exc))
+            out = protocol.Result(task_id, False, _failure(exc))
         finally:
             dropped = context.events_dropped()
             context.new_task(None)
@@ -265,9 +263,9 @@ def _serve(conn) -> None:
         if os.getpid() != _PID:               # a child forked by the task came back here
             os._exit(0)
         if _pg_suspect(error):
-            conn.send(("pg_lost", task_id))   # the notebook has the ranks join a new group
+            conn.send(protocol.PgLost(task_id))   # the notebook has the ranks join a new group
         if dropped:
-            conn.send(("events_dropped", task_id, dropped))
+            conn.send(protocol.EventsDropped(task_id, dropped))
         conn.send(out)
 
 
@@ -292,10 +290,10 @@ def start(host: str, port: int, stack_dir: str, authkey: bytes, owner: int) -> N
     import torch.distributed                       # noqa: F401
     import cloudpickle                             # noqa: F401
     import labkit.runtime.context                  # noqa: F401
-    from labkit.runtime import frames
+    from labkit.runtime import frames, protocol
 
     conn = labkit.runtime.context.Channel(frames.connect((host, port), authkey))
-    conn.send(("hello", os.getpid(), threading.main_thread().ident, stack_path))
+    conn.send(protocol.Hello(os.getpid(), threading.main_thread().ident, stack_path))
     threading.Thread(target=_control_loop, args=(conn, owner), daemon=True,
                      name="labkit-control").start()
     _serve(conn)

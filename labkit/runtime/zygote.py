@@ -9,8 +9,10 @@ its own connection to the control socket, torch threads set to the rank's share 
 
     notebook                          zygote                         child
     fork() -- "fork" + pipe fd -->    os.fork() ------------------>  worker.start(...)
-           <-- ("forked", pid) ---
-           <-- ("exit", pid, status)  (it reaps its children and reports how they ended)
+           <-- Forked(pid) -------
+           <-- Exited(pid, status)    (it reaps its children and reports how they ended)
+
+(the records are in protocol.py.)
 
 When the notebook dies the zygote kills its children and exits. If the zygote dies, the pool
 falls back to spawning workers. LABKIT_ZYGOTE=0 in the environment turns the zygote off.
@@ -25,7 +27,7 @@ import sys
 import threading
 import time
 
-from labkit.runtime import procs
+from labkit.runtime import procs, protocol
 
 ENABLED = (os.environ.get("LABKIT_ZYGOTE", "1") != "0" and hasattr(os, "fork")
            and hasattr(socket, "send_fds") and hasattr(os, "pidfd_open"))
@@ -148,19 +150,19 @@ class Zygote:
             if not data:
                 break
             msg = pickle.loads(data)
-            if msg[0] == "ready":
-                self.ready_pid = msg[1]
-            elif msg[0] == "forked":
+            if isinstance(msg, protocol.ZygoteReady):
+                self.ready_pid = msg.pid
+            elif isinstance(msg, protocol.Forked):
                 with self._lock:
                     r = self._pending.popleft()
-                    proc = ForkedProc(msg[1], r, self)
+                    proc = ForkedProc(msg.pid, r, self)
                     self._procs[proc.pid] = proc
                 self._on_forked(proc)
-            elif msg[0] == "exit":
+            elif isinstance(msg, protocol.Exited):
                 with self._lock:
-                    proc = self._procs.pop(msg[1], None)
+                    proc = self._procs.pop(msg.pid, None)
                 if proc is not None:
-                    proc._ended_with(msg[2])
+                    proc._ended_with(msg.status)
         with self._lock:                          # the zygote is gone: what it owed us is lost
             self.alive = False
             lost = len(self._pending)

@@ -90,7 +90,8 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGTERM, lambda *_: None)   # checked below: is the notebook still there?
     children = set()
-    sock.send(pickle.dumps(("ready", os.getpid())))
+    from labkit.runtime import protocol
+    sock.send(pickle.dumps(protocol.ZygoteReady(os.getpid())))
     sel = selectors.DefaultSelector()            # not select.select: it fails on fds >= 1024
     sel.register(sock, selectors.EVENT_READ)
     sel.register(wake_r, selectors.EVENT_READ)
@@ -110,7 +111,7 @@ def main() -> None:
                 break
             children.discard(pid)
             try:
-                sock.send(pickle.dumps(("exit", pid, status)))
+                sock.send(pickle.dumps(protocol.Exited(pid, status)))
             except OSError:
                 pass
         if os.getppid() != owner:                 # the notebook is gone: leave nothing behind
@@ -132,7 +133,7 @@ def main() -> None:
             for f in fds:
                 os.close(f)
             children.add(pid)
-            sock.send(pickle.dumps(("forked", pid)))
+            sock.send(pickle.dumps(protocol.Forked(pid)))
 
 
 if __name__ == "__main__":
