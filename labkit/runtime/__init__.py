@@ -1,21 +1,37 @@
 """Layer 2, the runtime: the only code that knows about processes, ports, pipes and signals.
 
+The protocol, above both sources of ranks:
+protocol.py  every message between notebook, ranks, zygote and node agents, one typed record each
+frames.py    the one framing: one write per message (no Nagle), reading without ever blocking;
+             the same frames over a node agent's TLS link (Link, Blocking)
+errors.py    RankError / RankTimeout / StartError, and every failure in words (raised, hung,
+             died by a signal, out of memory, node lost, failed to start)
+
+The run loop, for local and remote ranks alike:
 cluster.py   Cluster: start ranks, run work, recover after failures
-collect.py   the wait loop of one run: results, output, events, failures, hangs
-procs.py     worker processes: launching, process groups, output pipes, framed messages
-control.py   the authenticated control socket and its defences
-frames.py    reading a rank's messages without ever blocking
+collect.py   the wait loop of one run: results, output, events (capped), failures, hangs
+output.py    a rank's output on its way to the cell: live partial lines, \r, the output cap
 interrupts.py  Ctrl-C during a run, safe to press twice
 options.py   checking a Cluster's arguments before anything starts
-output.py    a rank's output on its way to the cell: live partial lines, \r, the output cap
-worker.py    the rank side (forked by the zygote, or a fresh interpreter)
-pool.py      spares and every worker process of one Cluster
-zygote.py    one process with torch imported that forks ready workers in ~0.1 s (the notebook side;
-             zygote_main.py is the process itself)
-wire.py      sending functions and values by value (cloudpickle), with clear errors
-shm.py       tensors through shared memory (anonymous, so a SIGKILL leaves nothing)
+wire.py      sending functions and values by value (cloudpickle); every dtype, numpy, bytes
+shm.py       tensors (and numpy arrays, bytes) through anonymous shared memory
 learner.py   the notebook's folder, sys.path and edited modules, carried by every task
-errors.py    RankError / RankTimeout and how they are worded
 context.py   rank(), world_size(), device(), emit() - inside a rank, under torchrun, or alone
 magic.py     the %%ranks cell magic
+
+Local ranks (this machine):
+pool.py      spares and every worker process of one Cluster
+procs.py     worker processes: launching, process groups, output pipes, stack folders, the store
+control.py   the authenticated control socket and its defences
+zygote.py    one process with torch imported that forks ready workers in ~0.1 s (the notebook side;
+             zygote_main.py is the process itself)
+worker.py    the rank side (forked by the zygote, or a fresh interpreter): the task loop
+
+Remote ranks (torchrun on other machines; docs/remote.md):
+remote.py         Cluster.remote: the commands, the pool of ranks torchrun started
+remote_link.py    the hub thread: every node agent's link, each remote rank as a socketpair
+remote_worker.py  the TLS control server; a remote rank as the run loop sees it
+remote_rank.py    the module torchrun runs on each rank (then worker.py's task loop)
+agent.py, agent_ranks.py  one node agent per torchrun: signals, stacks, exit statuses, heartbeats
+tls.py            the per-cluster certificate (pinned) and the 0600 key file
 """
