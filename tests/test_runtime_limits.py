@@ -201,3 +201,19 @@ def test_a_killed_zygote_is_named_as_killed(capfd):
             time.sleep(0.1)
         assert "killed (SIGKILL" in err and "closed its connection" not in err, err
         assert c.run(lambda: labkit.rank()) == [0, 1]
+
+
+def test_cpp_log_lines_are_folded_into_one_line_per_rank(c2, capfd):
+    def fn():
+        print("mine")
+        os.write(2, b"[E1201 11:08:47.500957381 ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed\n"
+                    b"terminate called after throwing an instance of 'c10::Error'\n"
+                    b"  what():  Connection closed by peer\nframe #0: c10::Error::Error\n")
+        print("also mine")
+    capfd.readouterr()
+    c2.run(fn)
+    out = capfd.readouterr().out
+    assert "[rank 1] mine" in out and "[rank 1] also mine" in out
+    assert "ProcessGroupGloo.cpp" not in out and "frame #0" not in out, out
+    assert out.count("torch's C++ log: 4 lines folded, e.g. 'what():  Connection closed by peer'") == 2, out
+    assert len(c2.native_log(0)) == 4 and c2.native_log(0)[0].startswith("[E1201")

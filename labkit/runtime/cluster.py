@@ -186,6 +186,11 @@ class Cluster:
         self._check_open()
         return self._execute("exec", (source, filename), timeout, "the %%ranks cell")
 
+    def native_log(self, rank: int) -> list:
+        """The lines torch's C++ code logged on `rank` in its last run that logged any (the
+        cell shows them folded into one line)."""
+        return list(self._outputs.native.get(rank, []))
+
     def on_event(self, callback):
         """Call ``callback(Event(rank, time, data))`` for each `labkit.emit` during runs.
         Returns a function that unsubscribes."""

@@ -13,9 +13,18 @@ would: ``"10%\\r20%"`` shows ``20%``.
 Each rank may show at most `max_lines` lines and `max_bytes` bytes per run (the Cluster's
 ``output_lines`` and ``output_bytes``); after that its output is still read from the pipe, so
 the rank never blocks, and the run ends with ``[rank N] ... 123 lines not shown``.
+
+Lines that torch's C++ code logs (c10/glog lines such as ``[E1201 11:08:47.5 ProcessGroupGloo.cpp:
+143] ...``, ``terminate called ...``, ``what(): ...``, ``Exception raised from ...``, ``frame #3: ...``)
+are not the learner's: they are folded into one line per rank per run, with the most telling
+of them, and kept whole in `Outputs.native` (``cluster.native_log(rank)``).
 """
+import re
 import sys
 import time
+
+NATIVE = re.compile(r"^(\[?[EWIF]\d{4} \d\d:\d\d:\d\d\.\d+\s|terminate called |  what\(\): |"
+                    r"Exception raised from |frame #\d+: |Check failed|\*\*\* Check failure)")
 
 LIVE_EVERY_S = 0.1       # at most this often a live line is redrawn
 
@@ -79,6 +88,7 @@ class RankOutput:
         self.lines = 0
         self.bytes = 0
         self.hidden = 0            # lines not shown because the budget was spent
+        self.native = []           # C++ log lines of this run, folded into one line
         self._handle = None        # live display of the unfinished line
         self._drawn = None         # text it shows
         self._drawn_at = 0.0
@@ -91,6 +101,9 @@ class RankOutput:
 
     def _finish_line(self, text: str) -> None:
         text = overwrite(text)
+        if NATIVE.match(text):
+            self.native.append(text)
+            return
         if self.hidden or self._over(text):
             self.hidden += 1
             self._handle = None
@@ -129,11 +142,21 @@ class RankOutput:
             self._handle = self.screen.show(self.rank, text, self._handle)
             self._drawn, self._drawn_at = text, now
 
-    def finish(self) -> None:
-        """End of a run: the unfinished line as it stands, then what was not shown."""
+    def finish(self) -> str:
+        """End of a run: the unfinished line as it stands, then what was not shown. Returns
+        the C++ log lines of the run (folded into one line here)."""
         if self._buf:
             text, self._buf = self._buf.decode("utf-8", "replace"), b""
             self._finish_line(text)
+        native = self.native
+        if native:
+            key = next((ln for ln in native if ln.startswith(("  what():", "Check failed"))), None)
+            key = key or next((ln for ln in native if ln[:2] in ("[E", "[F", "E", "F")), native[0])
+            key = re.sub(r"^\[?[EWIF]\d{4} \S+ (\d+ )?", "", key).strip()
+            key = key if len(key) <= 160 else key[:157] + "..."
+            self.screen.line(self.rank, f"(torch's C++ log: {len(native)} line"
+                                        f"{'s' if len(native) > 1 else ''} folded, e.g. {key!r}; "
+                                        f"all of them: cluster.native_log({self.rank}))")
         if self.hidden:
             limits = []
             if self.max_lines is not None:
@@ -144,6 +167,7 @@ class RankOutput:
                                         f"{' or '.join(limits)} per rank per run; change "
                                         "cluster.output_lines / cluster.output_bytes)")
         self.reset()
+        return native
 
 
 class Outputs:
@@ -152,6 +176,7 @@ class Outputs:
     def __init__(self):
         self.screen = Screen()
         self._by_pid = {}
+        self.native = {}           # rank -> C++ log lines of its last run that had some
 
     def _of(self, w) -> RankOutput:
         o = self._by_pid.get(w.pid)
@@ -167,7 +192,9 @@ class Outputs:
         o = self._of(w)
         o.feed(w.read_output())
         if final:
-            o.finish()
+            native = o.finish()
+            if native:
+                self.native[o.rank] = native
 
     def forget(self, w) -> None:
         self._by_pid.pop(w.pid, None)
