@@ -39,7 +39,8 @@ class Caught:
 
     def __init__(self, exc: BaseException, rank: int):
         self.type = type(exc).__name__
-        self.message = _CPP_PREFIX.sub("", str(exc).strip())
+        from labkit.runtime.errors import cap_text, safe_str
+        self.message = cap_text(_CPP_PREFIX.sub("", safe_str(exc).strip()), 2000)
         self.rank = rank
         self.time = time.time()
         self.stub = isinstance(exc, NotImplementedError)
@@ -70,11 +71,13 @@ class Caught:
 
 
 def attempt(fn, *args, **kwargs):
-    """(value, None), or (None, Caught) when fn raised an Exception."""
+    """(value, None), or (None, Caught) when fn raised anything: a KeyboardInterrupt or
+    SystemExit raised by the learner's code too (ranks ignore Ctrl-C, so it is the code's own),
+    else the other ranks would wait the checker's whole timeout for this one."""
     import labkit
     try:
         return fn(*args, **kwargs), None
-    except Exception as exc:            # noqa: BLE001 - every rank must reach settle()
+    except BaseException as exc:        # noqa: B902 - every rank must reach settle()
         return None, Caught(exc, labkit.rank())
 
 
