@@ -20,7 +20,8 @@ def timeline_of(results: list, schedule) -> Timeline:
     intervals = [[(a - t0, b - t0, Action(k, mb, c)) for a, b, k, mb, c in r["intervals"]]
                  for r in sorted(results, key=lambda r: r["rank"])]
     waits = [[(a - t0, b - t0, k, mb, vs) for a, b, k, mb, vs in r["waits"]] for r in results]
-    extra = {"peak_bytes": [r["peak_bytes"] for r in results], "waits": waits,
+    extra = {"peak_bytes": [r["peak_bytes"] for r in results],
+             "set_bytes": [r.get("set_bytes") for r in results], "waits": waits,
              "loss": sum(r["loss"] for r in results),
              "grad_diff": max(r["grad_diff"] for r in results),
              "grad_mismatch": [n for r in results for n in r["grad_mismatch"]],
