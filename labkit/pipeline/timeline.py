@@ -3,6 +3,7 @@
     results = cluster.run(run_schedule, s, pad=0.01)
     t = timeline_of(results, s)                 # Timeline(measured=True), seconds since the start
     sim = simulate(s, **measured_costs(t))      # the same schedule with the measured times
+    held_measured(t)                            # peak activations per rank, in micro-batches' worth
 """
 import statistics
 
@@ -10,7 +11,7 @@ from labkit.pipeline.schedules import Action
 from labkit.pipeline.simulate import Timeline, simulate
 from labkit.pipeline.validate import as_schedule
 
-__all__ = ["timeline_of", "measured_costs", "simulated_twin"]
+__all__ = ["timeline_of", "measured_costs", "simulated_twin", "held_measured"]
 
 
 def timeline_of(results: list, schedule) -> Timeline:
@@ -27,6 +28,13 @@ def timeline_of(results: list, schedule) -> Timeline:
              "grad_mismatch": [n for r in results for n in r["grad_mismatch"]],
              "pad": results[0]["pad"], "sizes": [r["sizes"] for r in results]}
     return Timeline(s.name, s.stages, s.microbatches, s.chunks, intervals, measured=True, extra=extra)
+
+
+def held_measured(t: Timeline) -> list:
+    """Per rank, the peak bytes its layers saved for backward over the bytes one micro-batch
+    saves through all its layers (all chunks): activations held, in micro-batches' worth, as
+    held_in_order() counts them. Exact when every layer saves the same (run with frozen=None)."""
+    return [peak / sum(sets) for peak, sets in zip(t.extra["peak_bytes"], t.extra["set_bytes"])]
 
 
 def _transfers(t: Timeline) -> tuple:
