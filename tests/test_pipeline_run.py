@@ -8,7 +8,8 @@ from labkit.pipeline.torch_pp import torch_step
 
 pytestmark = pytest.mark.cluster
 
-PAD = 0.015     # seconds of padded compute per layer per forward (B: twice); timings need it on 2 cores
+PAD = 0.03      # seconds of padded compute per layer per forward (B: twice): long against the late wake-ups
+#                 of four ranks sharing 2 busy cores, so they stay a small share of the step
 TOL = 0.05      # measured against its simulated twin (the measured times replayed)
 TOL_FORMULA = 0.03   # measured against (p-1)/(m+p-1), as the bench shows on a quiet machine; load from
 #                      other jobs shows up as extra idle time, so a run that misses is retried (_measure)
