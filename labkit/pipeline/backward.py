@@ -30,9 +30,10 @@ def grad_node(t: torch.Tensor):
     return None
 
 
-def _parents(root) -> dict:
-    """{node: nodes that feed it a gradient} for the graph below root."""
-    parents, todo, seen = {}, [root], {root}
+def _parents(root) -> tuple:
+    """({node: nodes that feed it a gradient} for the graph below root, {id(leaf): its
+    AccumulateGrad node}), in one walk."""
+    parents, leaves, todo, seen = {}, {}, [root], {root}
     while todo:
         node = todo.pop()
         for child, _ in node.next_functions:
@@ -42,7 +43,10 @@ def _parents(root) -> dict:
             if child not in seen:
                 seen.add(child)
                 todo.append(child)
-    return parents
+                leaf = getattr(child, "variable", None)      # AccumulateGrad of a leaf tensor
+                if leaf is not None:
+                    leaves[id(leaf)] = child
+    return parents, leaves
 
 
 def _above(starts, parents, stop=frozenset()) -> tuple:
@@ -62,12 +66,12 @@ def _above(starts, parents, stop=frozenset()) -> tuple:
 def backward_input(y, g, x, weights) -> list:
     """I: set x.grad to d(y.g)/dx, and return what W needs: [(weights, [(node, grads)])], one
     entry per group of weights that join the activation path at the same nodes (a layer)."""
-    root = grad_node(y)
-    parents = _parents(root)
-    path, _ = _above([grad_node(x)], parents)            # nodes between the input and the output
+    parents, leaves = _parents(grad_node(y))
+    node_of = (lambda t: leaves.get(id(t)) or grad_node(t))
+    path, _ = _above([node_of(x)], parents)              # nodes between the input and the output
     groups = {}
     for q in weights:
-        _, joins = _above([grad_node(q)], parents, stop=path)
+        _, joins = _above([node_of(q)], parents, stop=path)
         if not joins:
             raise ValueError(f"a weight of shape {tuple(q.shape)} never meets the path from the stage's "
                              "input to its output: split the backward only where the output depends on "
