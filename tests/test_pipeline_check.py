@@ -4,7 +4,7 @@ import time
 import pytest
 
 from labkit.check.pipeline import judge_1f1b, schedule_1f1b
-from labkit.pipeline import B, F
+from labkit.pipeline import B, F, build, one_f_one_b
 
 
 def right(r, p, m):
@@ -107,7 +107,25 @@ def same_warmup_everywhere(r, p, m):
     return a + [B(i) for i in range(m - warm, m)]
 
 
+def calls_labkit(r, p, m):
+    return one_f_one_b(p, m).actions[r]
+
+
+def calls_labkit_through_build(r, p, m):
+    return list(build("1f1b", p, m).actions[r])
+
+
+def copies_labkit_as_strings(r, p, m):
+    from labkit.pipeline import schedules
+    return [repr(a) for a in schedules.SCHEDULES["1f1b"](p, m).actions[r]]
+
+
+BORROWED = "which is the answer being checked: please write the schedule yourself"
+
 WRONG = [
+    (calls_labkit, "your function calls labkit's own one_f_one_b (directly or through build), " + BORROWED),
+    (calls_labkit_through_build, BORROWED),
+    (copies_labkit_as_strings, BORROWED),
     (no_warmup, "it runs, but its simulated bubble is 75.0%, 1F1B's is (p-1)/(m+p-1) = 27.3%"),
     (warmup_reversed, "deadlock"),
     (no_cooldown, "stage 0 never runs B5"),
@@ -145,9 +163,12 @@ def test_checker_on_the_cluster(cluster4, capsys):
     def stub(r, p, m):
         raise NotImplementedError("exercise")
     assert not schedule_1f1b(stub, cluster=cluster4)
+    assert not schedule_1f1b(calls_labkit, cluster=cluster4)
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("schedule_1f1b: pass (valid with 1F1B's bubble and memory on 4 shapes; ran on 4 "
                              "ranks with m=8, gradients equal one process's)"), out
     assert out[1].startswith("schedule_1f1b: FAIL (p=4, m=8: it runs, but its simulated bubble is 75.0%"), out
     assert out[2].startswith("schedule_1f1b: not implemented yet"), out
+    assert out[3].startswith("schedule_1f1b: FAIL (your function calls labkit's own one_f_one_b"), out
+    assert "please write the schedule yourself" in out[3], out
     assert cluster4.run(lambda: 1) == [1] * 4          # the cluster is still usable

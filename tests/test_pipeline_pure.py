@@ -110,3 +110,24 @@ def test_explicit_comms_missing_receive():
     s = with_comms(one_f_one_b(2, 2))
     s.actions[1] = [a for a in s.actions[1] if repr(a) != "RECV_F1"]
     assert "stage 1 never runs RECV_F1" in validate(s)[0]
+
+
+# --- activations held: same bubble, different memory ----------------------------------------
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 16), (8, 8)])
+def test_activations_held_per_schedule_against_the_formulas(p, m):
+    from labkit.pipeline import first_stage_activations, held_in_order, interleaved_memory_factor
+    assert held_in_order(gpipe(p, m)) == [m] * p
+    assert held_in_order(one_f_one_b(p, m)) == [p - r for r in range(p)]
+    assert held_in_order(zb_h1(p, m)) == [p] * p           # rank r holds back r W's
+    for v in (2, 3):
+        held = held_in_order(interleaved_1f1b(p, m, v))
+        # warm-up (v-1)p + 2(p-1-r) chunk forwards, one more before the first backward
+        # (never more than all m micro-batches)
+        assert held == pytest.approx([min(((v - 1) * p + 2 * (p - 1 - r) + 1) / v, m) for r in range(p)])
+        assert held[0] == pytest.approx(min(p * interleaved_memory_factor(p, v), m))   # Korthikanti
+        assert held[0] == pytest.approx(first_stage_activations("interleaved", p, m, v))
+    assert held_in_order(interleaved_1f1b(4, 8, 2))[0] == 5.5 and interleaved_memory_factor(4, 2) == 1.375
+    for make in (gpipe, one_f_one_b, zb_h1):                 # the counting agrees with the simulation
+        s = make(p, m)
+        assert held_in_order(s) == simulate(s).peak_activations
+        assert held_in_order(s)[0] == first_stage_activations(s.name, p, m)

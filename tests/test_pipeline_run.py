@@ -1,17 +1,18 @@
 """labkit.pipeline's executor on real gloo ranks: gradients, the bubble measured, memory, torch."""
 import pytest
 
-from labkit.pipeline import bubble_ratio, build, one_f_one_b, gpipe
+from labkit.pipeline import bubble_ratio, build, first_stage_activations, gpipe, held_in_order, one_f_one_b
 from labkit.pipeline.executor import run_schedule
-from labkit.pipeline.timeline import simulated_twin, timeline_of
+from labkit.pipeline.timeline import held_measured, simulated_twin, timeline_of
 from labkit.pipeline.torch_pp import torch_step
 
 pytestmark = pytest.mark.cluster
 
-PAD = 0.015     # seconds of padded compute per layer per forward (B: twice); timings need it on 2 cores
+PAD = 0.03      # seconds of padded compute per layer per forward (B: twice): long against the late wake-ups
+#                 of four ranks sharing 2 busy cores, so they stay a small share of the step
 TOL = 0.05      # measured against its simulated twin (the measured times replayed)
-TOL_FORMULA = 0.06   # measured against (p-1)/(m+p-1): 0.03 on a quiet machine (the bench shows it);
-#                      tests run beside other jobs, whose load shows up as extra idle time
+TOL_FORMULA = 0.03   # measured against (p-1)/(m+p-1), as the bench shows on a quiet machine; load from
+#                      other jobs shows up as extra idle time, so a run that misses is retried (_measure)
 
 
 @pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved", "zb-h1"])
@@ -65,6 +66,18 @@ def test_activation_memory_gpipe_grows_with_m_1f1b_does_not(cluster4):
     assert peak["gpipe", 8] == [2 * b for b in peak["gpipe", 4]]
     assert peak["one_f_one_b", 8] == peak["one_f_one_b", 4]
     assert peak["one_f_one_b", 8][0] * 2 == peak["gpipe", 8][0]      # p = 4 alive against m = 8
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved", "zb-h1"])
+def test_activations_held_on_the_ranks_as_counted(cluster, name):
+    """Bytes saved at the peak on each rank = the schedule's count x the bytes of each set; in
+    micro-batches' worth: interleaved's first stage holds p(1 + (p-1)/(pv)), 1F1B's p."""
+    p = cluster.world_size
+    s = build(name, p, 8, chunks=2)
+    t = timeline_of(cluster.run(run_schedule, s, live=False, warmup=0, check=False, frozen=None), s)
+    assert t.extra["peak_bytes"] == held_in_order(s, set_bytes=t.extra["set_bytes"])
+    assert held_measured(t) == pytest.approx(held_in_order(s))
+    assert held_measured(t)[0] == pytest.approx(first_stage_activations(name, p, 8))
 
 
 def test_slow_stage_and_rebalancing(cluster4):

@@ -5,7 +5,11 @@
   Judged without processes first, on several shapes (the validator names the first deadlock or
   missing dependency; the simulator checks it is 1F1B: at most p - r micro-batches alive on
   stage r and the (p-1)/(m+p-1) bubble), then run on the cluster, gradients against one process.
+  An answer that calls labkit's own `one_f_one_b` (directly, through `build` or `SCHEDULES`) is
+  turned down: it is the answer being checked.
 """
+import sys
+
 from labkit.check.core import checker
 
 __all__ = ["schedule_1f1b", "judge_1f1b"]
@@ -13,11 +17,34 @@ __all__ = ["schedule_1f1b", "judge_1f1b"]
 SHAPES = [(4, 8), (4, 2), (2, 5), (3, 3)]        # (stages, micro-batches): m > p, m < p, m = p
 
 
+class _Borrowed(Exception):
+    """The learner's function called labkit's own one_f_one_b."""
+
+
+def _call(fn, *args):
+    """fn(*args), watching (sys.setprofile) for a call to labkit's one_f_one_b at any depth."""
+    from labkit.pipeline import schedules
+    target, seen = schedules.one_f_one_b.__code__, []
+
+    def watch(frame, event, arg):
+        if event == "call" and frame.f_code is target:
+            seen.append(frame.f_code)
+    before = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        got = fn(*args)
+    finally:
+        sys.setprofile(before)
+    if seen:
+        raise _Borrowed
+    return got
+
+
 def _lists(fn, p, m) -> list:
     from labkit.pipeline.validate import _parse
     acts = []
     for r in range(p):
-        got = fn(r, p, m)
+        got = _call(fn, r, p, m)
         if not isinstance(got, (list, tuple)):
             raise ValueError(f"for stage {r} of {p} (m={m}) your function returned {type(got).__name__}; "
                              "return a list of actions such as [F(0), F(1), B(0), ...]")
@@ -33,6 +60,10 @@ def judge_1f1b(fn, shapes=SHAPES):
             acts = _lists(fn, p, m)
         except (ScheduleError, ValueError) as exc:
             return False, f"p={p}, m={m}: {exc}"
+        except _Borrowed:
+            return False, ("your function calls labkit's own one_f_one_b (directly or through build), "
+                           "which is the answer being checked: please write the schedule yourself, "
+                           "from the three phases (warm-up, steady state, cool-down)")
         s = as_schedule(acts, p, m, name="your 1F1B")
         problems = validate(s)
         if problems:

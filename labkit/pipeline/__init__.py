@@ -9,13 +9,15 @@ Pure files (formulas, schedules, validate, simulate) import neither torch nor th
 The executor (`labkit.pipeline.executor`), the torch.distributed.pipelining comparison
 (`labkit.pipeline.torch_pp`) and the pictures (`labkit.pipeline.draw`, `.widgets`) load on use.
 """
-from labkit.pipeline.formulas import bubble_over_ideal, bubble_ratio, ideal_time, pipeline_time
+from labkit.pipeline.formulas import (bubble_over_ideal, bubble_ratio, first_stage_activations, ideal_time,
+                                      interleaved_memory_factor, pipeline_time)
 from labkit.pipeline.schedules import (SCHEDULES, Action, B, F, I, Schedule, W, build, compute_only,
                                        gpipe, interleaved_1f1b, one_f_one_b, with_comms, zb_h1)
-from labkit.pipeline.simulate import Timeline, bubble_of, peak_in_flight, simulate
+from labkit.pipeline.simulate import Timeline, bubble_of, held_in_order, peak_in_flight, simulate
 from labkit.pipeline.validate import ScheduleError, as_schedule, ensure_valid, play, validate
 
-__all__ = ["bubble_ratio", "bubble_over_ideal", "ideal_time", "pipeline_time", "Action", "Schedule",
+__all__ = ["bubble_ratio", "bubble_over_ideal", "ideal_time", "pipeline_time", "interleaved_memory_factor",
+           "first_stage_activations", "held_in_order", "Action", "Schedule",
            "F", "B", "I", "W", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "SCHEDULES", "build",
            "with_comms", "compute_only", "simulate", "Timeline", "bubble_of", "peak_in_flight",
            "validate", "ensure_valid", "ScheduleError", "as_schedule", "play"]

@@ -14,10 +14,11 @@ from matplotlib.patches import Patch
 from labkit import figtext
 from labkit.livefig import LiveFigure
 from labkit.pipeline.formulas import bubble_ratio
-from labkit.pipeline.simulate import Timeline, bubble_of, peak_in_flight
+from labkit.pipeline.simulate import Timeline, bubble_of, held_in_order, peak_in_flight
 from labkit.pipeline.schedules import Action
 
-__all__ = ["COLOURS", "gantt", "side_by_side", "live_gantt", "bubble_vs_m", "activations_plot"]
+__all__ = ["COLOURS", "gantt", "gantts", "side_by_side", "live_gantt", "bubble_vs_m", "activations_plot",
+           "held_plot"]
 
 COLOURS = {"F": "#4c78a8", "B": "#54a24b", "I": "#f58518", "W": "#b279a2", "idle": "#eeeeee"}
 LABELS = {"F": "forward", "B": "backward", "I": "input grad (I)", "W": "weight grad (W)", "idle": "idle"}
@@ -28,13 +29,25 @@ def _gantt_size(stages: int) -> tuple:
     return figtext.figsize((10, 0.55 * stages + 1.3), (10, 0.6 * stages + 2.0))
 
 
-def gantt(t: Timeline, ax=None, title: str = None, unit: str = None, formula: bool = True):
+def _fits(ax, width: float, xmax: float, text: str, pt: float) -> bool:
+    """Whether `text` at `pt` points fits in a bar `width` time units wide on an axis to xmax
+    (the axes' width as laid out now, less a tenth for tight_layout and the legend)."""
+    fig = ax.figure
+    axes_in = ax.get_position().width * fig.get_figwidth() * 0.9
+    return width / xmax * axes_in >= (0.62 * len(text) + 0.4) * pt / 72
+
+
+def gantt(t: Timeline, ax=None, title: str = None, unit: str = None, formula: bool = True, xmax: float = None):
     """Draw a Timeline: a row per stage, a bar per action with its micro-batch number (later
-    chunks paler), idle time grey. Text sizes follow rcParams (labkit.figtext). Returns the axes."""
+    chunks paler), idle time grey. A number that does not fit its bar at a readable size is left
+    out (the legend says so). `xmax`: the time axis' end (several charts on one scale: gantts).
+    Text sizes follow rcParams (labkit.figtext). Returns the axes."""
     if ax is None:
         _, ax = plt.subplots(figsize=_gantt_size(t.stages))
-    k = figtext.scale()                               # on slides, numbers only in wider bars
     span = t.makespan or 1.0
+    xmax = max(xmax or span, span)
+    pt = figtext.size(7)
+    dropped = False
     t0 = min((s for ivs in t.intervals for s, _, _ in ivs), default=0.0)
     kinds = set()
     for r, ivs in enumerate(t.intervals):
@@ -48,42 +61,54 @@ def gantt(t: Timeline, ax=None, title: str = None, unit: str = None, formula: bo
             ax.broken_barh(bars, (y + 0.1, 0.8), facecolor=COLOURS[kind], edgecolor="white",
                            linewidth=0.6, alpha=1.0 if chunk == 0 else max(0.35, 1.0 - 0.3 * chunk))
         for s, e, a in ivs:
-            if (e - s) / span > 0.012 * k:
+            if _fits(ax, e - s, xmax, str(a.mb), pt):
                 ax.text(s - t0 + (e - s) / 2, y + 0.5, str(a.mb), ha="center", va="center",
-                        fontsize=figtext.size(7 if (e - s) / span > 0.02 * k else 5),
-                        color="white" if a.chunk == 0 else "black")
+                        fontsize=pt, color="white" if a.chunk == 0 else "black")
+            else:
+                dropped = True
     ax.set_yticks([t.stages - 1 - r + 0.5 for r in range(t.stages)],
                   [f"stage {r}" for r in range(t.stages)])
     ax.set_ylim(0, t.stages)
-    ax.set_xlim(0, span)
+    ax.set_xlim(0, xmax)
     seconds = t.measured or t.extra.get("seconds")
     ax.set_xlabel(unit or ("seconds since the step started" if seconds else "time (units of one forward)"))
     head = title or f"{t.name}: " + ("measured" if t.measured else
                                      "simulated with the measured times" if seconds else "simulated")
     line = f"bubble {t.bubble:.1%}"
     if formula and t.name.split(" (")[0] != "ZB-H1":
-        line += f", formula (p-1)/(vm+p-1) = {bubble_ratio(t.stages, t.microbatches, t.chunks):.1%}"
+        line += (f", formula (p-1)/({'vm' if t.chunks > 1 else 'm'}+p-1) = "
+                 f"{bubble_ratio(t.stages, t.microbatches, t.chunks):.1%}")
     ax.set_title(f"{head} (p={t.stages}, m={t.microbatches}" + (f", v={t.chunks}" if t.chunks > 1 else "")
                  + ("):\n" if figtext.slides() else "): ") + line, fontsize=figtext.size(9))
     handles = [Patch(color=COLOURS[k], label=LABELS[k]) for k in ("F", "B", "I", "W", "idle")
                if k in kinds or k == "idle"]
     if t.chunks > 1:
         handles.append(Patch(facecolor=COLOURS["F"], alpha=0.6, label="paler: chunk 1, 2, ..."))
+    handles.append(Patch(color="none", label="numbers: micro-batch" +
+                         ("\n(left out where\na bar is too narrow)" if dropped else "")))
     ax.legend(handles=handles, fontsize=figtext.size(7), loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax
 
 
-def side_by_side(left: Timeline, right: Timeline, path: str = None):
-    """Two Gantt charts on one time axis (e.g. a measured run and its simulated twin)."""
-    fig, axes = plt.subplots(2, 1, figsize=(11, 1.1 * (left.stages + right.stages) / 2 + 2.6), sharex=True)
-    gantt(left, axes[0])
-    gantt(right, axes[1])
-    axes[0].set_xlabel("")
-    axes[1].set_xlim(0, max(left.makespan, right.makespan))
+def gantts(timelines: list, path: str = None, height: float = None):
+    """Gantt charts one above another on one time axis, to the longest makespan (none clipped)."""
+    n = len(timelines)
+    height = height or 0.55 * sum(t.stages for t in timelines) + 1.6 * n
+    fig, axes = plt.subplots(n, 1, figsize=(11, height), sharex=True, squeeze=False)
+    xmax = max(t.makespan for t in timelines)
+    for ax, t in zip(axes[:, 0], timelines):
+        gantt(t, ax, xmax=xmax)
+    for ax in axes[:-1, 0]:
+        ax.set_xlabel("")
     fig.tight_layout()
     if path:
         fig.savefig(path, dpi=100)
     return fig
+
+
+def side_by_side(left: Timeline, right: Timeline, path: str = None):
+    """Two Gantt charts on one time axis (e.g. a measured run and its simulated twin)."""
+    return gantts([left, right], path, height=1.1 * (left.stages + right.stages) / 2 + 2.6)
 
 
 class live_gantt(LiveFigure):
@@ -170,3 +195,35 @@ def activations_plot(timelines: dict, path: str = None):
     if path:
         fig.savefig(path, dpi=100)
     return fig
+
+
+def held_plot(timelines: dict, path: str = None):
+    """timelines: {label: measured Timeline run with frozen=None}; per stage, the activations
+    held at the peak in micro-batches' worth (peak bytes over one micro-batch's bytes: bars)
+    and the count from the schedule's lists (numbers on the bars)."""
+    from labkit.pipeline.timeline import held_measured
+    fig, ax = plt.subplots(figsize=figtext.figsize((7.5, 3.6)))
+    n = len(timelines)
+    for i, (label, t) in enumerate(timelines.items()):
+        xs = [r + (i - (n - 1) / 2) * 0.8 / n for r in range(t.stages)]
+        bars = ax.bar(xs, held_measured(t), width=0.8 / n, label=label, color=plt.get_cmap("tab10")(i))
+        for bar, k in zip(bars, held_in_order(_schedule_of(t))):
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{k:g}", ha="center",
+                    va="bottom", fontsize=figtext.size(7))
+    ax.set_xticks(range(t.stages), [f"stage {r}" for r in range(t.stages)])
+    ax.set_ylabel("micro-batches' worth held")
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
+    ax.set_title("Activations held at the peak: bars measured on the ranks" + ("\n" if figtext.slides() else ", ")
+                 + "numbers counted from the schedule", fontsize=figtext.size(9))
+    ax.legend(fontsize=figtext.size(7), loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=100)
+    return fig
+
+
+def _schedule_of(t: Timeline):
+    """The per-stage action lists of a measured Timeline, in the order each rank ran them."""
+    from labkit.pipeline.validate import as_schedule
+    return as_schedule([[a for _, _, a in sorted(ivs, key=lambda x: x[0])] for ivs in t.intervals],
+                       t.stages, t.microbatches, t.chunks, name=t.name)

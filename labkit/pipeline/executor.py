@@ -10,12 +10,17 @@ posted with `isend` and waited for at the end of the step, each receive is an `i
 would wait for the peer's receive, and on gloo two ranks that both send first (1F1B's steady
 state) would wait for ever.
 
+A zero-bubble I computes the input gradient and keeps each layer's output gradient; its W
+computes the weight gradients from those alone (`labkit.pipeline.backward`), so I + W does
+the work of one fused B.
+
 `pad` makes compute time uniform: each action computes for real, then sleeps until `pad`
 seconds per layer have passed (forward and I and W: 1 x, B: 2 x), so four ranks sharing two
 cores still follow the schedule's ideal timing and the gradients stay real.
 """
 import time
 
+from labkit.pipeline.backward import backward_input, backward_weight
 from labkit.pipeline.model import batch, microbatch_loss, mlp, reference_grads, split
 from labkit.pipeline.schedules import compute_only
 from labkit.pipeline.validate import ensure_valid
@@ -30,11 +35,12 @@ def _tag(kind: str, mb: int, vs: int, m: int, nv: int) -> int:
 
 
 class _Memory:
-    """Bytes autograd saves for backward, per micro-batch (parameters not counted), and the peak."""
+    """Bytes autograd saves for backward in the stage's layers (parameters and the loss not
+    counted), per (micro-batch, chunk) set; the peak; the largest set of each chunk."""
 
     def __init__(self, params):
         self.params = {p.data_ptr() for p in params}
-        self.live, self.peak, self.held = 0, 0, {}
+        self.live, self.peak, self.held, self.set_bytes = 0, 0, {}, {}
 
     def hooks(self, key):
         import torch
@@ -51,6 +57,11 @@ class _Memory:
             return t
         return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
 
+    def done(self, key):
+        """The forward of `key` = (micro-batch, chunk) is over: note its set's size."""
+        chunk = key[1]
+        self.set_bytes[chunk] = max(self.set_bytes.get(chunk, 0), self.held.get(key, 0))
+
     def free(self, key):
         self.live -= self.held.pop(key, 0)
 
@@ -63,14 +74,14 @@ def _pad(t0: float, seconds):
 
 
 def _step(s, rank, parts, xs, ys, pad, record, live, prefetch):
-    """One training step of schedule s on this rank. Returns (intervals, waits, peak bytes, loss)."""
+    """One training step of schedule s on this rank. Returns (intervals, waits, _Memory, loss)."""
     import torch
     import torch.distributed as dist
     import labkit
     m, nv = s.microbatches, s.virtual_stages
     last = nv - 1
     shape = xs[0].shape
-    box, inp, out, grad, pending, log, waits = {}, {}, {}, {}, [], [], []
+    box, inp, out, grad, kept, pending, log, waits = {}, {}, {}, {}, {}, [], [], []
     loss_sum = 0.0
     mem = _Memory([q for part in parts.values() for q in part.parameters()])
 
@@ -118,9 +129,10 @@ def _step(s, rank, parts, xs, ys, pad, record, live, prefetch):
             t0 = time.perf_counter()
             with mem.hooks(key):
                 y = part(x)
-                if vs == last:
-                    y = microbatch_loss(y, ys[mb], m)
-                    loss_sum += float(y.detach())
+            mem.done(key)
+            if vs == last:
+                y = microbatch_loss(y, ys[mb], m)
+                loss_sum += float(y.detach())
             inp[key], out[key] = x, y
             _pad(t0, pad and pad * layers)
             t1 = time.perf_counter()
@@ -134,9 +146,11 @@ def _step(s, rank, parts, xs, ys, pad, record, live, prefetch):
             weights = [q for q in part.parameters() if q.requires_grad]
             if a.kind == "B":
                 torch.autograd.backward(y, g, inputs=weights + ([x] if vs > 0 else []))
-            elif a.kind == "I" and vs > 0:
-                torch.autograd.backward(y, g, inputs=[x], retain_graph=True)
-            elif a.kind == "W":
+            elif a.kind == "I" and vs > 0:           # x.grad, and each layer's gradient for W
+                kept[key] = backward_input(y, g, x, weights)
+            elif a.kind == "W" and key in kept:      # weight gradients only, from what I kept
+                backward_weight(kept.pop(key))
+            elif a.kind == "W":                      # the first stage: I had nothing to do
                 torch.autograd.backward(y, g, inputs=weights)
             _pad(t0, pad and pad * layers * (2 if a.kind == "B" else 1))
             t1 = time.perf_counter()
@@ -152,22 +166,23 @@ def _step(s, rank, parts, xs, ys, pad, record, live, prefetch):
                 labkit.emit(pipeline=s.name, kind=a.kind, mb=mb, chunk=c, t0=t0, t1=t1)
     for work, _ in pending:
         work.wait()
-    return log, waits, mem.peak, loss_sum
+    return log, waits, mem, loss_sum
 
 
 def run_schedule(schedule, layers: int = 8, width: int = 64, microbatch_size: int = 4, sizes=None,
                  pad: float = None, warmup: int = 1, live: bool = True, check: bool = True,
-                 prefetch: int = 2, repeats: int = 1) -> dict:
+                 prefetch: int = 2, repeats: int = 1, frozen=1) -> dict:
     """Run one training step of `schedule` on this rank (call on every rank: cluster.run).
 
-    The model is `mlp(layers, width)` cut into stages x chunks parts (`sizes`: layers per part,
+    The model is `mlp(layers, width, frozen=frozen)` cut into stages x chunks parts (`sizes`: layers per part,
     for an unequal cut); the batch is m micro-batches of `microbatch_size` rows. `warmup`
     unrecorded, unpadded steps come first, then `repeats` timed steps (each between barriers, the slowest rank's), the last recorded.
     With check=True each rank compares its gradients with one process's on the whole batch.
 
     Returns this rank's intervals [(t0, t1, kind, mb, chunk)] on the machine's monotonic clock,
-    receive waits, peak saved-activation bytes, the loss (last stage), the largest gradient
-    difference and the parameters whose gradient is missing or extra."""
+    receive waits, peak saved-activation bytes of its layers, the bytes one micro-batch saves
+    in each chunk (`set_bytes`), the loss (last stage), the largest gradient difference and
+    the parameters whose gradient is missing or extra."""
     import torch
     import torch.distributed as dist
     s = compute_only(ensure_valid(schedule))
@@ -175,7 +190,7 @@ def run_schedule(schedule, layers: int = 8, width: int = 64, microbatch_size: in
     if n != s.stages:
         raise ValueError(f"the schedule has {s.stages} stages but the cluster has {n} ranks: build it "
                          f"for stages={n}, or start labkit.Cluster(world_size={s.stages})")
-    model = mlp(layers, width)
+    model = mlp(layers, width, frozen=frozen)
     cut = split(model, s.virtual_stages, sizes)
     parts = {c: cut[s.vstage(rank, c)] for c in range(s.chunks)}
     x, y = batch(microbatch_size * s.microbatches, width)
@@ -185,19 +200,20 @@ def run_schedule(schedule, layers: int = 8, width: int = 64, microbatch_size: in
         model.zero_grad(set_to_none=True)
         dist.barrier()
         start = time.perf_counter()
-        log, waits, peak, loss = _step(s, rank, parts, xs, ys, pad if step >= warmup else None,
+        log, waits, mem, loss = _step(s, rank, parts, xs, ys, pad if step >= warmup else None,
                                        step == warmup + repeats - 1, live, prefetch)
         dist.barrier()
         if step >= warmup:
             took = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
             dist.all_reduce(took, op=dist.ReduceOp.MAX)
             times.append(float(took))
-    out = {"rank": rank, "start": start, "intervals": log, "waits": waits, "peak_bytes": peak,
+    out = {"rank": rank, "start": start, "intervals": log, "waits": waits, "peak_bytes": mem.peak,
+           "set_bytes": [mem.set_bytes.get(c, 0) for c in range(s.chunks)],
            "times": times,
            "loss": loss, "pad": pad, "sizes": [len(cut[s.vstage(rank, c)]) for c in range(s.chunks)],
            "grad_diff": 0.0, "grad_mismatch": []}
     if check:
-        ref, _ = reference_grads(mlp(layers, width), x, y)
+        ref, _ = reference_grads(mlp(layers, width, frozen=frozen), x, y)
         for part in parts.values():
             for name, q in part.named_parameters():
                 r = ref[name]

@@ -10,7 +10,8 @@ model chunks per rank (interleaved 1F1B); v = 1 for GPipe and plain 1F1B, which 
 same bubble: 1F1B only reorders the work, it saves memory, not time.
 """
 
-__all__ = ["bubble_ratio", "bubble_over_ideal", "ideal_time", "pipeline_time"]
+__all__ = ["bubble_ratio", "bubble_over_ideal", "ideal_time", "pipeline_time", "interleaved_memory_factor",
+           "first_stage_activations"]
 
 
 def _check(stages, microbatches, chunks) -> None:
@@ -49,3 +50,27 @@ def pipeline_time(stages: int, microbatches: int, forward: float = 1.0, backward
     (v*m + p - 1) x (forward + backward) / v."""
     _check(stages, microbatches, chunks)
     return (chunks * microbatches + stages - 1) * (forward + backward) / chunks
+
+
+def interleaved_memory_factor(stages: int, chunks: int) -> float:
+    """1 + (p-1)/(p*v): the first stage of interleaved 1F1B holds this many times 1F1B's p
+    micro-batches of activations (Korthikanti et al. 2022, "Reducing Activation Recomputation
+    in Large Transformer Models", sec. 4.2.3). Its warm-up runs (v-1)p + 2(p-1) chunk forwards
+    before the first backward, each 1/v of the stage's layers."""
+    _check(stages, 1, chunks)
+    return 1 + (stages - 1) / (stages * chunks)
+
+
+def first_stage_activations(name: str, stages: int, microbatches: int, chunks: int = 2) -> float:
+    """Peak activations on the first stage, in micro-batches' worth (one micro-batch through all
+    of the stage's layers), for m >= p: GPipe m; 1F1B and ZB-H1 p; interleaved p(1 + (p-1)/(pv))."""
+    _check(stages, microbatches, chunks)
+    p, m = stages, microbatches
+    key = name.lower().replace("_", "-").split(" ")[0]
+    if key == "gpipe":
+        return float(m)
+    if key in ("1f1b", "zb-h1"):
+        return float(min(p, m))
+    if key == "interleaved":
+        return min(p * interleaved_memory_factor(p, chunks), float(m))
+    raise ValueError(f"no formula for {name!r}: choose gpipe, 1f1b, interleaved or zb-h1")

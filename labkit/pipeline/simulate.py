@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from labkit.pipeline.validate import ScheduleError, ensure_valid, play
 
-__all__ = ["simulate", "Timeline", "bubble_of", "peak_in_flight"]
+__all__ = ["simulate", "Timeline", "bubble_of", "peak_in_flight", "held_in_order"]
 
 
 @dataclass
@@ -75,6 +75,27 @@ def peak_in_flight(intervals: list) -> list:
             live += d
             peak = max(peak, live)
         peaks.append(peak)
+    return peaks
+
+
+def held_in_order(schedule, set_bytes=None) -> list:
+    """Per rank, the most activations alive at once, counted from its action list alone (a
+    rank runs its list in order, so no timing is needed): a forward adds its (micro-batch,
+    chunk) set, its backward (its W when split) frees it. In micro-batches' worth (a set is 1/v
+    of one micro-batch through the rank's layers), or in bytes with set_bytes[r][chunk]."""
+    s = ensure_valid(schedule)
+    split = [{(a.mb, a.chunk) for a in acts if a.kind == "W"} for acts in s.actions]
+    peaks = []
+    for r, acts in enumerate(s.actions):
+        size = (lambda c: 1) if set_bytes is None else (lambda c: set_bytes[r][c])
+        live = peak = 0
+        for a in acts:
+            if a.kind == "F":
+                live += size(a.chunk)
+                peak = max(peak, live)
+            elif a.kind in ("B", "W") or (a.kind == "I" and (a.mb, a.chunk) not in split[r]):
+                live -= size(a.chunk)
+        peaks.append(peak / s.chunks if set_bytes is None else peak)
     return peaks
 
 

@@ -3,6 +3,7 @@
     results = cluster.run(run_schedule, s, pad=0.01)
     t = timeline_of(results, s)                 # Timeline(measured=True), seconds since the start
     sim = simulate(s, **measured_costs(t))      # the same schedule with the measured times
+    held_measured(t)                            # peak activations per rank, in micro-batches' worth
 """
 import statistics
 
@@ -10,7 +11,7 @@ from labkit.pipeline.schedules import Action
 from labkit.pipeline.simulate import Timeline, simulate
 from labkit.pipeline.validate import as_schedule
 
-__all__ = ["timeline_of", "measured_costs", "simulated_twin"]
+__all__ = ["timeline_of", "measured_costs", "simulated_twin", "held_measured"]
 
 
 def timeline_of(results: list, schedule) -> Timeline:
@@ -20,12 +21,20 @@ def timeline_of(results: list, schedule) -> Timeline:
     intervals = [[(a - t0, b - t0, Action(k, mb, c)) for a, b, k, mb, c in r["intervals"]]
                  for r in sorted(results, key=lambda r: r["rank"])]
     waits = [[(a - t0, b - t0, k, mb, vs) for a, b, k, mb, vs in r["waits"]] for r in results]
-    extra = {"peak_bytes": [r["peak_bytes"] for r in results], "waits": waits,
+    extra = {"peak_bytes": [r["peak_bytes"] for r in results],
+             "set_bytes": [r.get("set_bytes") for r in results], "waits": waits,
              "loss": sum(r["loss"] for r in results),
              "grad_diff": max(r["grad_diff"] for r in results),
              "grad_mismatch": [n for r in results for n in r["grad_mismatch"]],
              "pad": results[0]["pad"], "sizes": [r["sizes"] for r in results]}
     return Timeline(s.name, s.stages, s.microbatches, s.chunks, intervals, measured=True, extra=extra)
+
+
+def held_measured(t: Timeline) -> list:
+    """Per rank, the peak bytes its layers saved for backward over the bytes one micro-batch
+    saves through all its layers (all chunks): activations held, in micro-batches' worth, as
+    held_in_order() counts them. Exact when every layer saves the same (run with frozen=None)."""
+    return [peak / sum(sets) for peak, sets in zip(t.extra["peak_bytes"], t.extra["set_bytes"])]
 
 
 def _transfers(t: Timeline) -> tuple:

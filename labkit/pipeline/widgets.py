@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 from labkit.pipeline.draw import gantt, side_by_side
 from labkit.pipeline.formulas import bubble_over_ideal, bubble_ratio
 from labkit.pipeline.schedules import build
-from labkit.pipeline.simulate import simulate
+from labkit.pipeline.simulate import held_in_order, simulate
 
 __all__ = ["schedule_explorer", "Explorer"]
 
@@ -45,8 +45,10 @@ class Explorer:
         t = simulate(s, forward=k, backward=k, weight=k)
         fig, ax = plt.subplots(figsize=(10, 0.55 * s.stages + 1.4))
         gantt(t, ax)
-        ax.text(1.0, -0.32, f"peak micro-batches alive per stage {t.peak_activations}; bubble over ideal "
-                f"(Megatron) (p-1)/(vm) = {bubble_over_ideal(s.stages, s.microbatches, s.chunks):.1%}",
+        held = ", ".join(f"{h:g}" for h in held_in_order(s))
+        ideal = "(p-1)/(vm)" if s.chunks > 1 else "(p-1)/m"
+        ax.text(1.0, -0.32, f"activations held at the peak per stage (micro-batches' worth): {held}; bubble "
+                f"over ideal (Megatron) {ideal} = {bubble_over_ideal(s.stages, s.microbatches, s.chunks):.1%}",
                 transform=ax.transAxes, ha="right", fontsize=8)
         fig.tight_layout()
         return fig
