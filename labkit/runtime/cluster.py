@@ -261,6 +261,10 @@ class Cluster:
                 print(f"labkit: event callback {cb!r} failed: {exc!r}; removed", file=sys.stderr)
                 self._callbacks.remove(cb)
 
+    def dump_stacks(self, ranks: list, which: list) -> dict:
+        """Where each of these ranks is now (collect asks, for hangs and stuck peers)."""
+        return procs.dump_stacks(ranks, which)
+
     # -- life cycle -------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:

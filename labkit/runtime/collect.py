@@ -10,9 +10,7 @@ are read only as far as their bytes have arrived (`Worker.read_messages`).
 the caller's decision, read from the `Outcome`. It needs from its caller (the Cluster) only
 what `Host` lists.
 """
-import os
 import selectors
-import signal
 import time
 from collections import namedtuple
 from typing import Protocol
@@ -34,6 +32,10 @@ class Host(Protocol):
 
     def deliver_event(self, event: Event) -> None:
         """Deliver one labkit.emit(...) event to cluster.events and the callbacks."""
+
+    def dump_stacks(self, ranks: list, which: list) -> dict:
+        """Where each rank in `which` is now: innermost frame first, or a sentence when it
+        cannot answer (local ranks: procs.dump_stacks; remote ones: through their agents)."""
 
 
 class Outcome:
@@ -70,37 +72,6 @@ class Outcome:
             failures[r] = errors.Failure(r, "RankDied", how, "")
         msg = errors.failure_message(label, world_size, failures, self.stuck, restarted, self.nodes)
         raise errors.RankError(msg, failures, self.stuck, restarted)
-
-
-def dump_stacks(ranks, which) -> dict:
-    """Where each rank in `which` is: faulthandler's dump of its main thread (works inside
-    C++ too), innermost frame first; a string instead when the rank cannot answer. Ranks on
-    other machines are asked through their node agents (remote_link.Hub.dump_stacks)."""
-    if which and hasattr(ranks[which[0]], "dump_stacks"):
-        return ranks[which[0]].dump_stacks(ranks, which)
-    found, asked, sizes = {}, [], {}
-    for r in which:
-        if ranks[r].state() in ("T", "t"):
-            found[r] = (f"stopped (SIGSTOP or a debugger: process {ranks[r].pid} cannot run until "
-                        "it gets SIGCONT)")
-            continue
-        sizes[r] = ranks[r].stack_size()
-        try:
-            os.kill(ranks[r].pid, signal.SIGUSR1)
-            asked.append(r)
-        except OSError:
-            found[r] = "gone (its process has exited)"
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline and any(ranks[r].stack_size() <= sizes[r] for r in asked):
-        time.sleep(0.01)
-    time.sleep(0.02)                           # let a dump that has started finish
-    for r in asked:
-        if ranks[r].stack_size() <= sizes[r]:
-            found[r] = ("did not answer when asked where it was (busy inside C code that holds "
-                        "Python's lock, or stopped)")
-        else:
-            found[r] = errors.parse_dump(ranks[r].read_stack(sizes[r]), ranks[r].main_ident)
-    return found
 
 
 def describe(stacks: dict) -> dict:
@@ -171,7 +142,7 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
                 # A rank raised. The others may be computing on their own (let them finish:
                 # their state is kept) or waiting in a collective for the failed rank (they
                 # never will: stop them). Their stacks tell which.
-                stacks = dump_stacks(ranks, sorted(out.pending))
+                stacks = host.dump_stacks(ranks, sorted(out.pending))
                 if any(not isinstance(s, str) and errors.in_collective(s) for s in stacks.values()):
                     out.stuck = describe(stacks)
                     break
@@ -231,7 +202,7 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
         host.show_output(w, final=not out.pending)
     _say_dropped(out, limits)
     if out.pending and not out.stuck:
-        out.stuck = describe(dump_stacks(ranks, sorted(out.pending)))
+        out.stuck = describe(host.dump_stacks(ranks, sorted(out.pending)))
     return out
 
 

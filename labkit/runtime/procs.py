@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import labkit
 from labkit.runtime import errors, frames
@@ -145,6 +146,35 @@ class Worker:
         if self.stopped_by:
             return f"was stopped: {self.stopped_by}"
         return errors.how_it_ended(self.proc.poll(), "the rank's process")
+
+
+def dump_stacks(ranks, which) -> dict:
+    """Where each local rank in `which` is: faulthandler's dump of its main thread (works
+    inside C++ too: SIGUSR1), innermost frame first; a string instead when the rank cannot
+    answer. (Ranks on other machines are asked through their agents: remote_link.Hub.)"""
+    found, asked, sizes = {}, [], {}
+    for r in which:
+        if ranks[r].state() in ("T", "t"):
+            found[r] = (f"stopped (SIGSTOP or a debugger: process {ranks[r].pid} cannot run until "
+                        "it gets SIGCONT)")
+            continue
+        sizes[r] = ranks[r].stack_size()
+        try:
+            os.kill(ranks[r].pid, signal.SIGUSR1)
+            asked.append(r)
+        except OSError:
+            found[r] = "gone (its process has exited)"
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline and any(ranks[r].stack_size() <= sizes[r] for r in asked):
+        time.sleep(0.01)
+    time.sleep(0.02)                           # let a dump that has started finish
+    for r in asked:
+        if ranks[r].stack_size() <= sizes[r]:
+            found[r] = ("did not answer when asked where it was (busy inside C code that holds "
+                        "Python's lock, or stopped)")
+        else:
+            found[r] = errors.parse_dump(ranks[r].read_stack(sizes[r]), ranks[r].main_ident)
+    return found
 
 
 class _Launcher:

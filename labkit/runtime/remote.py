@@ -214,6 +214,10 @@ class RemoteCluster(Cluster):
         wait_joined(self, deadline + 60, self._kill_ranks)
         self._needs_restart = False
 
+    def dump_stacks(self, ranks: list, which: list) -> dict:
+        """Where each of these ranks is: asked of their node agents."""
+        return self._hub.dump_stacks(ranks, which)
+
     def _choose_backend(self, ranks) -> str:
         enough = all(w.ready["gpus"] >= int(w.info["local_world_size"]) for w in ranks)
         if self.backend_wanted == "nccl" and not enough:

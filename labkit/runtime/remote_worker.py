@@ -92,7 +92,6 @@ class RemoteWorker(procs.Worker):
         self.main_ident = info.get("main_ident")
         self.stack_path = None
         self.ready = None                         # its hello (gpus, threads), once received
-        self.dump_stacks = link.hub.dump_stacks   # collect asks the agents, not os.kill
 
     @property
     def where(self) -> str:
