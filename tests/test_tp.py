@@ -65,8 +65,21 @@ def test_dtensor_same_results(cluster4):
             assert diffs[worst] < TOL, (sp, rank, worst, diffs[worst])
     from labkit.tp.dtensor_tp import dtensor_sp_traffic
     dt = cluster4.run(dtensor_sp_traffic)[0]
-    act = dt["activation bytes"]      # gloo: 4 pairs x (1.5 + 0.75); separate q, k, v: 6 all-reduces x 1.5
-    assert abs(dt["DTensor TP+SP"] / act - 9) < 0.1 and abs(dt["DTensor TP"] / act - 9) < 0.1, dt
+    act = dt["activation bytes"]      # gloo: 4 pairs x (1.5 + 0.75); 4 all-reduces x 1.5
+    assert abs(dt["DTensor TP+SP"] / act - 9) < 0.1 and abs(dt["DTensor TP"] / act - 6) < 0.1, dt
+
+
+def test_dtensor_plan_four_all_reduces_per_layer(cluster):
+    """torchtitan's plan (PrepareModuleInput on attn): 4 all-reduces per layer, as Megatron;
+    without it q, k and v each all-reduce their input gradient: 6. Counted by CommDebugMode."""
+    from labkit.tp.dtensor_tp import dtensor_comm_counts
+    good = cluster.run(dtensor_comm_counts)
+    bad = cluster.run(dtensor_comm_counts, prepare_inputs=False)
+    sp = cluster.run(dtensor_comm_counts, sequence_parallel=True)
+    for rank in range(cluster.world_size):
+        assert good[rank] == {"all_reduce": 4.0}, (rank, good[rank])
+        assert bad[rank] == {"all_reduce": 6.0}, (rank, bad[rank])
+        assert sp[rank] == {"all_gather_into_tensor": 4.0, "reduce_scatter_tensor": 4.0}, (rank, sp[rank])
 
 
 def test_fsdp2_times_tp_equals_one_process(cluster4):
