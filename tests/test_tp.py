@@ -45,15 +45,29 @@ def test_four_all_reduces_per_layer(cluster):
             assert abs(r[way] / r["formula each way"] - 1) < 0.01, (rank, way, r)
 
 
-def test_sequence_parallel_same_bytes_less_memory(cluster4):
-    tp = cluster4.run(block_traffic)[0]
-    sp = cluster4.run(block_traffic, sequence_parallel=True)[0]
-    sp_gloo = cluster4.run(block_traffic, sequence_parallel=True, impl="torch")[0]
+def test_sequence_parallel_bytes_on_the_wire(cluster):
+    t = cluster.world_size
+    tp = cluster.run(block_traffic)[0]
+    sp = cluster.run(block_traffic, sequence_parallel=True)[0]
+    sp_gloo = cluster.run(block_traffic, sequence_parallel=True, impl="torch")[0]
     assert abs(sp["forward"] / tp["forward"] - 1) < 0.01      # ring reduce-scatter + all-gather
-    assert abs(sp_gloo["forward"] / tp["forward"] - 1.5) < 0.03   # gloo's reduce-scatter = all-reduce
-    full = cluster4.run(saved_activation_bytes)[0]
-    split = cluster4.run(saved_activation_bytes, sequence_parallel=True)[0]
-    assert split < full
+    # backward: the same pairs, plus the input of qkv and fc all-gathered again (s/t kept)
+    assert sp["extra backward"] == 2 * (t - 1) / t * sp["activation bytes"]
+    assert abs(sp["backward"] / (sp["formula each way"] + sp["extra backward"]) - 1) < 0.01, sp
+    assert abs(sp_gloo["forward"] / tp["forward"] - 1.5) < 0.03, sp_gloo   # gloo: RS sends an AR
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "math"])
+def test_activation_memory_matches_korthikanti(cluster, attention):
+    """Bytes saved for backward within 2 % of Korthikanti et al.'s formula, TP and TP+SP
+    (sdpa keeps no attention scores: their selective case; math keeps them)."""
+    from labkit.tp.parity import activation_formula
+    t = cluster.world_size
+    for sp in (False, True):
+        want = activation_formula(sequence_parallel=sp, attention=attention, t=t)
+        for rank, got in enumerate(cluster.run(saved_activation_bytes, sequence_parallel=sp,
+                                               attention=attention)):
+            assert abs(got / want - 1) < 0.02, (t, sp, rank, got, want)
 
 
 def test_dtensor_same_results(cluster4):
