@@ -14,7 +14,7 @@ locally and all-reduced once (4 all-reduces per layer, as Megatron's fused QKV).
 (`prepare_inputs=False`) each ColwiseParallel projection receives a plain tensor, makes its own
 DTensor of it, and all-reduces its own input gradient in backward: 3 for attention, 6 per layer.
 
-    dtensor_comm_counts(prepare_inputs=False)   # {"all_reduce": 6.0, ...} per layer (CommDebugMode)
+    dtensor_comm_counts(prepare_inputs=False)["collectives"]   # {"all_reduce": 6.0} per layer
 """
 import torch.distributed as dist
 import torch.nn as nn
@@ -100,19 +100,24 @@ def dtensor_blocks(blocks, mesh=None, sequence_parallel: bool = False,
 
 def dtensor_comm_counts(n_layer=2, n_embd=64, n_head=4, b=2, s=16, sequence_parallel=False,
                         prepare_inputs: bool = True) -> dict:
-    """Collectives per layer in one forward + backward, counted by torch's CommDebugMode:
-    {"all_reduce": 4.0, ...} (names without the "c10d_functional." prefix)."""
+    """Collectives per layer in one forward + backward, counted by torch's CommDebugMode
+    ({"all_reduce": 4.0}: names without "c10d_functional."), and the largest difference of the
+    output and the input's gradient from the same blocks on one device ("max diff")."""
     from torch.distributed.tensor.debug import CommDebugMode
     from labkit.tp.parity import _local_seq, batch, reference_blocks
-    tp = dtensor_blocks(reference_blocks(n_layer, n_embd, n_head), sequence_parallel=sequence_parallel,
-                        prepare_inputs=prepare_inputs)
+    ref = reference_blocks(n_layer, n_embd, n_head)
+    tp = dtensor_blocks(ref, sequence_parallel=sequence_parallel, prepare_inputs=prepare_inputs)
     x, w = batch(b, s, n_embd)
     cut = (lambda z: _local_seq(z, None)) if sequence_parallel else (lambda z: z)
-    xin = cut(x).clone().requires_grad_()
+    xin, xr = cut(x).clone().requires_grad_(), x.clone().requires_grad_()
     with CommDebugMode() as cm:
         y = tp(xin)
         (y * cut(w)).sum().backward()
-    return {str(k).split(".")[-1]: v / n_layer for k, v in cm.get_comm_counts().items()}
+    yr = ref(xr)
+    (yr * w).sum().backward()
+    diff = max((y - cut(yr)).abs().max().item(), (xin.grad - cut(xr.grad)).abs().max().item())
+    return {"collectives": {str(k).split(".")[-1]: v / n_layer for k, v in cm.get_comm_counts().items()},
+            "max diff": diff}
 
 
 def dtensor_parity(n_layer=2, n_embd=64, n_head=4, b=2, s=16, sequence_parallel=False) -> dict:
