@@ -104,9 +104,74 @@ def b_transposed_gw(ctx, gy):
     return gy @ w, _flat(x).t() @ _flat(gy), _flat(gy).sum(0), None
 
 
-def b_wrong_gx(ctx, gy):
+def b_wrong_gx(ctx, gy):                       # the batch order lost (x 0.5 is now named 1/2)
     x, w = ctx.saved_tensors
-    return gy @ w * 0.5, _flat(gy).t() @ _flat(x), _flat(gy).sum(0), None
+    return (gy @ w).flip(0), _flat(gy).t() @ _flat(x), _flat(gy).sum(0), None
+
+
+def f_mismatch(ctx, x, w, b, group):         # rank 0 all-reduces, the others broadcast
+    ctx.save_for_backward(x, w)
+    y = x @ w.t()
+    if dist.get_rank() == 0:
+        dist.all_reduce(y, group=group)
+    else:
+        dist.broadcast(y, 0, group=group)
+    return y + b
+
+
+def f_only_rank0_reduces(ctx, x, w, b, group):
+    ctx.save_for_backward(x, w)
+    y = x @ w.t()
+    if dist.get_rank() == 0:
+        dist.all_reduce(y, group=group)
+    return y + b
+
+
+def b_mismatch(ctx, gy):                       # a collective on rank 0 only, in backward
+    x, w = ctx.saved_tensors
+    gw = _flat(gy).t() @ _flat(x)
+    if dist.get_rank() == 0:
+        dist.all_reduce(gw)
+    return gy @ w, gw, _flat(gy).sum(0), None
+
+
+def f_reduce_twice(ctx, x, w, b, group):       # N x the sum
+    ctx.save_for_backward(x, w)
+    y = x @ w.t()
+    dist.all_reduce(y, group=group)
+    dist.all_reduce(y, group=group)
+    return y + b
+
+
+def f_times_world(ctx, x, w, b, group):
+    ctx.save_for_backward(x, w)
+    y = x @ w.t()
+    dist.all_reduce(y, group=group)
+    return (y + b) * dist.get_world_size()
+
+
+def f_average_all(ctx, x, w, b, group):        # 1/N of the output, bias included
+    ctx.save_for_backward(x, w)
+    y = x @ w.t() + b / dist.get_world_size()
+    dist.all_reduce(y, group=group)
+    return y / dist.get_world_size()
+
+
+def b_gx_times_world(ctx, gy):
+    x, w = ctx.saved_tensors
+    return gy @ w * dist.get_world_size(), _flat(gy).t() @ _flat(x), _flat(gy).sum(0), None
+
+
+def b_gw_averaged(ctx, gy):
+    x, w = ctx.saved_tensors
+    return gy @ w, _flat(gy).t() @ _flat(x) / dist.get_world_size(), _flat(gy).sum(0), None
+
+
+def b_bias_grad_reduced(ctx, gy):
+    x, w = ctx.saved_tensors
+    gb = _flat(gy).sum(0)
+    dist.all_reduce(gb)
+    return gy @ w, _flat(gy).t() @ _flat(x), gb, None
 
 
 class Stub(torch.autograd.Function):
@@ -131,6 +196,19 @@ WRONG = [  # (answer, words the verdict must contain)
     (_variant(backward=b_bias_grad_divided), "bias gradient is 0.5x"),
     (_variant(backward=b_transposed_gw), "backward failed"),
     (_variant(backward=b_wrong_gx), "input gradient differs"),
+    (_variant(forward=f_mismatch), "1st collective of forward: rank 0 called all_reduce((3, 5, 6) "
+                                   "float64); rank 1 called broadcast((3, 5, 6) float64)"),
+    (_variant(forward=f_only_rank0_reduces), "rank 0 called all_reduce((3, 5, 6) float64); "
+                                             "rank 1 returned from forward"),
+    (_variant(backward=b_mismatch), "1st collective of backward: rank 0 called all_reduce((6, 8) "
+                                    "float64); rank 1 returned from backward"),
+    (_variant(forward=f_reduce_twice), "summed product (before the bias, which is right) is 2x the "
+                                       "right one (2 = the number of ranks"),
+    (_variant(forward=f_times_world), "the output is 2x the right one (2 = the number of ranks"),
+    (_variant(forward=f_average_all), "the output is 1/2 of the right one"),
+    (_variant(backward=b_gx_times_world), "input gradient is 2x the right one (2 = the number of ranks"),
+    (_variant(backward=b_gw_averaged), "weight gradient is 0.5x the right one (1/2, one over the number"),
+    (_variant(backward=b_bias_grad_reduced), "bias gradient is 2x the right one (2 = the number of ranks"),
 ]
 
 
@@ -150,6 +228,14 @@ def test_wrong_answers_get_their_diagnosis(warm2, capsys, answer, why):
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.startswith("row_parallel: FAIL") and why in line, line
     assert took < 5, took
+
+
+def test_mismatch_on_four_ranks_names_each_call(cluster4, capsys):
+    """Ranks grouped by what they called; the ranks are kept (no hang, no abort)."""
+    assert row_parallel(_variant(forward=f_mismatch), cluster=cluster4) is False
+    line = capsys.readouterr().out
+    assert "rank 0 called all_reduce((3, 5, 6) float64); ranks 1, 2, 3 called broadcast(" in line, line
+    assert row_parallel(Correct, cluster=cluster4) is True
 
 
 @pytest.mark.parametrize("answer", [Correct, CorrectFLinear], ids=["matmul", "F.linear"])

@@ -6,16 +6,115 @@
 Rank r holds columns r of the weight and the matching slice of the input. It is run on every
 rank against nn.Linear on one device; the verdict names the usual mistakes: the all-reduce in
 the wrong direction (backward instead of forward), the bias added on every rank before the
-sum, an average instead of a sum, a gradient all-reduced that belongs to this rank alone.
+sum, an average instead of a sum, a result too large or too small by a factor (named: t, 1/t),
+a gradient all-reduced that belongs to this rank alone, and ranks that call different
+collectives (named: what each rank called).
+
+That last one would never reach gloo: during the learner's forward and backward every
+`torch.distributed` collective is first announced through the store (`_Agreed`), and each rank
+compares what the others are about to call at the same position. A difference is reported on
+every rank instead of a hang or an aborted process. (A collective imported by name before the
+checker runs, `from torch.distributed import all_reduce`, is not seen.)
 """
+import time
+
 from labkit.check.core import checker
 
 __all__ = ["row_parallel"]
 
 _IN, _OUT, _B, _S = 16, 6, 3, 5
+_COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
+                "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+                "gather", "scatter", "send", "recv", "isend", "irecv", "barrier")
+_ORDINAL = {1: "1st", 2: "2nd", 3: "3rd"}
 
 
-def _case(fn):
+class _Mismatch(Exception):
+    """Ranks were about to call different collectives (found through the store)."""
+
+
+def _call_text(name, args, kwargs) -> str:
+    """'all_reduce((3, 5, 6) float64, op=SUM)': the collective and what it would exchange."""
+    import torch
+    flat = [a for x in (*args, *kwargs.values()) for a in (x if isinstance(x, (list, tuple)) else [x])]
+    t = next((a for a in flat if isinstance(a, torch.Tensor)), None)
+    parts = [f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"] if t is not None else []
+    op = kwargs.get("op", args[1] if name == "all_reduce" and len(args) > 1 else None)
+    if op is not None:
+        parts.append(f"op={getattr(op, 'name', op)}")
+    return f"{name}({', '.join(parts)})"
+
+
+class _Agreed:
+    """Inside `with _Agreed(token, "forward")`: each torch.distributed collective is compared
+    across ranks before it runs; a difference raises _Mismatch on every rank. Leaving the block
+    counts as one more position ("returned from forward", or "raised ValueError"), so a rank
+    that makes fewer calls than the others is named too."""
+
+    def __init__(self, token: str, phase: str, timeout: float):
+        self.token, self.phase, self.timeout, self.i = token, phase, timeout, 0
+
+    def __enter__(self):
+        import torch.distributed as dist
+        self.saved = {n: getattr(dist, n) for n in _COLLECTIVES if hasattr(dist, n)}
+        for name, real in self.saved.items():
+            setattr(dist, name, self._wrap(name, real))
+        return self
+
+    def _wrap(self, name, real):
+        def call(*args, **kwargs):
+            self._agree(_call_text(name, args, kwargs))
+            return real(*args, **kwargs)
+        return call
+
+    def __exit__(self, typ, exc, tb):
+        import torch.distributed as dist
+        for name, real in self.saved.items():
+            setattr(dist, name, real)
+        if typ is None:
+            self._agree(f"returned from {self.phase}")
+        elif not issubclass(typ, _Mismatch):      # tell the others, then let it propagate
+            try:
+                self._agree(f"raised {typ.__name__}")
+            except _Mismatch:
+                pass
+        return False
+
+    def _agree(self, what: str) -> None:
+        import torch.distributed as dist
+        from labkit.check.guard import _store
+        store, rank, n = _store(), dist.get_rank(), dist.get_world_size()
+        keys = [f"labkit-check/{self.token}/{self.phase}/{self.i}/{r}" for r in range(n)]
+        self.i += 1
+        store.set(keys[rank], what)
+        deadline = time.monotonic() + self.timeout
+        while not store.check(keys):     # poll: store.wait's timeout prints C++ warnings
+            if time.monotonic() > deadline:
+                late = [r for r, k in enumerate(keys) if not store.check([k])]
+                raise _Mismatch(f"rank {late[0]} did not reach its {_nth(self.i)} collective of "
+                                f"{self.phase} within {self.timeout:.0f} s, where rank {rank} called {what}")
+            time.sleep(0.002)
+        calls = [store.get(k).decode() for k in keys]
+        if len(set(calls)) > 1:
+            raise _Mismatch(_mismatch_text(calls, self.i, self.phase))
+
+
+def _nth(i: int) -> str:
+    return _ORDINAL.get(i, f"{i}th")
+
+
+def _mismatch_text(calls: list, i: int, phase: str) -> str:
+    by_call = {}
+    for r, c in enumerate(calls):
+        by_call.setdefault(c, []).append(r)
+    said = [f"{'ranks' if len(rs) > 1 else 'rank'} {', '.join(map(str, rs))} "
+            f"{c if c.startswith(('returned', 'raised')) else 'called ' + c}" for c, rs in by_call.items()]
+    return (f"the ranks disagree at the {_nth(i)} collective of {phase}: " + "; ".join(said) +
+            ". Every rank must call the same collectives in the same order with the same shapes "
+            "(gloo hangs or aborts the process otherwise): no collective under `if rank == ...`")
+
+
+def _case(fn, token: str = "", timeout: float = 30):
     import torch
     import torch.distributed as dist
     t, r = dist.get_world_size(), dist.get_rank()
@@ -35,7 +134,11 @@ def _case(fn):
     dist.all_reduce(summed_gw)
     out = {"ref_y": (x @ w.t() + bias), "summed_gx": summed_gx, "summed_gw": summed_gw, "partial": x[..., cols] @ w[:, cols].t(), "bias": bias,
            "ref_gx": xr.grad[..., cols], "ref_gw": wr.grad[:, cols], "ref_gb": br.grad, "t": t}
-    y = fn.apply(xs, ws, bs, None)
+    try:
+        with _Agreed(token, "forward", timeout):
+            y = fn.apply(xs, ws, bs, None)
+    except _Mismatch as exc:
+        return {**out, "error": str(exc)}
     if not isinstance(y, torch.Tensor):
         return {**out, "error": f"forward returned {type(y).__name__}, not a tensor"}
     out["y"] = y.detach().clone()
@@ -43,7 +146,10 @@ def _case(fn):
         return {**out, "error": f"forward returned shape {tuple(y.shape)}, expected "
                                 f"{tuple(out['ref_y'].shape)} (batch, seq, out_features)"}
     try:
-        y.backward(dy)
+        with _Agreed(token, "backward", timeout):
+            y.backward(dy)
+    except _Mismatch as exc:
+        return {**out, "error": str(exc)}
     except RuntimeError as exc:
         msg = str(exc).strip().splitlines()[0]
         return {**out, "error": f"backward failed: {msg} (return one gradient per input of forward, "
@@ -54,6 +160,25 @@ def _case(fn):
 
 def _close(a, b) -> bool:
     return a is not None and tuple(a.shape) == tuple(b.shape) and bool((a - b).abs().max() < 1e-8)
+
+
+def _scale(a, b):
+    """c when a = c * b (c not 1, one number for the whole tensor), else None."""
+    if a is None or tuple(a.shape) != tuple(b.shape) or not bool(b.abs().max() > 0):
+        return None
+    c = ((a * b).sum() / (b * b).sum()).item()
+    return c if abs(c - 1) > 1e-6 and _close(a, c * b) else None
+
+
+def _factor(c: float, t: int) -> str:
+    """'4x the right one (4 = the number of ranks: ...)', '1/4 of the right one (...)'."""
+    if abs(c - t) < 1e-6:
+        return (f"{t}x the right one ({t} = the number of ranks: summed over the ranks once too "
+                "often, or multiplied by the world size)")
+    if abs(c - 1 / t) < 1e-6:
+        return (f"{c:.3g}x the right one (1/{t}, one over the number of ranks: divided by the "
+                "world size, or averaged where a sum is needed)")
+    return f"{c:.3g}x the right one"
 
 
 def diagnose(res: dict, rank: int) -> str:
@@ -81,6 +206,11 @@ def diagnose(res: dict, rank: int) -> str:
                     "be summed (ReduceOp.SUM), not averaged")
         if _close(y, ref - b):
             return f"rank {rank}: the bias is missing from the output: add it once, after the all-reduce"
+        c, summed = _scale(y, ref), _scale(y - b, ref - b)
+        if c or summed:
+            what = "the output" if c else "the summed product (before the bias, which is right)"
+            return (f"rank {rank}: {what} is {_factor(c or summed, t)}. Sum the partial products "
+                    "with one all-reduce (ReduceOp.SUM), then add the bias once")
         return (f"rank {rank}: forward differs from nn.Linear on one device by "
                 f"{(y - ref).abs().max().item():.3g}")
     gx, gw, gb = res["gx"], res["gw"], res["gb"]
@@ -90,6 +220,10 @@ def diagnose(res: dict, rank: int) -> str:
         if _close(gx, res["summed_gx"]):
             return (f"rank {rank}: the input gradient was all-reduced in backward; in a row-parallel "
                     "layer rank r's input slice gets grad_y @ W_r alone (the sum belongs to forward)")
+        c = _scale(gx, res["ref_gx"])
+        if c:
+            return (f"rank {rank}: the input gradient is {_factor(c, t)}. Rank r's input slice gets "
+                    "grad_y @ W_r as it is: no collective, no division")
         return (f"rank {rank}: input gradient differs by {(gx - res['ref_gx']).abs().max().item():.3g}"
                 " (expected grad_y @ weight_shard)")
     if gw is None:
@@ -98,14 +232,19 @@ def diagnose(res: dict, rank: int) -> str:
         if _close(gw, res["summed_gw"]):
             return (f"rank {rank}: the weight gradient was all-reduced; each rank's columns get "
                     "grad_y^T x_r from its own input slice, no collective")
+        c = _scale(gw, res["ref_gw"])
+        if c:
+            return (f"rank {rank}: the weight gradient is {_factor(c, t)}. Each rank's columns get "
+                    "grad_y^T x_r from its own input slice: no collective, no division")
         return (f"rank {rank}: weight gradient differs (shape {tuple(gw.shape)}, expected "
                 f"{tuple(res['ref_gw'].shape)}; grad_y^T x_r summed over batch and sequence)")
     if gb is None:
         return f"rank {rank}: backward returned no gradient for the bias (grad_y summed over batch and sequence)"
     if not _close(gb, res["ref_gb"]):
-        ratio = (gb.sum() / res["ref_gb"].sum()).item()
-        return (f"rank {rank}: bias gradient is {ratio:.3g}x the right one; it is grad_y summed "
-                "over batch and sequence, whole on every rank (no division, no all-reduce)")
+        c = _scale(gb, res["ref_gb"])
+        ratio = f"{_factor(c, t)}" if c else f"{(gb.sum() / res['ref_gb'].sum()).item():.3g}x the right one"
+        return (f"rank {rank}: bias gradient is {ratio}; it is grad_y summed over batch and "
+                "sequence, whole on every rank (no division, no all-reduce)")
     return ""
 
 
@@ -113,7 +252,8 @@ def diagnose(res: dict, rank: int) -> str:
 def row_parallel(fn, cluster, timeout: float = 60):
     if cluster.world_size < 2 or _IN % cluster.world_size:
         return False, f"needs a cluster of 2 or 4 ranks, this one has {cluster.world_size}"
-    results = cluster.run(_case, fn, timeout=timeout)
+    import uuid
+    results = cluster.run(_case, fn, uuid.uuid4().hex[:12], timeout / 2, timeout=timeout)
     for rank, res in enumerate(results):
         why = diagnose(res, rank)
         if why:

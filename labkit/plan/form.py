@@ -27,7 +27,8 @@ def render(model: Model, hw: Hardware) -> str:
                               f"{c.activations / GB:.1f}, gathered {c.working / GB:.1f}) of {hw.gpu_gb:g}"),
              ("traffic / GPU / step", f"TP {c.traffic.tp / GB:.1f} GB, PP {c.traffic.pp / GB:.2f} GB, "
                                       f"DP {c.traffic.dp / GB:.1f} GB"),
-             ("bubble", f"{c.bubble:.1%}"), ("step time", f"{c.step_seconds:.2f} s"), ("MFU", f"{c.mfu:.0%}")]
+             ("bubble", f"{c.bubble:.1%}"), ("step time", f"{c.step_seconds:.2f} s per global batch of "
+                                                           f"{p.model.global_batch:,} x {p.model.seq:,} tokens"), ("MFU", f"{c.mfu:.0%}")]
     body = "".join(f"<tr><td style='text-align:left'>{k}</td><td style='text-align:left'>{html.escape(v)}</td></tr>"
                    for k, v in cells)
     return out + f"<table><tr><th>plan</th><th></th></tr>{body}</table>"

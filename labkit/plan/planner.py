@@ -174,8 +174,10 @@ class Plan:
 
     def __str__(self) -> str:
         hw = self.hardware
-        head = (f"{self.model.name} on {hw.nodes} node(s) x {hw.gpus_per_node} {hw.gpu} "
-                f"({hw.gpu_gb:g} GB, {hw.peak_tflops:g} TFLOP/s)")
+        m = self.model
+        head = (f"{m.name} on {hw.nodes} node(s) x {hw.gpus_per_node} {hw.gpu} "
+                f"({hw.gpu_gb:g} GB, {hw.peak_tflops:g} TFLOP/s); a step is one global batch of "
+                f"{m.global_batch:,} sequences x {m.seq:,} tokens = {m.tokens_per_step / 1e6:.1f}M tokens")
         body = "\n".join(f"  {k}: {v}" for k, v in self.reasons)
         if self.chosen is None:
             return f"{head}\n{body}\n  => nothing fits"

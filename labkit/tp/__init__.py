@@ -18,6 +18,7 @@ _LAZY = {
     "block_parity": "parity", "block_traffic": "parity", "saved_activation_bytes": "parity",
     "reference_blocks": "parity",
     "dtensor_blocks": "dtensor_tp", "dtensor_parity": "dtensor_tp", "dtensor_sp_traffic": "dtensor_tp",
+    "dtensor_comm_counts": "dtensor_tp",
     "two_d_parity": "two_d",
 }
 __all__ = list(_LAZY)

@@ -16,6 +16,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from labkit.models import Block
 from labkit.tp.layers import ColumnParallelLinear, RowParallelLinear, shard_rows
 
 
@@ -34,7 +35,11 @@ class TPMLP(nn.Module):
 
 
 class TPAttention(nn.Module):
-    """Causal self-attention with rank r computing heads r * a/t .. (r+1) * a/t - 1."""
+    """Causal self-attention with rank r computing heads r * a/t .. (r+1) * a/t - 1.
+    `core(q, k, v)` is torch's fused attention (it keeps no s x s scores for backward); an
+    instance attribute replaces it (labkit.tricks.checkpointing.math_core keeps them)."""
+
+    core = staticmethod(Block.core)
 
     def __init__(self, qkv: nn.Linear, proj: nn.Linear, n_head: int, group=None,
                  sequence_parallel=False, impl: str = "ring"):
@@ -51,7 +56,7 @@ class TPAttention(nn.Module):
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         b, s = q.shape[:2]
         q, k, v = (z.view(b, s, self.local_heads, self.head_dim).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = self.core(q, k, v)
         return self.proj(y.transpose(1, 2).reshape(b, s, -1))
 
 

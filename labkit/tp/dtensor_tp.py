@@ -7,7 +7,14 @@ DTensor shards a Linear by rows (Colwise) or columns (Rowwise) of its weight, li
 labkit.tp.layers, and inserts the same collectives. A fused QKV weight would be split in the
 wrong place (rank 0 would get all of q), so the block is first rebuilt with separate q, k, v
 (`SplitBlock`, same weights), as torchtitan's Llama does (wq, wk, wv).
-The plan follows torchtitan's `apply_tp` (torchtitan/models/llama3/infra/parallelize.py).
+The plan follows torchtitan's `apply_tp` (torchtitan/models/llama3/infra/parallelize.py),
+including its `PrepareModuleInput` on the attention and MLP modules: the module's input becomes
+one replicated DTensor that q, k and v all read, so their three input gradients are summed
+locally and all-reduced once (4 all-reduces per layer, as Megatron's fused QKV). Without it
+(`prepare_inputs=False`) each ColwiseParallel projection receives a plain tensor, makes its own
+DTensor of it, and all-reduces its own input gradient in backward: 3 for attention, 6 per layer.
+
+    dtensor_comm_counts(prepare_inputs=False)["collectives"]   # {"all_reduce": 6.0} per layer
 """
 import torch.distributed as dist
 import torch.nn as nn
@@ -60,7 +67,9 @@ class SplitBlock(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-def tp_plan(sequence_parallel: bool = False) -> dict:
+def tp_plan(sequence_parallel: bool = False, prepare_inputs: bool = True) -> dict:
+    """torchtitan's plan for one block. prepare_inputs=False leaves out the PrepareModuleInput
+    on attn and mlp (without sequence parallelism): same output, two more all-reduces."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
                                                    RowwiseParallel, SequenceParallel)
@@ -68,23 +77,47 @@ def tp_plan(sequence_parallel: bool = False) -> dict:
     plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
             "attn.proj": RowwiseParallel(output_layouts=out_layout),
             "mlp.fc": ColwiseParallel(), "mlp.fc_out": RowwiseParallel(output_layouts=out_layout)}
+    if sequence_parallel or prepare_inputs:     # SP: the input arrives as sequence shards
+        src = Shard(1) if sequence_parallel else Replicate()
+        for name in ("attn", "mlp"):
+            plan[name] = PrepareModuleInput(input_layouts=(src,), desired_input_layouts=(Replicate(),))
     if sequence_parallel:
-        gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
-        plan.update({"ln1": SequenceParallel(), "ln2": SequenceParallel(), "attn": gather,
-                     "mlp": PrepareModuleInput(input_layouts=(Shard(1),),
-                                               desired_input_layouts=(Replicate(),))})
+        plan.update({"ln1": SequenceParallel(), "ln2": SequenceParallel()})
     return plan
 
 
-def dtensor_blocks(blocks, mesh=None, sequence_parallel: bool = False) -> nn.Sequential:
+def dtensor_blocks(blocks, mesh=None, sequence_parallel: bool = False,
+                   prepare_inputs: bool = True) -> nn.Sequential:
     """SplitBlocks parallelized over a 1-D `mesh` (default: every rank) with DTensor."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
     mesh = mesh or init_device_mesh("cpu", (dist.get_world_size(),))
     out = nn.Sequential(*(SplitBlock(b) for b in blocks))
     for b in out:
-        parallelize_module(b, mesh, tp_plan(sequence_parallel))
+        parallelize_module(b, mesh, tp_plan(sequence_parallel, prepare_inputs))
     return out
+
+
+def dtensor_comm_counts(n_layer=2, n_embd=64, n_head=4, b=2, s=16, sequence_parallel=False,
+                        prepare_inputs: bool = True) -> dict:
+    """Collectives per layer in one forward + backward, counted by torch's CommDebugMode
+    ({"all_reduce": 4.0}: names without "c10d_functional."), and the largest difference of the
+    output and the input's gradient from the same blocks on one device ("max diff")."""
+    from torch.distributed.tensor.debug import CommDebugMode
+    from labkit.tp.parity import _local_seq, batch, reference_blocks
+    ref = reference_blocks(n_layer, n_embd, n_head)
+    tp = dtensor_blocks(ref, sequence_parallel=sequence_parallel, prepare_inputs=prepare_inputs)
+    x, w = batch(b, s, n_embd)
+    cut = (lambda z: _local_seq(z, None)) if sequence_parallel else (lambda z: z)
+    xin, xr = cut(x).clone().requires_grad_(), x.clone().requires_grad_()
+    with CommDebugMode() as cm:
+        y = tp(xin)
+        (y * cut(w)).sum().backward()
+    yr = ref(xr)
+    (yr * w).sum().backward()
+    diff = max((y - cut(yr)).abs().max().item(), (xin.grad - cut(xr.grad)).abs().max().item())
+    return {"collectives": {str(k).split(".")[-1]: v / n_layer for k, v in cm.get_comm_counts().items()},
+            "max diff": diff}
 
 
 def dtensor_parity(n_layer=2, n_embd=64, n_head=4, b=2, s=16, sequence_parallel=False) -> dict:
@@ -120,7 +153,8 @@ def dtensor_parity(n_layer=2, n_embd=64, n_head=4, b=2, s=16, sequence_parallel=
 
 
 def dtensor_sp_traffic(n_embd=256, n_head=4, b=4, s=64) -> dict:
-    """Bytes this rank sends in one forward + backward of one block: DTensor TP, DTensor TP+SP."""
+    """Bytes this rank sends in one forward + backward of one block: DTensor TP, DTensor TP+SP
+    (torchtitan's plan)."""
     from labkit.tp.parity import _local_seq, batch, reference_blocks
     out = {}
     x, w = batch(b, s, n_embd)

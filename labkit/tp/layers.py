@@ -9,6 +9,14 @@ A linear layer Y = X A^T + b (torch stores A as [out, in]):
 An MLP is column then row: one all-reduce forward (g) and one backward (f).
 
 Both are built from a single-device nn.Linear (`from_linear`), so a test can compare them with it.
+
+With sequence parallelism the column-parallel layer's input arrives as this rank's s/t positions
+and is all-gathered first. `_GatherLinear` does the all-gather and the matmul in one autograd
+function that saves only the local shard (as Megatron-LM's sequence-parallel linear): backward
+all-gathers the input again for the weight gradient, and reduce-scatters the input gradient.
+One more all-gather per column-parallel layer in backward buys activation memory of s/t:
+what Korthikanti et al.'s formula (arXiv 2205.05198, eq. 3) assumes. Saving the gathered input
+instead (all-gather, then F.linear) would keep the whole sequence for backward.
 """
 import torch
 import torch.distributed as dist
@@ -26,6 +34,26 @@ def shard_rows(n: int, t: int, r: int, what: str) -> slice:
                          f"equal parts: pick a TP degree among the divisors of {n}, or pad it")
     k = n // t
     return slice(r * k, (r + 1) * k)
+
+
+class _GatherLinear(torch.autograd.Function):
+    """y = all_gather_seq(x) @ W^T + b, keeping x (this rank's s/t positions), not the gathered
+    input, for backward."""
+    @staticmethod
+    def forward(ctx, x, weight, bias, group, impl):
+        ctx.group, ctx.impl, ctx.has_bias = group, impl, bias is not None
+        ctx.save_for_backward(x, weight)
+        return F.linear(comms.all_gather_seq(x, group, impl), weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        full = comms.all_gather_seq(x, ctx.group, ctx.impl)       # again: the extra all-gather
+        grad_x = comms.reduce_scatter_seq(grad @ weight, ctx.group, ctx.impl)
+        g2 = grad.reshape(-1, grad.shape[-1])
+        grad_w = g2.t() @ full.reshape(-1, full.shape[-1])
+        grad_b = g2.sum(0) if ctx.has_bias else None
+        return grad_x, grad_w, grad_b, None, None
 
 
 def _tp(group):
@@ -49,8 +77,9 @@ class ColumnParallelLinear(nn.Module):
         self.rows = rows                            # which rows of the full weight this rank holds
 
     def forward(self, x):
-        x = comms.gather_seq(x, self.group, self.impl) if self.sp else comms.copy_to_tp(x, self.group)
-        return F.linear(x, self.weight, self.bias)
+        if self.sp:
+            return _GatherLinear.apply(x, self.weight, self.bias, self.group, self.impl)
+        return F.linear(comms.copy_to_tp(x, self.group), self.weight, self.bias)
 
 
 class RowParallelLinear(nn.Module):

@@ -64,7 +64,9 @@ def block_parity(n_layer=2, n_embd=64, n_head=4, b=2, s=16, sequence_parallel=Fa
 def block_traffic(n_layer=1, n_embd=256, n_head=4, b=4, s=64, sequence_parallel=False,
                   impl="ring", group=None) -> dict:
     """Bytes this rank sent in one forward and one backward of TP blocks, with the formula:
-    per block 2 all-reduces (or reduce-scatter + all-gather pairs) each way of b s h values."""
+    per block 2 all-reduces (or reduce-scatter + all-gather pairs) each way of b s h values;
+    with sequence parallelism backward also all-gathers the input of each column-parallel
+    layer again (2 per block, (t-1)/t x b s h each: "extra backward")."""
     ref = reference_blocks(n_layer, n_embd, n_head)
     x, w = batch(b, s, n_embd)
     tp = parallelize_blocks(ref, group, sequence_parallel, impl)
@@ -80,16 +82,25 @@ def block_traffic(n_layer=1, n_embd=256, n_head=4, b=4, s=64, sequence_parallel=
     act = b * s * n_embd * 4
     return {"forward": fwd.sent, "backward": bwd.sent,
             "formula each way": n_layer * 2 * 2 * (t - 1) / t * act, "activation bytes": act,
+            "extra backward": n_layer * 2 * (t - 1) / t * act if sequence_parallel else 0.0,
             "calls each way": 2 * n_layer}
 
 
 def saved_activation_bytes(n_layer=2, n_embd=256, n_head=4, b=4, s=64, sequence_parallel=False,
-                           group=None) -> int:
+                           group=None, attention: str = "sdpa") -> int:
     """Bytes of the distinct tensors autograd saves for backward in one forward (storages
-    counted once; parameters excluded)."""
+    counted once; parameters excluded). attention="sdpa": torch's fused kernel, which keeps no
+    s x s scores (Korthikanti's selective recomputation); "math": softmax(q k^T) v with the
+    scores kept (their formula without recomputation)."""
     ref = reference_blocks(n_layer, n_embd, n_head)
     x, _ = batch(b, s, n_embd)
     tp = parallelize_blocks(ref, group, sequence_parallel)
+    if attention == "math":
+        from labkit.tricks.checkpointing import math_core
+        for blk in tp:
+            blk.attn.core = math_core
+    elif attention != "sdpa":
+        raise ValueError(f"attention must be 'sdpa' or 'math', got {attention!r}")
     params = {p.untyped_storage().data_ptr() for p in tp.parameters()}
     seen = {}
 
@@ -103,3 +114,14 @@ def saved_activation_bytes(n_layer=2, n_embd=256, n_head=4, b=4, s=64, sequence_
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         tp(xin)
     return sum(seen.values())
+
+
+def activation_formula(n_layer=2, n_embd=256, n_head=4, b=4, s=64, sequence_parallel=False,
+                       t=None, attention: str = "sdpa") -> float:
+    """Korthikanti et al.'s bytes for the blocks `saved_activation_bytes` measures (float32,
+    no dropout; sdpa = selective recomputation: no attention scores kept)."""
+    from labkit.memory.activations import per_layer
+    t = t or dist.get_world_size()
+    return n_layer * per_layer(s, b, n_embd, n_head, tp=t, sequence_parallel=sequence_parallel,
+                               checkpointing="selective" if attention == "sdpa" else "none",
+                               bytes_per_value=4, dropout=False)
