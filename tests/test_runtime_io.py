@@ -10,7 +10,7 @@ import time
 import pytest
 
 import labkit
-from labkit.runtime import errors, procs
+from labkit.runtime import errors, procs, stacks
 from runtime_helpers import works
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -35,7 +35,8 @@ def test_control_port_sheds_idle_connections():
                 data = s.recv(1000)
             s.close()
         conn = Client(srv.address, authkey=srv.authkey)
-        conn.send(("hello", 1, 2, "x"))
+        from labkit.runtime.protocol import Hello
+        conn.send(Hello(1, 2, "x"))
         t0 = time.monotonic()
         while not hellos and time.monotonic() - t0 < 5:
             time.sleep(0.02)
@@ -69,7 +70,7 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 client.close()
 print("errors survived", srv.accept_errors, flush=True)
 conn = Client(srv.address, authkey=srv.authkey)
-conn.send(("hello", 7, 8, "x"))
+conn.send(__import__("labkit.runtime.protocol", fromlist=["Hello"]).Hello(7, 8, "x"))
 t0 = time.monotonic()
 while not hellos and time.monotonic() - t0 < 5:
     time.sleep(0.02)
@@ -251,7 +252,7 @@ def test_the_runtime_reaches_nothing_private():
 def test_errors_read_like_python_tracebacks():
     f = "/x/learner.py"
     frames = [(f, 9, "inner", "x = y"), (f, 5, "middle", "inner()"), (f, 2, "outer", "middle()")]
-    text = errors.describe_stack(frames)                 # a dump: innermost first
+    text = stacks.describe_stack(frames)                 # a dump: innermost first
     assert text.splitlines()[0] == "in inner() (most recent call last):"
     body = [ln for ln in text.splitlines()[1:] if ", in " in ln]
     assert [ln.rsplit(" ", 1)[1] for ln in body] == ["outer", "middle", "inner"]

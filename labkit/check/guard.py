@@ -64,7 +64,7 @@ class Caught:
     def describe(self) -> str:
         at = ""
         if self.frame:
-            from labkit.runtime.errors import where
+            from labkit.runtime.stacks import where
             at = f" at {where(self.frame[0], self.frame[1])}" + (f": {self.frame[2]}" if self.frame[2] else "")
         hint = f" - {self.hint}" if self.hint else ""
         return f"failed on rank {self.rank}: {self.type}: {self.first_line}{at}{hint}"

@@ -6,6 +6,7 @@ frames.py    the one framing: one write per message (no Nagle), reading without 
              the same frames over a node agent's TLS link (Link, Blocking)
 errors.py    RankError / RankTimeout / StartError, and every failure in words (raised, hung,
              died by a signal, out of memory, node lost, failed to start)
+stacks.py    where a rank is: frames from a traceback or a faulthandler dump, in the learner's words
 
 The run loop, for local and remote ranks alike:
 cluster.py   Cluster: start ranks, run work, recover after failures

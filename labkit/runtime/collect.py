@@ -15,7 +15,7 @@ import time
 from collections import namedtuple
 from typing import Protocol
 
-from labkit.runtime import errors, protocol, wire
+from labkit.runtime import errors, protocol, stacks, wire
 
 Event = namedtuple("Event", "rank time data")   # one labkit.emit(...) from a rank
 GRACE_S = 0.5      # after a rank dies, how long the others get to finish before they are stopped
@@ -75,7 +75,7 @@ class Outcome:
 
 
 def describe(stacks: dict) -> dict:
-    return {r: s if isinstance(s, str) else errors.describe_stack(s) for r, s in stacks.items()}
+    return {r: s if isinstance(s, str) else stacks.describe_stack(s) for r, s in stacks.items()}
 
 
 def _death(w, crash_offset: int) -> str:
@@ -84,9 +84,9 @@ def _death(w, crash_offset: int) -> str:
     except Exception:
         pass
     how = w.how_it_died()
-    frames = errors.parse_dump(w.read_stack(crash_offset), w.main_ident)
+    frames = stacks.parse_dump(w.read_stack(crash_offset), w.main_ident)
     if frames and w.proc.returncode is not None and w.proc.returncode < 0 and not w.stopped_by:
-        how += "\n" + errors.describe_stack(frames)
+        how += "\n" + stacks.describe_stack(frames)
     return how
 
 
@@ -143,7 +143,7 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
                 # their state is kept) or waiting in a collective for the failed rank (they
                 # never will: stop them). Their stacks tell which.
                 stacks = host.dump_stacks(ranks, sorted(out.pending))
-                if any(not isinstance(s, str) and errors.in_collective(s) for s in stacks.values()):
+                if any(not isinstance(s, str) and stacks.in_collective(s) for s in stacks.values()):
                     out.stuck = describe(stacks)
                     break
                 probe_at = time.monotonic() + PROBE_S

@@ -1,16 +1,15 @@
 """What the notebook raises when ranks fail or hang, written for the learner.
 
 `RankError` names each failing rank with its remote traceback (the learner's own cell lines,
-shown as ``Cell In[7], line 3``). `RankTimeout` says where every rank was stuck, read from a
-faulthandler dump, so it works while a rank is blocked inside a collective's C++ code.
+shown as ``Cell In[7], line 3``). `RankTimeout` says where every rank was stuck (stacks.py
+reads it from a faulthandler dump, so it works inside a collective's C++ code). `StartError`
+says why ranks could not start. Every failure is worded here: raised, hung, died by a signal
+(`how_it_ended`), out of memory, node lost, failed to start.
 """
-import linecache
-import os
-import re
 from dataclasses import dataclass
 from typing import Optional
 
-_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
+from labkit.runtime.stacks import format_frames, is_runtime
 
 
 @dataclass
@@ -53,76 +52,6 @@ class StartError(RuntimeError):
 
 class StartTimeout(StartError, TimeoutError):
     """The ranks did not start or join within the start timeout."""
-
-
-# -- frames ------------------------------------------------------------------------------
-def _short_path(filename: str) -> str:
-    for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
-        if marker in filename:
-            return filename.split(marker, 1)[1]
-    return filename
-
-
-def where(filename: str, lineno: int) -> str:
-    """'Cell In[7], line 3' for notebook cells, else a short path and line."""
-    try:
-        from IPython import get_ipython
-        ip = get_ipython()
-        named = ip.compile.format_code_name(filename) if ip is not None else None
-        if named:
-            return f"{named[0]} {named[1]}, line {lineno}"
-    except Exception:
-        pass
-    return f"{_short_path(filename)}, line {lineno}"
-
-
-def is_runtime(filename: str) -> bool:
-    """The worker's own frames (and the interpreter's start-up) are not the learner's."""
-    if filename.startswith("<frozen "):
-        return True
-    return os.path.dirname(os.path.abspath(filename)) == _RUNTIME_DIR
-
-
-REPEATS_SHOWN = 3      # as CPython: a frame repeated more often shows 3 times, then a count
-
-
-def format_frames(frames, innermost_first: bool = False, limit: int = None) -> str:
-    """Render (filename, lineno, name, line) frames, outermost first as Python does; the
-    runtime's own frames are left out and a frame repeated more than 3 times in a row (deep
-    recursion) is shown 3 times, then ``[Previous line repeated N more times]``."""
-    frames = [f for f in frames if not is_runtime(f[0])]
-    if innermost_first:
-        frames = frames[::-1]
-    if limit:
-        frames = frames[-limit:]
-    out, last, count = [], None, 0
-
-    def repeated():
-        if count > REPEATS_SHOWN:
-            n = count - REPEATS_SHOWN
-            out.append(f"  [Previous line repeated {n} more time{'s' if n > 1 else ''}]")
-
-    for filename, lineno, name, line in frames:
-        key = (filename, lineno, name)
-        if key == last:
-            count += 1
-            if count > REPEATS_SHOWN:
-                continue
-        else:
-            repeated()
-            last, count = key, 1
-        line = (line or linecache.getline(filename, lineno)).strip()
-        out.append(f"  {where(filename, lineno)}, in {name}" + (f"\n    {line}" if line else ""))
-    repeated()
-    return "\n".join(out)
-
-
-def in_collective(frames) -> bool:
-    """Is a stack (from `parse_dump`) inside torch.distributed (a collective or a send/recv),
-    or inside labkit's own collectives (labkit/comm: rings of isend/irecv, whose innermost
-    Python frame is labkit's while it waits in C++)?"""
-    markers = (f"torch{os.sep}distributed{os.sep}", f"labkit{os.sep}comm{os.sep}")
-    return any(m in f[0] for f in frames for m in markers)
 
 
 # -- how a process ended: one wording for ranks, spares and the zygote, local or remote ----------
@@ -180,38 +109,6 @@ def failure_from_report(rank: int, report: dict) -> Failure:
             exc = None
     return Failure(rank, report["type"], cap_text(report["message"], 2 * MAX_ERROR_CHARS),  # the rank cut it
                    format_frames(report["frames"][-200:]), exc)
-
-
-# -- stacks from faulthandler dumps ------------------------------------------------------
-_THREAD = re.compile(r"thread (0x[0-9a-fA-F]+)", re.IGNORECASE)
-_FRAME = re.compile(r'File "(.*)", line (\d+) in (.+)$')
-
-
-def parse_dump(text: str, main_ident: Optional[int]) -> list:
-    """Frames (innermost first) of the main thread in the last faulthandler dump of `text`."""
-    threads, current = {}, None
-    for raw in text.splitlines():
-        m = _THREAD.search(raw)
-        if m and raw.rstrip().endswith(":"):
-            current = int(m.group(1), 16)
-            threads[current] = []                  # a later dump replaces an earlier one
-            continue
-        m = _FRAME.search(raw)
-        if m and current is not None:
-            threads[current].append((m.group(1), int(m.group(2)), m.group(3).strip(), None))
-    if main_ident in threads:
-        return threads[main_ident]
-    return next(iter(threads.values()), [])
-
-
-def describe_stack(frames: list, limit: int = 4) -> str:
-    """'in recv()' plus the innermost `limit` frames (from a dump, innermost first), printed
-    outermost first as a Python traceback is, the learner's lines with their source."""
-    shown = [f for f in frames if not is_runtime(f[0])]
-    if not shown:
-        return "idle (waiting for work)"
-    head = f"in {shown[0][2]}() (most recent call last):"
-    return head + "\n" + format_frames(shown, innermost_first=True, limit=limit)
 
 
 def _rank_list(ranks, nodes: dict = None) -> str:

@@ -20,7 +20,7 @@ import threading
 import time
 
 import labkit
-from labkit.runtime import errors, frames
+from labkit.runtime import errors, frames, stacks
 from labkit.runtime.control import ControlServer
 
 _LABKIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(labkit.__file__)))
@@ -173,7 +173,7 @@ def dump_stacks(ranks, which) -> dict:
             found[r] = ("did not answer when asked where it was (busy inside C code that holds "
                         "Python's lock, or stopped)")
         else:
-            found[r] = errors.parse_dump(ranks[r].read_stack(sizes[r]), ranks[r].main_ident)
+            found[r] = stacks.parse_dump(ranks[r].read_stack(sizes[r]), ranks[r].main_ident)
     return found
 
 

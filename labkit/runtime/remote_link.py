@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-from labkit.runtime import errors, frames, protocol
+from labkit.runtime import errors, frames, protocol, stacks
 from labkit.runtime.remote_worker import RemoteProc, RemoteWorker
 
 
@@ -89,7 +89,7 @@ class Hub:
             for slot, r in asked[link].items():
                 kind, text = replies[i].get(slot, ("silent", ""))
                 if kind == "dump":
-                    found[r] = errors.parse_dump(text, ranks[r].main_ident)
+                    found[r] = stacks.parse_dump(text, ranks[r].main_ident)
                 elif kind == "stopped":
                     found[r] = f"stopped (SIGSTOP or a debugger: process {ranks[r].pid})"
                 elif kind == "gone":
