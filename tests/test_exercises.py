@@ -105,3 +105,39 @@ def test_keep_never_overwrites_the_learners_copy(tmp_path, capsys):
     assert "wrote 1 learner notebooks" in capsys.readouterr().out.splitlines()[-1]
     assert main(["build", str(src), str(dst)]) == 0           # without --keep: fresh copies
     assert "my answer" not in nbformat.read(dst / "a.ipynb", as_version=4).cells[0].source
+
+
+def test_nbval_markers_become_tags_the_learner_does_not_see():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("# NBVAL_RAISES_EXCEPTION\ncluster.run(broken)"),
+        nbformat.v4.new_code_cell("x = 1\n  #  NBVAL_SKIP\ny = 2", metadata={"tags": ["keep-me"]}),
+        nbformat.v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nprint(1)"),
+        nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\ncheck(f)", metadata={"tags": ["nbval-check-output"]}),
+        nbformat.v4.new_code_cell("# NBVAL_RAISES_EXCEPTION\nf()", metadata={"tags": ["raises-exception"]}),
+    ])
+    out = learner_copy(nb)
+    assert [c.source for c in out.cells] == ["cluster.run(broken)", "x = 1\ny = 2", "print(1)", "check(f)", "f()"]
+    assert [c.metadata.get("tags") for c in out.cells] == [
+        ["raises-exception"], ["keep-me", "nbval-skip"], ["nbval-ignore-output"], None, ["raises-exception"]]
+    with pytest.raises(ExerciseError, match="unknown nbval marker NBVAL_TYPO"):
+        learner_copy(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("# NBVAL_TYPO\n1")]))
+
+
+def test_course_learner_copies_have_no_nbval_comments(tmp_path):
+    """Every learner copy: no `NBVAL_` in any code cell, and every reference marker kept as a tag
+    (the output check dropped), so nbval treats the copy as before."""
+    from labkit.exercises import build, _TAGS
+    import pathlib
+    src = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
+    for path in build(src, tmp_path):
+        ref = nbformat.read(src / path.name, as_version=4)
+        mine = nbformat.read(path, as_version=4)
+        for n, (a, b) in enumerate(zip(ref.cells, mine.cells)):
+            if b.cell_type != "code":
+                continue
+            assert "NBVAL_" not in b.source, f"{path.name} cell {n}"
+            markers = [ln.strip().lstrip("#").strip() for ln in a.source.splitlines()
+                       if ln.strip().lstrip("#").strip().startswith("NBVAL_")]
+            for m in markers:
+                if _TAGS[m]:
+                    assert _TAGS[m] in b.metadata.get("tags", []), f"{path.name} cell {n}: {m}"

@@ -11,11 +11,13 @@ import functools
 from labkit.runtime import cluster as _cluster
 from labkit.runtime.errors import RankError, RankTimeout
 from labkit.check.ring_diagnosis import stuck_in
+from labkit.verdict import FAIL
 
 
 def report(name: str, ok: bool, detail: str = "") -> bool:
-    """Print the one deterministic line of a checker and return ok."""
-    verdict = "pass" if ok else "FAIL"
+    """Print the one deterministic line of a checker and return ok ("name: FAIL (...)" is what
+    fails a notebook cell under pytest, see `labkit.verdict`)."""
+    verdict = "pass" if ok else FAIL
     print(f"{name}: {verdict}" + (f" ({detail})" if detail else ""))
     return ok
 
