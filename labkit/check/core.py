@@ -156,6 +156,8 @@ def checker(name: str):
     return wrap
 
 
-def run_exercise(fn, *args, cluster=None, timeout: float = 60, **kwargs) -> list:
-    """Run the learner's fn on every rank (a thin cluster.run for checkers)."""
-    return get_cluster(cluster).run(fn, *args, timeout=timeout, **kwargs)
+def run_exercise(fn, *args, cluster=None, timeout: float = None, **kwargs) -> list:
+    """Run the learner's fn on every rank (a thin cluster.run for checkers); a hang is reported
+    after guard.HANG_LIMIT_S unless `timeout` says otherwise."""
+    from labkit.check.guard import HANG_LIMIT_S
+    return get_cluster(cluster).run(fn, *args, timeout=HANG_LIMIT_S if timeout is None else timeout, **kwargs)
