@@ -218,3 +218,47 @@ def test_bench_cli_is_a_thin_layer_over_comm_busbw():
     from labkit.comm import busbw
     assert collectives.sweep is busbw.sweep and collectives.table is busbw.table
     assert collectives.parse_size("4K") == 4096 and collectives.parse_size("1M") == 1 << 20
+
+
+# -- 2(N-1) sends per rank: counted at torch.distributed, not by labkit's own counter ----------
+def _count_sends(length, piece_bytes):
+    """Per ring: (non-empty sends this rank posted, the sum right?). dist.isend / dist.send are
+    wrapped for the call, so what is counted is what reached torch.distributed."""
+    import torch.distributed as dist
+    from labkit import comm
+    real = {"isend": dist.isend, "send": dist.send}
+    sent = []
+
+    def counting(name):
+        def call(tensor, *a, **k):
+            sent.append(tensor.numel() > 0)
+            return real[name](tensor, *a, **k)
+        return call
+    x = torch.arange(length, dtype=torch.float64) * (labkit.rank() + 1)
+    want = x.clone()
+    dist.all_reduce(want)
+    out = {}
+    runs_ = {"simple": comm.ring_all_reduce_simple,
+             "pipelined, 1 piece": comm.ring_all_reduce,
+             "pipelined, 3 pieces": lambda t: comm.ring_all_reduce(t, piece_bytes=piece_bytes)}
+    for name, fn in runs_.items():
+        t, sent[:] = x.clone(), []
+        dist.isend, dist.send = counting("isend"), counting("send")
+        try:
+            fn(t)
+        finally:
+            dist.isend, dist.send = real["isend"], real["send"]
+        out[name] = (sum(sent), len(sent), torch.equal(t, want))
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_ring_all_reduce_makes_2_n_minus_1_sends_per_rank(request, n):
+    c = request.getfixturevalue(f"cluster{n}")
+    length = 1200                                   # chunks of 1200 / n elements, none empty
+    piece_bytes = -(-length // n * 8 // 3)          # 3 pieces per chunk (float64)
+    for rank, res in enumerate(c.run(_count_sends, length, piece_bytes, timeout=60)):
+        steps = 2 * (n - 1)
+        assert res["simple"] == (steps, steps, True), (n, rank, res)
+        assert res["pipelined, 1 piece"] == (steps, steps, True), (n, rank, res)
+        assert res["pipelined, 3 pieces"] == (3 * steps, 3 * steps, True), (n, rank, res)
