@@ -262,3 +262,19 @@ def test_ring_all_reduce_makes_2_n_minus_1_sends_per_rank(request, n):
         assert res["simple"] == (steps, steps, True), (n, rank, res)
         assert res["pipelined, 1 piece"] == (steps, steps, True), (n, rank, res)
         assert res["pipelined, 3 pieces"] == (3 * steps, 3 * steps, True), (n, rank, res)
+
+
+# -- the default collective timeouts notebooks 00 and 11 quote, read from torch itself ---------
+def test_default_collective_timeouts_the_course_quotes():
+    """Notebooks 00 and 11: a collective that never completes fails after the process group's
+    timeout, 10 minutes for NCCL and 30 for the other backends (the notes say 30 for NCCL)."""
+    from datetime import timedelta
+    import torch.distributed as dist
+    from torch.distributed import constants, distributed_c10d
+    assert constants.default_pg_timeout == timedelta(minutes=30)
+    assert distributed_c10d._get_default_timeout(dist.Backend.GLOO) == timedelta(minutes=30)
+    if constants.default_pg_nccl_timeout is None:
+        pytest.skip("this torch has no NCCL (the CPU wheel): NCCL's default of 10 minutes is "
+                    "checked only where NCCL is compiled in (a GPU machine)")
+    assert constants.default_pg_nccl_timeout == timedelta(minutes=10)
+    assert distributed_c10d._get_default_timeout(dist.Backend.NCCL) == timedelta(minutes=10)
