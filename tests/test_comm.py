@@ -278,3 +278,33 @@ def test_default_collective_timeouts_the_course_quotes():
                     "checked only where NCCL is compiled in (a GPU machine)")
     assert constants.default_pg_nccl_timeout == timedelta(minutes=10)
     assert distributed_c10d._get_default_timeout(dist.Backend.NCCL) == timedelta(minutes=10)
+
+
+# -- the torch 2.13 rename, picked in one place (labkit.comm.compat) ---------------------------
+def test_compat_picks_the_new_name_else_the_old(monkeypatch):
+    import torch.distributed as dist
+    from labkit.comm import compat
+    calls = []
+    for name in ("reduce_scatter_single", "reduce_scatter_tensor", "all_gather_single", "all_gather_into_tensor"):
+        monkeypatch.setattr(dist, name, lambda out, inp, *a, _n=name, **k: calls.append((_n, k)), raising=False)
+    compat.reduce_scatter_tensor("out", "in", group="g")
+    compat.all_gather_into_tensor("out", "in")
+    monkeypatch.delattr(dist, "reduce_scatter_single")
+    monkeypatch.delattr(dist, "all_gather_single")
+    compat.reduce_scatter_tensor("out", "in")
+    compat.all_gather_into_tensor("out", "in", group="g")
+    assert calls == [("reduce_scatter_single", {"group": "g"}), ("all_gather_single", {}),
+                     ("reduce_scatter_tensor", {}), ("all_gather_into_tensor", {"group": "g"})]
+
+
+def test_lazy_names_load_on_first_use():
+    import subprocess
+    import sys
+    code = ("import sys, labkit.comm as c\n"
+            "assert 'labkit.comm.ring_fast' not in sys.modules and 'torch' not in sys.modules\n"
+            "f = c.ring_all_reduce\n"
+            "assert f.__module__ == 'labkit.comm.ring_fast' and vars(c)['ring_all_reduce'] is f\n"
+            "assert c.compat.__name__ == 'labkit.comm.compat' and 'ring_all_gather' in dir(c)\n"
+            "try:\n    c.nothing\nexcept AttributeError as e:\n    assert \"'labkit.comm' has no attribute 'nothing'\" in str(e)\n"
+            "else:\n    raise SystemExit('no AttributeError')\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
