@@ -308,3 +308,18 @@ def test_lazy_names_load_on_first_use():
             "try:\n    c.nothing\nexcept AttributeError as e:\n    assert \"'labkit.comm' has no attribute 'nothing'\" in str(e)\n"
             "else:\n    raise SystemExit('no AttributeError')\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_traffic_verdicts_say_ok_or_miss(capsys):
+    S = 4 << 20
+    row = lambda n, op, rank, sent, formula: dict(world_size=n, op=op, rank=rank, sent=sent,  # noqa: E731
+                                                  formula=formula, bytes=S)
+    f = formulas.ring_bytes_exact(S // 4, 2, 4, 0)
+    ok = [row(2, "ring_all_reduce", 0, f + 288, f), row(2, "ring_all_reduce", 1, f + 288, f)]
+    assert runs.traffic_verdicts(ok) is True
+    assert capsys.readouterr().out.startswith("ok: N=2 ring_all_reduce: sent / S per rank 1.0001, formula 1.0000")
+    bad = ok + [row(4, "naive_all_reduce", 0, 2 * S, 3 * S)]       # the root sent 2 S, not 3 S
+    assert runs.traffic_verdicts(bad) is False
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("ok: N=2") and out[1].startswith("MISS: N=4 naive_all_reduce") and len(out) == 2
+    assert "-4,194,304 B on rank 0" in out[1]
