@@ -33,8 +33,14 @@ def pytest_runtest_call(item):
     bad = failing_lines(_text(outputs))
     expected = EXPECT_FAIL_TAG in cell.get("metadata", {}).get("tags", [])
     if bad and not expected:
-        pytest.fail("the cell printed a failing verdict:\n" + "\n".join(bad), pytrace=False)
+        _fail(item, "the cell printed a failing verdict:\n" + "\n".join(bad))
     if expected and not bad:
-        pytest.fail(f"the cell is tagged {EXPECT_FAIL_TAG!r} but printed no FAIL or MISS line",
-                    pytrace=False)
+        _fail(item, f"the cell is tagged {EXPECT_FAIL_TAG!r} but printed no FAIL or MISS line")
     return result
+
+
+def _fail(item, message: str):
+    """Fail the cell the way nbval reports a cell (its number and source under the message)."""
+    if hasattr(item, "raise_cell_error"):
+        item.raise_cell_error(message)
+    pytest.fail(message, pytrace=False)
