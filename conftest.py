@@ -13,6 +13,13 @@ import pytest
 
 from labkit.verdict import EXPECT_FAIL_TAG, failing_lines
 
+# Cells that show a FAIL on purpose in notebooks this change could not edit, until they carry
+# the tag: notebook -> a piece of that cell's source. A listed cell that has the tag fails (so
+# the entry goes once the tag is there).
+UNTAGGED_EXPECT_FAIL = {
+    "11_pitfalls.ipynb": 'train_skipping(skip="fc2.bias")',   # cell 19: replicas drifting apart
+}
+
 
 def _text(outputs) -> str:
     parts = []
@@ -32,6 +39,12 @@ def pytest_runtest_call(item):
         return result
     bad = failing_lines(_text(outputs))
     expected = EXPECT_FAIL_TAG in cell.get("metadata", {}).get("tags", [])
+    listed = UNTAGGED_EXPECT_FAIL.get(item.path.name)
+    if listed and listed in cell.source:
+        if expected:
+            _fail(item, f"this cell has the {EXPECT_FAIL_TAG!r} tag now: take {item.path.name} out "
+                        "of UNTAGGED_EXPECT_FAIL in conftest.py")
+        expected = True
     if bad and not expected:
         _fail(item, "the cell printed a failing verdict:\n" + "\n".join(bad))
     if expected and not bad:
