@@ -9,9 +9,14 @@ is rewritten (the tests and CI run fresh copies).
 
 The committed notebooks hold each exercise's reference solution between
 ``### BEGIN SOLUTION`` and ``### END SOLUTION`` (inside a function body). The learner copy
-replaces each such block with ``raise NotImplementedError(...)`` at the same indentation, and
-drops ``# NBVAL_CHECK_OUTPUT`` markers (a learner's checker line says "not implemented yet",
-not "pass"), so the learner copy still runs top to bottom.
+replaces each such block with ``raise NotImplementedError(...)`` at the same indentation, so
+the learner copy still runs top to bottom.
+
+nbval's markers are for the tests, not the learner: a ``# NBVAL_...`` comment line is taken out
+of the learner's cell and kept as the cell's metadata tag (``# NBVAL_SKIP`` -> ``nbval-skip``,
+``# NBVAL_RAISES_EXCEPTION`` -> ``raises-exception``), which nbval reads the same way. The check
+of output is dropped (comment and tag): a learner's checker line says "not implemented yet",
+not "pass".
 """
 import argparse
 import copy
@@ -23,7 +28,10 @@ import nbformat
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = 'raise NotImplementedError("exercise: replace this line with your code")'
-_CHECK = re.compile(r"^\s*# NBVAL_CHECK_OUTPUT\s*\n?", re.MULTILINE)
+_MARKER = re.compile(r"^[ \t]*#+[ \t]*(NBVAL_[A-Z_]+)[ \t]*(?:\n|$)", re.MULTILINE)
+_TAGS = {"NBVAL_SKIP": "nbval-skip", "NBVAL_RAISES_EXCEPTION": "raises-exception",
+         "NBVAL_IGNORE_OUTPUT": "nbval-ignore-output", "NBVAL_CHECK_OUTPUT": None}
+_DROPPED_TAGS = {"nbval-check-output"}
 
 
 class ExerciseError(ValueError):
@@ -61,9 +69,25 @@ def learner_copy(nb):
         if cell.cell_type != "code":
             continue
         cell.source, _ = strip_solutions(cell.source, f"cell {n}")
-        cell.source = _CHECK.sub("", cell.source)
+        cell.source, tags = markers_to_tags(cell.source, cell.metadata.get("tags", []), f"cell {n}")
+        if tags:
+            cell.metadata["tags"] = tags
+        else:
+            cell.metadata.pop("tags", None)
         cell.outputs, cell.execution_count = [], None
     return nb
+
+
+def markers_to_tags(source: str, tags: list, where: str = "cell") -> tuple:
+    """(source without ``# NBVAL_...`` comment lines, tags with their metadata form added and
+    the output check dropped)."""
+    found = _MARKER.findall(source)
+    unknown = [m for m in found if m not in _TAGS]
+    if unknown:
+        raise ExerciseError(f"{where}: unknown nbval marker {unknown[0]} (known: {', '.join(_TAGS)})")
+    out = [t for t in tags if t not in _DROPPED_TAGS]
+    out += [_TAGS[m] for m in found if _TAGS[m] and _TAGS[m] not in out]
+    return _MARKER.sub("", source), out
 
 
 def build(src: pathlib.Path, dst: pathlib.Path, keep: bool = False) -> list:

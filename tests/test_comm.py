@@ -218,3 +218,108 @@ def test_bench_cli_is_a_thin_layer_over_comm_busbw():
     from labkit.comm import busbw
     assert collectives.sweep is busbw.sweep and collectives.table is busbw.table
     assert collectives.parse_size("4K") == 4096 and collectives.parse_size("1M") == 1 << 20
+
+
+# -- 2(N-1) sends per rank: counted at torch.distributed, not by labkit's own counter ----------
+def _count_sends(length, piece_bytes):
+    """Per ring: (non-empty sends this rank posted, the sum right?). dist.isend / dist.send are
+    wrapped for the call, so what is counted is what reached torch.distributed."""
+    import torch.distributed as dist
+    from labkit import comm
+    real = {"isend": dist.isend, "send": dist.send}
+    sent = []
+
+    def counting(name):
+        def call(tensor, *a, **k):
+            sent.append(tensor.numel() > 0)
+            return real[name](tensor, *a, **k)
+        return call
+    x = torch.arange(length, dtype=torch.float64) * (labkit.rank() + 1)
+    want = x.clone()
+    dist.all_reduce(want)
+    out = {}
+    runs_ = {"simple": comm.ring_all_reduce_simple,
+             "pipelined, 1 piece": comm.ring_all_reduce,
+             "pipelined, 3 pieces": lambda t: comm.ring_all_reduce(t, piece_bytes=piece_bytes)}
+    for name, fn in runs_.items():
+        t, sent[:] = x.clone(), []
+        dist.isend, dist.send = counting("isend"), counting("send")
+        try:
+            fn(t)
+        finally:
+            dist.isend, dist.send = real["isend"], real["send"]
+        out[name] = (sum(sent), len(sent), torch.equal(t, want))
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_ring_all_reduce_makes_2_n_minus_1_sends_per_rank(request, n):
+    c = request.getfixturevalue(f"cluster{n}")
+    length = 1200                                   # chunks of 1200 / n elements, none empty
+    piece_bytes = -(-length // n * 8 // 3)          # 3 pieces per chunk (float64)
+    for rank, res in enumerate(c.run(_count_sends, length, piece_bytes, timeout=60)):
+        steps = 2 * (n - 1)
+        assert res["simple"] == (steps, steps, True), (n, rank, res)
+        assert res["pipelined, 1 piece"] == (steps, steps, True), (n, rank, res)
+        assert res["pipelined, 3 pieces"] == (3 * steps, 3 * steps, True), (n, rank, res)
+
+
+# -- the default collective timeouts notebooks 00 and 11 quote, read from torch itself ---------
+def test_default_collective_timeouts_the_course_quotes():
+    """Notebooks 00 and 11: a collective that never completes fails after the process group's
+    timeout, 10 minutes for NCCL and 30 for the other backends (the notes say 30 for NCCL)."""
+    from datetime import timedelta
+    import torch.distributed as dist
+    from torch.distributed import constants, distributed_c10d
+    assert constants.default_pg_timeout == timedelta(minutes=30)
+    assert distributed_c10d._get_default_timeout(dist.Backend.GLOO) == timedelta(minutes=30)
+    if constants.default_pg_nccl_timeout is None:
+        pytest.skip("this torch has no NCCL (the CPU wheel): NCCL's default of 10 minutes is "
+                    "checked only where NCCL is compiled in (a GPU machine)")
+    assert constants.default_pg_nccl_timeout == timedelta(minutes=10)
+    assert distributed_c10d._get_default_timeout(dist.Backend.NCCL) == timedelta(minutes=10)
+
+
+# -- the torch 2.13 rename, picked in one place (labkit.comm.compat) ---------------------------
+def test_compat_picks_the_new_name_else_the_old(monkeypatch):
+    import torch.distributed as dist
+    from labkit.comm import compat
+    calls = []
+    for name in ("reduce_scatter_single", "reduce_scatter_tensor", "all_gather_single", "all_gather_into_tensor"):
+        monkeypatch.setattr(dist, name, lambda out, inp, *a, _n=name, **k: calls.append((_n, k)), raising=False)
+    compat.reduce_scatter_tensor("out", "in", group="g")
+    compat.all_gather_into_tensor("out", "in")
+    monkeypatch.delattr(dist, "reduce_scatter_single")
+    monkeypatch.delattr(dist, "all_gather_single")
+    compat.reduce_scatter_tensor("out", "in")
+    compat.all_gather_into_tensor("out", "in", group="g")
+    assert calls == [("reduce_scatter_single", {"group": "g"}), ("all_gather_single", {}),
+                     ("reduce_scatter_tensor", {}), ("all_gather_into_tensor", {"group": "g"})]
+
+
+def test_lazy_names_load_on_first_use():
+    import subprocess
+    import sys
+    code = ("import sys, labkit.comm as c\n"
+            "assert 'labkit.comm.ring_fast' not in sys.modules and 'torch' not in sys.modules\n"
+            "f = c.ring_all_reduce\n"
+            "assert f.__module__ == 'labkit.comm.ring_fast' and vars(c)['ring_all_reduce'] is f\n"
+            "assert c.compat.__name__ == 'labkit.comm.compat' and 'ring_all_gather' in dir(c)\n"
+            "try:\n    c.nothing\nexcept AttributeError as e:\n    assert \"'labkit.comm' has no attribute 'nothing'\" in str(e)\n"
+            "else:\n    raise SystemExit('no AttributeError')\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_traffic_verdicts_say_ok_or_miss(capsys):
+    S = 4 << 20
+    row = lambda n, op, rank, sent, formula: dict(world_size=n, op=op, rank=rank, sent=sent,  # noqa: E731
+                                                  formula=formula, bytes=S)
+    f = formulas.ring_bytes_exact(S // 4, 2, 4, 0)
+    ok = [row(2, "ring_all_reduce", 0, f + 288, f), row(2, "ring_all_reduce", 1, f + 288, f)]
+    assert runs.traffic_verdicts(ok) is True
+    assert capsys.readouterr().out.startswith("ok: N=2 ring_all_reduce: sent / S per rank 1.0001, formula 1.0000")
+    bad = ok + [row(4, "naive_all_reduce", 0, 2 * S, 3 * S)]       # the root sent 2 S, not 3 S
+    assert runs.traffic_verdicts(bad) is False
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("ok: N=2") and out[1].startswith("MISS: N=4 naive_all_reduce") and len(out) == 2
+    assert "-4,194,304 B on rank 0" in out[1]

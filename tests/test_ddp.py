@@ -177,3 +177,30 @@ def test_average_gradients_checker(cluster4, capsys):
     assert lines[1].startswith("average_gradients: FAIL (rank 0, step 1: ")
     assert "divide by the world size (4)" in lines[1]
     assert lines[2].startswith("average_gradients: not implemented yet")
+
+
+def test_no_import_cycle_inside_labkit_ddp():
+    """Module-level imports between labkit.ddp's modules form no cycle (bucketed.py and
+    data_parallel.py both build on base.py), so any of them imports first."""
+    import ast
+    import pathlib
+    import labkit.ddp
+    folder = pathlib.Path(labkit.ddp.__file__).parent
+    graph = {}
+    for path in folder.glob("*.py"):
+        deps = set()
+        for node in ast.parse(path.read_text()).body:                 # module level only
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("labkit.ddp."):
+                deps.add(node.module.split(".")[2])
+        graph[path.stem] = deps
+    done = set()
+
+    def visit(m, chain):
+        assert m not in chain, "import cycle: " + " -> ".join(chain + [m])
+        if m in done:
+            return
+        for d in graph.get(m, ()):
+            visit(d, chain + [m])
+        done.add(m)
+    for m in graph:
+        visit(m, [])

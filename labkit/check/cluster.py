@@ -1,5 +1,6 @@
 """Checkers for notebook 00 (your cluster)."""
 from labkit.check.core import caught_verdict, checker, new_token
+from labkit.check.guard import HANG_LIMIT_S
 
 __all__ = ["mean_over_ranks"]
 
@@ -74,7 +75,7 @@ def _drive_mean(fn, token):
 
 
 @checker("mean_over_ranks")
-def mean_over_ranks(fn, cluster, timeout: float = 30):
+def mean_over_ranks(fn, cluster, timeout: float = HANG_LIMIT_S):
     """fn(t) must return the element-wise mean of t over all ranks, on every rank."""
     results = cluster.run(_drive_mean, fn, new_token(timeout), timeout=timeout)
     if any(isinstance(res, dict) for res in results):

@@ -13,12 +13,12 @@ for a hang, where each rank waits and why.
 import torch
 
 from labkit.check.core import caught_verdict, checker, new_token, _learner_frame
+from labkit.check.guard import HANG_LIMIT_S
 
 __all__ = ["ring_all_reduce"]
 
 _LENGTHS = [7, 3, 1, 1001]      # 7 first: every chunk non-empty, so a diagnosis names real steps
 _DTYPES = ["float32", "int64", "bfloat16", "float64"]
-_TIMEOUT = 10.0         # seconds: a correct ring finishes every case in about one on a busy machine
 _groups = {}            # group size -> process group of ranks 0..k-1, kept on each rank between
                         # checks; "shifted": ranks 1..world-1, where a group rank is not the global
                         # one (dst= where group_dst= is meant); "world": the default group
@@ -195,7 +195,7 @@ def _tidy(cluster, found) -> None:
 
 
 @checker("ring_all_reduce")
-def ring_all_reduce(fn, cluster, timeout: float = _TIMEOUT):
+def ring_all_reduce(fn, cluster, timeout: float = HANG_LIMIT_S):
     """fn(tensor, group=None) must sum `tensor` over the ranks of `group`, in place."""
     import labkit
     from labkit.check import ring_diagnosis as why

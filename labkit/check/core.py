@@ -11,11 +11,13 @@ import functools
 from labkit.runtime import cluster as _cluster
 from labkit.runtime.errors import RankError, RankTimeout
 from labkit.check.ring_diagnosis import stuck_in
+from labkit.verdict import FAIL
 
 
 def report(name: str, ok: bool, detail: str = "") -> bool:
-    """Print the one deterministic line of a checker and return ok."""
-    verdict = "pass" if ok else "FAIL"
+    """Print the one deterministic line of a checker and return ok ("name: FAIL (...)" is what
+    fails a notebook cell under pytest, see `labkit.verdict`)."""
+    verdict = "pass" if ok else FAIL
     print(f"{name}: {verdict}" + (f" ({detail})" if detail else ""))
     return ok
 
@@ -154,6 +156,8 @@ def checker(name: str):
     return wrap
 
 
-def run_exercise(fn, *args, cluster=None, timeout: float = 60, **kwargs) -> list:
-    """Run the learner's fn on every rank (a thin cluster.run for checkers)."""
-    return get_cluster(cluster).run(fn, *args, timeout=timeout, **kwargs)
+def run_exercise(fn, *args, cluster=None, timeout: float = None, **kwargs) -> list:
+    """Run the learner's fn on every rank (a thin cluster.run for checkers); a hang is reported
+    after guard.HANG_LIMIT_S unless `timeout` says otherwise."""
+    from labkit.check.guard import HANG_LIMIT_S
+    return get_cluster(cluster).run(fn, *args, timeout=HANG_LIMIT_S if timeout is None else timeout, **kwargs)

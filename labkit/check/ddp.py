@@ -7,6 +7,7 @@
 import hashlib
 
 from labkit.check.core import checker, new_token, ranks_verdict, report
+from labkit.check.guard import HANG_LIMIT_S
 
 __all__ = ["replicas_in_sync", "average_gradients", "param_hashes"]
 
@@ -161,7 +162,7 @@ def _sgd(model, bufs, lr=0.1, momentum=0.9) -> None:
 
 
 @checker("average_gradients")
-def average_gradients(fn, cluster, steps: int = 3, timeout: float = 30):
+def average_gradients(fn, cluster, steps: int = 3, timeout: float = HANG_LIMIT_S):
     """fn(model), called after loss.backward() on every rank, must leave in each parameter's
     .grad the mean of that gradient over ranks (and None where there is none). Checked by
     training AwkwardNet (tied weight, frozen and unused parameters) for `steps` SGD steps

@@ -22,6 +22,8 @@ import re
 import time
 import traceback
 
+HANG_LIMIT_S = 10.0     # seconds: every checker reports a hang after this (README, notebook 02);
+                        # a right answer takes a few seconds at most on a busy 2-core machine
 PATIENCE_S = 5.0        # seconds a rank that raised waits for the others before it gives up
 # torch's C++ errors start with "[rank0]:[F1129 18:27:55.006238832 ProcessGroupGloo.cpp:1537] ":
 # a time stamp that would make the checker's line differ from run to run

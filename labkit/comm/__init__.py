@@ -9,30 +9,20 @@
 `ring_fast.py` the pipelined ring with reused buffers, `formulas.py` the traffic formulas
 (pure: imports no torch), `runs.py` recorded ring runs and bytes per rank on a cluster,
 `busbw.py` bandwidth in the convention of nccl-tests, `draw.py` the pictures. Names load on first use, so
-`import labkit.comm.formulas` stays free of torch.
+`import labkit.comm.formulas` stays free of torch. `compat.py` picks the names torch 2.13 gave
+two collectives (reduce_scatter_single, all_gather_single) or the older ones.
 """
-import importlib
+from labkit._lazy import lazy
 
 _LAZY = {  # name -> submodule that defines it
     "naive_all_reduce": "ring", "ring_all_gather": "ring", "ring_all_reduce_simple": "ring",
     "ring_reduce_scatter": "ring", "ring_all_reduce": "ring_fast",
     "chunk_bounds": "formulas", "record": "recorder",
 }
-_SUBMODULES = {"formulas", "traffic", "draw", "runs", "busbw", "recorder", "ring", "ring_fast"}
+_SUBMODULES = {"formulas", "traffic", "draw", "runs", "busbw", "recorder", "ring", "ring_fast", "compat"}
 
 __all__ = ["ring_all_reduce", "ring_all_reduce_simple", "ring_reduce_scatter", "ring_all_gather",
            "naive_all_reduce", "chunk_bounds", "record", "traffic", "formulas"]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"labkit.comm has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted({*globals(), *_LAZY, *_SUBMODULES})
+__getattr__, __dir__ = lazy(__name__, _LAZY, _SUBMODULES)

@@ -46,9 +46,8 @@ def _rank_sweep(sizes, ops, iters, warmup):
     from labkit import comm
     n, dev = labkit.world_size(), labkit.device()
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    # torch 2.13 renamed the *_tensor forms to *_single; older releases only have the former
-    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    from labkit.comm.compat import all_gather_into_tensor as all_gather
+    from labkit.comm.compat import reduce_scatter_tensor as reduce_scatter
     out = {}
     for size in sizes:
         count = max(n, size // 4 // n * n)                   # float32 elements, divisible by N

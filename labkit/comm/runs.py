@@ -120,3 +120,22 @@ def traffic_table(rows):
                     f"{r['sent'] - r['formula']:,} B", msgs])
     return Table(["N", "op", "rank", "sent / S", "received / S", "formula / S", "sent - formula",
                   "messages sent"], out, align="rlrrrrrr")
+
+
+def traffic_verdicts(rows, tolerance: float = 1e-3) -> bool:
+    """One `labkit.verdict` line per world size and op of `traffic_rows`: does every rank send
+    what the formula says, within `tolerance` x S (gloo adds a 96-byte header per message:
+    0.02 % of 4 MB per ring step)? Returns True when every one holds."""
+    from labkit.verdict import verdict
+    ok = True
+    for key in dict.fromkeys((r["world_size"], r["op"]) for r in rows):
+        mine = [r for r in rows if (r["world_size"], r["op"]) == key]
+        S = mine[0]["bytes"]
+        worst = max(mine, key=lambda r: abs(r["sent"] - r["formula"]))
+        sent = sorted({f"{r['sent'] / S:.4f}" for r in mine})
+        form = sorted({f"{r['formula'] / S:.4f}" for r in mine})
+        ok &= verdict(abs(worst["sent"] - worst["formula"]) <= tolerance * S,
+                      f"N={key[0]} {key[1]}: sent / S per rank {', '.join(sent)}, formula "
+                      f"{', '.join(form)} (largest gap {worst['sent'] - worst['formula']:+,} B on rank "
+                      f"{worst['rank']}, allowed {tolerance * S:,.0f} B)")
+    return ok

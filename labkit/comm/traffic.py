@@ -187,14 +187,15 @@ def overhead_per_message(sizes=(1 << 10, 1 << 16, 1 << 20), repeats: int = 4) ->
     wire bytes are payload + 96 x messages sent + 48 x messages received."""
     import torch
     import torch.distributed as dist
-    r = dist.get_rank()
+    import labkit
+    r, dev = dist.get_rank(), labkit.device()
     if dist.get_world_size() < 2:
         return {}
     payload = messages = 0
     dist.barrier()
     with measure() as m:
         for n in sizes if r < 2 else ():
-            t = torch.zeros(n // 4, dtype=torch.float32)
+            t = torch.zeros(n // 4, dtype=torch.float32, device=dev)
             for _ in range(repeats):
                 if r == 0:
                     dist.send(t, 1)
@@ -202,7 +203,7 @@ def overhead_per_message(sizes=(1 << 10, 1 << 16, 1 << 20), repeats: int = 4) ->
                     dist.recv(t, 0)
                 payload += t.numel() * 4
                 messages += 1
-    extra = torch.zeros(2, dtype=torch.float64)    # [per_send, per_recv], filled by ranks 0 and 1
+    extra = torch.zeros(2, dtype=torch.float64, device=dev)   # [per_send, per_recv], filled by ranks 0 and 1
     if r < 2:
         extra[r] = (m.sent - (payload if r == 0 else 0)) / messages
     dist.barrier()

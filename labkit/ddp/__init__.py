@@ -2,7 +2,8 @@
 
     from labkit.ddp import NaiveDDP, FlatDDP, BucketedDDP
 
-- `data_parallel`: the strategies, naive next to flat (and `bucketed`: BucketedDDP, with
+- `base`: what every strategy shares (broadcasts, no_sync); `data_parallel`: the strategies,
+  naive next to flat (and `bucketed`: BucketedDDP, with
   torch DDP's bucket layout, find_unused_parameters, gradient_as_bucket_view), no_sync;
 - `clock`: what a timeline stamp measures on CPU (host time) and on GPU (CUDA events);
 - `parity`: training against one process on the global batch (tests, checker, notebook);

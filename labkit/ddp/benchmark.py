@@ -120,7 +120,7 @@ def bench_ranks(groups=GROUPS, cfg=BENCH_GPT, batch: int = 2, seq: int = 64, ste
                 dist.barrier()
                 t0 = time.perf_counter()
                 step(*rest)
-                t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+                t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=x.device)
                 dist.all_reduce(t, op=dist.ReduceOp.MAX)      # the slowest rank sets the pace
                 out[label]["times"].append(t.item())
         for label, *rest in live:

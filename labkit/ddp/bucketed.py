@@ -26,7 +26,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from labkit.ddp.clock import HostClock
-from labkit.ddp.data_parallel import MB, _DataParallel
+from labkit.ddp.base import MB, _DataParallel
 
 DEFAULT_CAP_MB = 25                 # torch's _DEFAULT_BUCKET_CAP_MB
 FIRST_BUCKET_BYTES = 1 * MB         # torch's dist._DEFAULT_FIRST_BUCKET_BYTES

@@ -21,11 +21,12 @@ def scaled_lr(base_lr: float, base_batch: int, global_batch: int, rule: str = "l
     return base_lr * {"none": 1.0, "sqrt": math.sqrt(k), "linear": k}[rule]
 
 
-def _task(n: int, seed: int, vocab: int = 37, seq: int = 6):
-    """A learnable toy task for AwkwardNet: predict (3 * token + 1) mod vocab at each position."""
+def _task(n: int, seed: int, vocab: int = 37, seq: int = 6, device=None):
+    """A learnable toy task for AwkwardNet: predict (3 * token + 1) mod vocab at each position.
+    Drawn on the CPU (the same numbers on every device), then moved to `device`."""
     import torch
     g = torch.Generator().manual_seed(seed)
-    x = torch.randint(0, vocab, (n, seq), generator=g)
+    x = torch.randint(0, vocab, (n, seq), generator=g).to(device)
     return x, (3 * x + 1) % vocab
 
 
@@ -40,13 +41,14 @@ def lr_rule_run(rule: str, base_lr: float = 0.05, batch: int = 4, samples: int =
     import torch.distributed as dist
     from labkit.ddp.data_parallel import BucketedDDP
     from labkit.models import AwkwardNet, lm_loss
-    rank, n = dist.get_rank(), dist.get_world_size()
-    x, y = _task(samples, seed=3)
+    import labkit
+    rank, n, dev = dist.get_rank(), dist.get_world_size(), labkit.device()
+    x, y = _task(samples, seed=3, device=dev)
     lr = scaled_lr(base_lr, batch, n * batch, rule) if lr is None else lr
 
     def fresh():
         torch.manual_seed(0)
-        return AwkwardNet()
+        return AwkwardNet().to(dev)
     model, base = fresh(), fresh()
     ddp = BucketedDDP(model)
     opt = torch.optim.SGD(model.parameters(), lr=lr)

@@ -44,14 +44,15 @@ def validation_loss(n_items: int = 10, seed: int = 7) -> dict:
     """Mean per-sample loss of a fixed AwkwardNet over a validation set of n_items, three ways:
     "one_process" (the truth), "padded" (DistributedSampler(shuffle=False) shards, all-reduced
     sum / count: the padding duplicates are counted), "masked" (padded positions dropped)."""
-    rank, n = dist.get_rank(), dist.get_world_size()
+    import labkit
+    rank, n, dev = dist.get_rank(), dist.get_world_size(), labkit.device()
     torch.manual_seed(0)
-    model = AwkwardNet().eval()
-    x, y = awkward_batch(n_items, seed=seed)
+    model = AwkwardNet().eval().to(dev)
+    x, y = (t.to(dev) for t in awkward_batch(n_items, seed=seed))
     idx = shard(n_items, shuffle=False)                        # rank r gets r, r+N, r+2N, ...
     losses = _per_sample_loss(model, x[idx], y[idx])
-    real = torch.tensor([k * n + rank < n_items for k in range(len(idx))])   # padded positions
-    s = torch.stack([losses.sum(), torch.tensor(float(len(idx))), losses[real].sum(),
+    real = torch.tensor([k * n + rank < n_items for k in range(len(idx))], device=dev)   # padded positions
+    s = torch.stack([losses.sum(), torch.tensor(float(len(idx)), device=dev), losses[real].sum(),
                      real.sum().float()]).double()
     dist.all_reduce(s)
     return {"one_process": _per_sample_loss(model, x, y).mean().item(),

@@ -1,0 +1,59 @@
+"""Verdicts fail CI: a notebook cell (nbval) whose output says FAIL or MISS fails its test.
+
+The notebooks are committed without outputs, so nbval compares nothing, and checkers print
+rather than raise (a learner reads a line, not a traceback). Here, after each notebook cell ran,
+its outputs are read: a checker's ``name: FAIL (...)`` or a ``MISS: ...`` verdict fails the cell
+(vocabulary in `labkit.verdict`). A cell that shows a FAIL on purpose carries the metadata tag
+``expect-fail`` and fails when it shows none. A stub's "not implemented yet" passes.
+
+This file sits at the repository's root so that it applies to notebooks/ and build/learner as
+well as tests/ (pytest asks a conftest only about the items under its own folder).
+"""
+import pytest
+
+from labkit.verdict import EXPECT_FAIL_TAG, failing_lines
+
+# Cells that show a FAIL on purpose in notebooks this change could not edit, until they carry
+# the tag: notebook -> a piece of that cell's source. A listed cell that has the tag fails (so
+# the entry goes once the tag is there).
+UNTAGGED_EXPECT_FAIL = {
+    "11_pitfalls.ipynb": 'train_skipping(skip="fc2.bias")',   # cell 19: replicas drifting apart
+}
+
+
+def _text(outputs) -> str:
+    parts = []
+    for out in outputs or ():
+        if out.get("output_type") == "stream":
+            parts.append(out.get("text", ""))
+        elif "data" in out:
+            parts.append(out["data"].get("text/plain", ""))
+    return "\n".join(parts)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    result = yield
+    cell, outputs = getattr(item, "cell", None), getattr(item, "test_outputs", None)
+    if cell is None or outputs is None:                 # not an nbval cell
+        return result
+    bad = failing_lines(_text(outputs))
+    expected = EXPECT_FAIL_TAG in cell.get("metadata", {}).get("tags", [])
+    listed = UNTAGGED_EXPECT_FAIL.get(item.path.name)
+    if listed and listed in cell.source:
+        if expected:
+            _fail(item, f"this cell has the {EXPECT_FAIL_TAG!r} tag now: take {item.path.name} out "
+                        "of UNTAGGED_EXPECT_FAIL in conftest.py")
+        expected = True
+    if bad and not expected:
+        _fail(item, "the cell printed a failing verdict:\n" + "\n".join(bad))
+    if expected and not bad:
+        _fail(item, f"the cell is tagged {EXPECT_FAIL_TAG!r} but printed no FAIL or MISS line")
+    return result
+
+
+def _fail(item, message: str):
+    """Fail the cell the way nbval reports a cell (its number and source under the message)."""
+    if hasattr(item, "raise_cell_error"):
+        item.raise_cell_error(message)
+    pytest.fail(message, pytrace=False)

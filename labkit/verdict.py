@@ -1,0 +1,34 @@
+"""The words a verdict is printed in, one place for the library, the checkers and the tests.
+
+Two kinds of line say that something the course claims did not hold:
+
+- a checker's ``name: FAIL (what differs, where, what to do)`` (`labkit.check.core.report`);
+- a measurement set against its formula, printed by `verdict`: ``ok: ...`` when it holds,
+  ``MISS: ...`` when it does not.
+
+Both are plain lines, never exceptions, so a learner in JupyterLab reads them in the cell. When
+the notebooks run under pytest (nbval), the repository's ``conftest.py`` fails a cell whose
+output holds such a line (`failing_lines`), unless the cell is tagged `EXPECT_FAIL_TAG`, which a
+cell that shows a FAIL on purpose carries (and then it must show one). A line printed on a rank
+arrives as ``[rank N] ...`` and counts too. Pure: no torch, no processes.
+"""
+import re
+
+FAIL = "FAIL"               # a checker's word for "your code is wrong"
+OK, MISS = "ok:", "MISS:"   # how a measured-vs-formula verdict starts
+EXPECT_FAIL_TAG = "expect-fail"     # cell metadata tag: this cell shows a FAIL on purpose
+
+_RANK = r"(?:\[rank \d+\] )?"
+_FAILING = re.compile(rf"^{_RANK}(?:[\w.]+: {FAIL}(?: \(|$)|{re.escape(MISS)} )")
+
+
+def verdict(ok: bool, text: str) -> bool:
+    """Print one line, ``ok: text`` or ``MISS: text``, and return ok. For a measurement set
+    against the formula it tests: say both numbers and the tolerance in `text`."""
+    print(f"{OK if ok else MISS} {text}")
+    return bool(ok)
+
+
+def failing_lines(text: str) -> list:
+    """The lines of `text` that say a check failed: a checker's ``name: FAIL`` or a ``MISS:``."""
+    return [ln for ln in text.splitlines() if _FAILING.match(ln)]
