@@ -89,3 +89,8 @@ def count_flops(mode: str, shape=None, seed: int = 0) -> dict:
     with FlopCounterMode(display=False) as bwd:
         loss.backward()
     return {"forward": fwd.get_total_flops(), "backward": bwd.get_total_flops(), "blocks_forward": blocks}
+
+
+def count_flops_modes(shape=None, modes=MODES) -> dict:
+    """{mode: count_flops(mode, shape)} for each checkpointing mode (one call on a rank)."""
+    return {mode: count_flops(mode, shape) for mode in modes}

@@ -118,24 +118,36 @@ def tracked_step(model, opt, x, y, config: Config) -> tuple:
 def run(config: Config, shape: Shape = Shape(), timed: int = 2, track: bool = True, seed: int = 0) -> dict:
     """Build, one warm-up step, one tracked step (peak by category; skipped when `track` is
     False), `timed` steps (seconds of each in `steps_s`)."""
-    import labkit
+    st = prepare(config, shape, track, seed)
+    return finish(config, st, [train_step(st["model"], st["opt"], st["x"], st["y"], config) for _ in range(timed)])
+
+
+def prepare(config: Config, shape: Shape = Shape(), track: bool = True, seed: int = 0) -> dict:
+    """The model and optimizer of `config` after one warm-up step (which creates the optimizer
+    state) and, when `track`, one step under the memory tracker: what `finish` needs."""
     rank = dist.get_rank() if dist.is_initialized() else 0
     model, opt = build(config, shape, seed)
     x, y = token_batch(shape.batch, shape.seq, shape.vocab_size, seed=seed + 100 + rank)
     losses = [train_step(model, opt, x, y, config)["loss"]]
     peak, stored = tracked_step(model, opt, x, y, config) if track else (None, 0)
-    times = [train_step(model, opt, x, y, config) for _ in range(timed)]
+    return {"model": model, "opt": opt, "x": x, "y": y, "losses": losses, "peak": peak,
+            "stored": stored, "rank": rank}
+
+
+def finish(config: Config, st: dict, times: list) -> dict:
+    """The row of one configuration from `prepare`'s state and its timed steps."""
+    import labkit
+    model, opt, rank, peak = st["model"], st["opt"], st["rank"], st["peak"]
     best = min(times, key=lambda t: t["step"]) if times else {}
     held = offload.measure(model, opt, label=f"held {config.code}")
     n_params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-    checksum = param_checksum(model)
     slowest = slowest_steps([t["step"] for t in times])
-    row = {"config": config, "rank": rank, "peak": peak, "stored": stored, "held": held,
+    row = {"config": config, "rank": rank, "peak": peak, "stored": st["stored"], "held": held,
            "seconds": best, "steps_s": [t["step"] for t in times], "slowest_s": slowest,
-           "losses": losses + [t["loss"] for t in times], "n_params": n_params,
+           "losses": st["losses"] + [t["loss"] for t in times], "n_params": n_params,
            "sizes": [p.numel() for p in {id(p): p for p in model.parameters()}.values() if p.requires_grad],
            "offload_seconds": dict(getattr(opt, "seconds", {})), "moved": dict(getattr(opt, "moved", {})),
-           "checksum": checksum, "steps": 2 + len(times)}
+           "checksum": param_checksum(model), "steps": 2 + len(times)}
     if rank == 0:
         mid, lo, hi = spread(slowest)
         labkit.emit(trick=config.code, peak_device=peak.device if peak else 0,
@@ -181,11 +193,13 @@ def one_process(config: Config, shape: Shape, world_size: int, steps: int, seed:
 
 
 def run_many(configs, shape: Shape = Shape(), timed: int = 2, track=True) -> list:
-    """`run` for each config in turn (one call to the cluster for all of them). `track`: one
-    bool for all, or one per config (a config whose memory is already known is only timed).
-    With timed steps and the first config tracked, one untimed tracked warm-up of it comes
-    first: first calls (lazy imports, the tracker, allocator growth) would otherwise make the
-    baseline slow and every ratio to it look better than it is."""
+    """`run` for each config (one call to the cluster for all of them), with the timed steps
+    taken in turns: one step of each config, then the next round, so that a burst of load on a
+    shared machine slows every config alike instead of one. `track`: one bool for all, or one
+    per config (a config whose memory is already known is only timed). With timed steps and the
+    first config tracked, one untimed tracked warm-up of it comes first: first calls (lazy
+    imports, the tracker, allocator growth) would otherwise make the baseline slow and every
+    ratio to it look better than it is."""
     configs = list(configs)
     tracks = list(track) if isinstance(track, (list, tuple)) else [track] * len(configs)
     if len(tracks) != len(configs):
@@ -195,7 +209,12 @@ def run_many(configs, shape: Shape = Shape(), timed: int = 2, track=True) -> lis
         x, y = token_batch(shape.batch, shape.seq, shape.vocab_size)
         tracked_step(model, opt, x, y, configs[0])
         del model, opt
-    return [run(c, shape, timed, track=t) for c, t in zip(configs, tracks)]
+    states = [prepare(c, shape, t) for c, t in zip(configs, tracks)]
+    times = [[] for _ in configs]
+    for _ in range(timed):
+        for c, st, ts in zip(configs, states, times):
+            ts.append(train_step(st["model"], st["opt"], st["x"], st["y"], c))
+    return [finish(c, st, ts) for c, st, ts in zip(configs, states, times)]
 
 
 def loss_curve(optimizer: str, steps: int = 30, shape: Shape = Shape(batch=4), seed: int = 0) -> list:
