@@ -125,7 +125,8 @@ def table(results: list, shape: Shape = Shape(), world_size: int = 2, title: str
         f = res.formula(shape, world_size)
         act = f"{_mb(res.stored)} / {_mb(f.activations)}"
         mid, lo, hi = res.spread
-        step = f"{1e3 * mid:.0f} ({1e3 * lo:.0f}-{1e3 * hi:.0f})" if res.times else "-"
+        step = "-" if not res.times else (f"{1e3 * mid:.0f}" if len(res.times) == 1 else
+                                          f"{1e3 * mid:.0f} ({1e3 * lo:.0f}-{1e3 * hi:.0f})")
         ratio = f"{mid / base.seconds:.2f}x" if res.times and base.times else "-"
         rows.append([res.code, res.config.describe(), _mb(res.device), f"{res.device / base.device:.2f}x",
                      act, step, ratio])
