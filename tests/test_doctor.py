@@ -4,12 +4,36 @@ import pytest
 from labkit.doctor import pitfalls as P
 
 
-def test_forgotten_set_device_on_a_simulated_gpu_node():
-    from labkit.doctor.ranks import simulated_device_map
-    ok, why = P.devices_distinct(simulated_device_map(4, set_device=False))
+def test_forgotten_set_device_detected_from_devices_and_local_ranks():
+    from labkit.doctor.ranks import illustrated_device_map
+    ok, why = P.devices_distinct(illustrated_device_map(4, set_device=False))
     assert not ok and "ranks 0, 1, 2, 3 all use cuda:0" in why and "set_device" in why
-    assert P.devices_distinct(simulated_device_map(4, set_device=True))[0]
+    assert P.devices_distinct(illustrated_device_map(4, set_device=True))[0]
     assert P.devices_distinct({0: "cpu", 1: "cpu"})[0]          # CPU ranks share the CPU by design
+    ok, why = P.devices_distinct({0: "cuda:1", 1: "cuda:0"}, local_ranks={0: 0, 1: 1})
+    assert not ok and "rank 0 uses cuda:1 but its LOCAL_RANK is 0" in why
+    assert P.devices_distinct({0: "cuda:0", 1: "cuda:1"}, local_ranks={0: 0, 1: 1})[0]
+
+
+def _device_map():
+    from labkit.doctor.ranks import device_map
+    return device_map()
+
+
+def test_device_map_measured_on_the_ranks(cluster2):
+    import torch
+    measured = {}
+    for part in cluster2.run(_device_map):
+        measured.update(part)
+    assert sorted(measured) == [0, 1] and all(local == r for r, (_, local) in measured.items())
+    devices = {r: d for r, (d, _) in measured.items()}
+    ok, why = P.devices_distinct(devices, {r: local for r, (_, local) in measured.items()})
+    if not torch.cuda.is_available():
+        assert ok and set(devices.values()) == {"cpu"}, (devices, why)
+    elif torch.cuda.device_count() >= 2:          # NCCL: labkit's ranks call set_device(local rank)
+        assert ok and devices == {0: "cuda:0", 1: "cuda:1"}, (devices, why)
+    else:                                         # one GPU for two ranks: they do share it
+        assert not ok and "all use cuda:0" in why, (devices, why)
 
 
 def test_validation_padding_missing_and_shuffling():
@@ -38,7 +62,11 @@ def test_seeds():
     assert P.seeds_ok([1, 1], [0, 0], [5, 6])[0]
     assert "initial weights differ" in P.seeds_ok([1, 2], [0, 0], [5, 6])[1]
     assert "sampler seeds differ" in P.seeds_ok([1, 1], [0, 1], [5, 6])[1]
-    assert "dropout masks are identical" in P.seeds_ok([1, 1], [0, 0], [5, 5])[1]
+    ok, why = P.seeds_ok([1, 1], [0, 0], [5, 5])          # identical masks across DP ranks: a note
+    assert ok and why.count("note: dropout masks are identical") == 1 and "not a bug" in why
+    ok, why = P.seeds_ok([1, 1], [0, 0], [5, 6], tp_replicated_masks=[7, 8])
+    assert not ok and "replicated activation differ inside the tensor-parallel group" in why
+    assert P.seeds_ok([1, 1], [0, 0], [5, 6], tp_replicated_masks=[7, 7])[0]
 
 
 def test_pipeline_balance():
@@ -78,7 +106,15 @@ def test_seed_probe_on_ranks(cluster2):
     assert "initial weights" in judge(cluster2.run(_seeds, weights_seed_by_rank=True))[1]
     bad = cluster2.run(_seeds, sampler_seed_by_rank=True)
     assert "sampler seeds" in judge(bad)[1] and shard_report([r["indices"] for r in bad], 40)["overlap"]
-    assert "dropout" in judge(cluster2.run(_seeds, dropout_seed_by_rank=False))[1]
+    ok, why = judge(cluster2.run(_seeds, dropout_seed_by_rank=False))
+    assert ok and "note: dropout masks are identical" in why
+    tp = cluster2.run(_seeds, tp_replicated_seed_by_rank=True)
+    ok, why = P.seeds_ok([r["weights"] for r in tp], [r["sampler_seed"] for r in tp], [r["dropout"] for r in tp],
+                         tp_replicated_masks=[r["tp_replicated"] for r in tp])
+    assert not ok and "tensor-parallel group" in why
+    tp = cluster2.run(_seeds)
+    assert P.seeds_ok([r["weights"] for r in tp], [r["sampler_seed"] for r in tp], [r["dropout"] for r in tp],
+                      tp_replicated_masks=[r["tp_replicated"] for r in tp])[0]
 
 
 def _checklist(**kw):

@@ -5,9 +5,10 @@ cut into `micro` micro-batches, each forward and backward, and the gradients ave
 the ranks, so that every `.grad` ends as one process's gradient of the mean loss over the
 global batch (all ranks' sequences). The model is AwkwardNet: a tied weight and a frozen
 parameter (its .grad stays None). The checker names the usual mistakes: the loss not divided
-by the number of micro-batches, zero_grad inside the loop (only the last micro-batch left),
-one micro-batch only, no all-reduce, a sum over ranks instead of the mean, an all-reduce
-after every micro-batch (right values, micro times the bytes), a step taken.
+by the number of micro-batches (micro x), divided twice (1/micro), zero_grad inside the loop
+(only the last micro-batch left), one micro-batch only, no all-reduce, a sum over ranks instead
+of the mean (N x), a mean taken twice (1/N), an all-reduce after every micro-batch (right
+values, micro times the bytes), a step taken, the frozen parameter's None gradient used.
 """
 from labkit.check.core import checker, new_token, ranks_verdict
 
@@ -70,6 +71,7 @@ def _drive(fn, token, micro: int = 3, per_rank: int = 6):
         "right": _one_process(state, X, Y),
         "local": _one_process(state, X[mine], Y[mine]),
         "sum": _one_process(state, X, Y, n),
+        "mean_twice": _one_process(state, X, Y, 1 / n),
         "undivided": _one_process(state, X, Y, micro),
         "twice": _one_process(state, X, Y, 1 / micro),
         "last": _one_process(state, X[last], Y[last], 1 / micro),
@@ -78,7 +80,13 @@ def _drive(fn, token, micro: int = 3, per_rank: int = 6):
         "first_whole": _one_process(state, X[first], Y[first]),
     }
     verdict = None
-    if caught is None:
+    frozen = [k for k, p in model.named_parameters() if not p.requires_grad]
+    if caught is not None and frozen and "NoneType" in caught.message:
+        verdict = (f"rank {r}: your function raised {caught.type} ({caught.message.splitlines()[0][:120]}) "
+                   f"because {frozen[0]!r} is frozen (requires_grad=False), so its .grad is None: "
+                   "skip parameters whose .grad is None")
+        caught = None
+    elif caught is None:
         verdict = _verdict(got, cands, changed, micro, n, r, t.sent, t_ref.sent)
     guard.settle(token, "accumulate", caught or (verdict if verdict else None))
     return {"raised": caught, "problem": verdict, "sent": t.sent, "ref_sent": t_ref.sent}
@@ -99,30 +107,37 @@ def _verdict(got, cands, changed, micro, n, r, sent, ref_sent):
                     "micro-batches (not after every one)")
         return None
     words = {
-        "local": "this rank's own gradient: it was not averaged over the ranks (all-reduce each "
-                 f".grad, then divide by the world size {n}), after the last micro-batch",
-        "sum": f"exactly {n} x the mean: the sum over ranks; divide by the world size ({n})",
-        "undivided": f"exactly {micro} x the big-batch gradient: divide each micro-batch's loss by "
-                     f"the number of micro-batches ({micro}) before backward",
-        "twice": f"the big-batch gradient divided by {micro} once more: divide each micro-batch's "
-                 "loss by the number of micro-batches once",
-        "last": "only the last micro-batch's gradient is left: zero_grad() (or .grad = None) inside "
-                "the loop throws the earlier ones away; let backward() add them up in .grad",
-        "last_whole": "only the last micro-batch's gradient is left: zero_grad() inside the loop "
-                      "throws the earlier ones away",
+        "local": "your gradients are this rank's own: they were not averaged over the ranks "
+                 f"(after the last micro-batch, all-reduce each .grad, then divide by the world size {n})",
+        "sum": f"your gradients are exactly {n} x the mean, the sum over ranks: divide by the world "
+               f"size ({n}) after the all-reduce",
+        "mean_twice": f"your gradients are 1/{n} of the mean: they were averaged over the {n} ranks "
+                      "twice (ReduceOp.AVG already divides by the world size; do not divide again)",
+        "undivided": f"your gradients are exactly {micro} x the big-batch gradient, because each "
+                     "micro-batch's loss was not divided: divide each micro-batch's loss by the "
+                     f"number of micro-batches ({micro}) before backward",
+        "twice": f"your gradients are the big-batch gradient divided by {micro} once more: divide "
+                 "each micro-batch's loss by the number of micro-batches once",
+        "last": "only the last micro-batch's gradient is left in .grad: zero_grad() (or .grad = None) "
+                "inside the loop throws the earlier ones away; let backward() add them up in .grad",
+        "last_whole": "only the last micro-batch's gradient is left in .grad, and its loss was not "
+                      "divided: do not zero the gradients inside the loop, and divide each loss by "
+                      f"the number of micro-batches ({micro})",
         "first": "only the first micro-batch counted: run forward and backward on every micro-batch",
-        "first_whole": "only the first micro-batch counted: run forward and backward on every micro-batch",
+        "first_whole": "only the first micro-batch counted: run forward and backward on every "
+                       "micro-batch, each loss divided by the number of micro-batches",
     }
     for name, text in words.items():
         if _match(got, cands[name]):
-            return f"rank {r}: the gradients are {text}"
+            return f"rank {r}: {text}"
     missing = [k for k, g in got.items() if g is None and cands["right"][k] is not None]
     if missing:
-        return f"rank {r}: {missing[0]!r} has no gradient (.grad is None) after your function"
+        return (f"rank {r}: {missing[0]!r} has no gradient (.grad is None) after your function: run "
+                "backward on every micro-batch and leave the gradients in .grad")
     k = next(k for k in got if cands["right"][k] is not None and not _same(got[k], cands["right"][k]))
     err = (got[k] - cands["right"][k]).abs().max().item()
-    return (f"rank {r}: {k!r} differs from one process's gradient on the global batch by up to "
-            f"{err:.3g}")
+    return (f"rank {r}: the gradient of {k!r} differs from one process's gradient on the global "
+            f"batch by up to {err:.3g}")
 
 
 @checker("accumulate_gradients")

@@ -12,10 +12,14 @@ returns the four checks in that order; `bottleneck(findings)` names the first on
 "data", "communication", "imbalance" (ranks idle waiting for a slower one), "memory" or "none". No torch, no processes: the
 timers that fill `Phases` live in `labkit.diagnose.steps`.
 
-"Utilisation" here is the share of the step spent computing (forward + backward + optimizer),
-what `nvidia-smi` shows as busy on a GPU. Waiting for a slower rank would count as
-communication in a profiler (the wait happens inside the collective); the timers separate it
-with a barrier just before the all-reduce, so that communication means moving bytes.
+"Utilisation" here is the compute share: the part of the step spent computing (forward +
+backward + optimizer), from timers around each phase. It is not what `nvidia-smi` (or
+`nvidia-smi dmon`, its "sm" column) reports: NVML's utilisation is the share of time in which one
+or more kernels run on the GPU, and NCCL's collectives are kernels too, so a rank spinning inside
+an all-reduce while it waits for a straggler counts as 100 % busy. Only a profiler's compute share
+(or timers like these) separates computing from communicating. Waiting for a slower rank would
+count as communication in a profiler (the wait happens inside the collective); the timers
+separate it with a barrier just before the all-reduce, so that communication means moving bytes.
 """
 from dataclasses import dataclass, fields
 

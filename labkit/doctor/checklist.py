@@ -3,7 +3,7 @@
     单卡小规模能收敛吗？  does one rank, alone, learn a small task?  (rules out data and model bugs)
     梯度范数是否正常？    is the gradient norm finite and moderate after the all-reduce?
     学习率缩放了吗？      does the learning rate follow a scaling rule for the global batch?
-    随机种子是否同步？    same initial weights and sampler seed on every rank, different dropout?
+    随机种子是否同步？    same initial weights and sampler seed on every rank (dropout masks may differ)
 
 `convergence_checklist(lr, base_lr=..., base_batch=..., batch=...)` runs on every rank and
 returns [(item, ok, detail)], the same on every rank.

@@ -6,7 +6,7 @@ do). No torch here: the ranks gather the numbers, these functions judge them.
     validation_shards([[0, 2, 4], [1, 3, 0]], 5)      # padding / shuffling in evaluation
     batchnorm_in_sync([[0.1, 0.2], [0.3, 0.2]])       # BatchNorm statistics per rank
     lr_rule(lr, base_lr, base_batch, global_batch)    # learning rate against the scaling rules
-    seeds_ok(weights, sampler_seeds, dropout_masks)   # what must match, what must differ
+    seeds_ok(weights, sampler_seeds, dropout_masks)   # what must match, what may differ
     pipeline_balance([0.01, 0.03, 0.01, 0.01])        # one slow stage paces the pipeline
 """
 import math
@@ -15,19 +15,26 @@ __all__ = ["devices_distinct", "validation_shards", "batchnorm_in_sync", "lr_rul
            "pipeline_balance"]
 
 
-def devices_distinct(device_map: dict):
-    """device_map: rank -> device string each rank's tensors live on ("cuda:0", "cpu", ...).
-    Several ranks on one GPU is the forgotten `torch.cuda.set_device(local_rank)`: they crowd
+def devices_distinct(device_map: dict, local_ranks: dict = None):
+    """device_map: rank -> device string each rank's new tensors land on ("cuda:0", "cpu", ...);
+    local_ranks: rank -> LOCAL_RANK, when known. Several ranks on one GPU, or a rank whose GPU is
+    not its LOCAL_RANK, is the forgotten `torch.cuda.set_device(local_rank)`: the ranks crowd
     GPU 0 (memory, compute) while the other GPUs idle. CPU ranks share the CPU by design."""
     by_dev = {}
     for r, d in sorted(device_map.items()):
         by_dev.setdefault(str(d), []).append(r)
     crowded = {d: rs for d, rs in by_dev.items() if len(rs) > 1 and d.startswith("cuda")}
-    if not crowded:
-        return True, f"{len(device_map)} ranks, each on its own device or on the CPU"
-    d, rs = sorted(crowded.items(), key=lambda kv: -len(kv[1]))[0]
-    return False, (f"ranks {', '.join(map(str, rs))} all use {d}: call "
-                   f"torch.cuda.set_device(local_rank) before creating tensors or the process group")
+    if crowded:
+        d, rs = sorted(crowded.items(), key=lambda kv: -len(kv[1]))[0]
+        return False, (f"ranks {', '.join(map(str, rs))} all use {d}: call "
+                       f"torch.cuda.set_device(local_rank) before creating tensors or the process group")
+    wrong = [r for r, d in sorted(device_map.items()) if local_ranks and str(d).startswith("cuda:")
+             and int(str(d).split(":")[1]) != local_ranks.get(r, int(str(d).split(":")[1]))]
+    if wrong:
+        r = wrong[0]
+        return False, (f"rank {r} uses {device_map[r]} but its LOCAL_RANK is {local_ranks[r]}: call "
+                       "torch.cuda.set_device(local_rank) before creating tensors or the process group")
+    return True, f"{len(device_map)} ranks, each on its own device or on the CPU"
 
 
 def validation_shards(shards: list, n_items: int, again: list = None):
@@ -83,23 +90,40 @@ def lr_rule(lr: float, base_lr: float, base_batch: int, global_batch: int, rtol:
                    f"sqrt rule {rules['sqrt']:g}")
 
 
-def seeds_ok(weights: list, sampler_seeds: list, dropout_masks: list):
+def seeds_ok(weights: list, sampler_seeds: list, dropout_masks: list, tp_replicated_masks: list = None):
     """Per rank: a hash of the initial weights, the sampler seed, a hash of one dropout mask.
-    Weights and sampler seeds must match (same model; shards that tile the data set); dropout
-    masks should differ (identical masks on every rank waste the extra samples' noise)."""
-    problems = []
+    Weights and sampler seeds must match across data-parallel ranks (same model; shards that
+    tile the data set): a problem otherwise. Dropout masks across data-parallel ranks: different
+    is the usual choice, identical is no bug (each rank's mask falls on different samples;
+    Megatron-LM seeds every data-parallel rank alike by default): a note, still ok.
+    `tp_replicated_masks`: the masks that the ranks of one tensor-parallel group drew on an
+    activation they all hold in full (replicated, outside the sharded region): these must be
+    identical, or the copies diverge; only inside the sharded (model-parallel) region does each
+    rank draw its own (Megatron's `model_parallel_cuda_manual_seed`, `CudaRNGStatesTracker`)."""
+    problems, notes = [], []
     if len(set(weights)) > 1:
         problems.append(f"initial weights differ across ranks ({len(set(weights))} versions): seed "
                         "the model identically or broadcast rank 0's weights (DDP does)")
     if len(set(sampler_seeds)) > 1:
         problems.append(f"sampler seeds differ ({sorted(set(sampler_seeds))}): shards overlap and "
                         "miss items; give DistributedSampler the same seed on every rank")
+    if tp_replicated_masks is not None and len(set(tp_replicated_masks)) > 1:
+        problems.append(f"dropout masks on a replicated activation differ inside the tensor-parallel "
+                        f"group ({len(set(tp_replicated_masks))} versions): the ranks' copies of it "
+                        "diverge; use the same seed on the group for replicated regions, and a "
+                        "per-rank generator only inside the sharded region")
     if len(dropout_masks) > 1 and len(set(dropout_masks)) == 1:
-        problems.append("dropout masks are identical on every rank: seed the dropout generator "
-                        "with the rank (e.g. torch.manual_seed(seed + rank) after building the model)")
+        notes.append("note: dropout masks are identical on every data-parallel rank; not a bug (each "
+                     "mask falls on different samples), though seeding dropout with the rank "
+                     "(seed + rank) is the usual choice")
     if problems:
-        return False, "; ".join(problems)
-    return True, "weights and sampler seeds match on every rank, dropout masks differ"
+        return False, "; ".join(problems + notes)
+    what = "weights and sampler seeds match on every rank"
+    if tp_replicated_masks is not None:
+        what += ", the tensor-parallel group's masks on replicated activations are identical"
+    if notes:
+        return True, what + "; " + notes[0]
+    return True, what + ", dropout masks differ across data-parallel ranks"
 
 
 def pipeline_balance(stage_seconds: list, tol: float = 0.2):

@@ -1,7 +1,8 @@
 """The pitfalls of notebook 11 reproduced on the ranks; each returns what a detector in
 `labkit.doctor.pitfalls` judges.
 
-    simulated_device_map(4, set_device=False)  # {rank: "cuda:0"}: what a GPU node would show
+    device_map()                                # on every rank: where its tensors land, and LOCAL_RANK
+    illustrated_device_map(4, set_device=False) # {rank: "cuda:0"}: computed, an illustration
     batchnorm_stats(sync=False)                 # on every rank: running statistics after a step
     seed_probe(weights_seed_by_rank=False, ...) # on every rank: hashes of weights, masks, seeds
 """
@@ -13,15 +14,22 @@ import torch.nn as nn
 
 
 def device_map() -> dict:
-    """On every rank: {rank: the device a new tensor of this rank lands on}. On GPUs without
-    set_device, torch.empty(..., device="cuda") lands on cuda:0 for every rank."""
-    dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    return {dist.get_rank(): str(torch.empty(1, device=dev).device)}
+    """On every rank, measured: {rank: (the device a new tensor lands on, LOCAL_RANK)}. On a GPU
+    the device is `cuda:<torch.cuda.current_device()>`: cuda:0 on every rank that never called
+    set_device; `pitfalls.devices_distinct` compares it with LOCAL_RANK. On CPU ranks: "cpu"."""
+    import labkit
+    if torch.cuda.is_available():
+        dev = f"cuda:{torch.cuda.current_device()}"
+        assert str(torch.empty(1, device="cuda").device) == dev
+    else:
+        dev = "cpu"
+    return {dist.get_rank(): (dev, labkit.local_rank())}
 
 
-def simulated_device_map(world_size: int, set_device: bool) -> dict:
-    """What `device_map` returns on a node with one GPU per rank, computed instead of measured
-    (no GPU here): "cuda" means the current device, which is 0 until set_device(local_rank)."""
+def illustrated_device_map(world_size: int, set_device: bool) -> dict:
+    """An illustration, computed and not measured: what `device_map` finds on a node with one
+    GPU per rank, with and without `torch.cuda.set_device(local_rank)` ("cuda" means the current
+    device, which is 0 until set_device). It cannot fail: it only shows what the detector reads."""
     return {r: f"cuda:{r if set_device else 0}" for r in range(world_size)}
 
 
@@ -82,9 +90,14 @@ def batchnorm_stats(sync: bool, per_rank: int = 8, features: int = 4) -> dict:
 
 
 def seed_probe(weights_seed_by_rank: bool = False, sampler_seed_by_rank: bool = False,
-               dropout_seed_by_rank: bool = True, seed: int = 0) -> dict:
+               dropout_seed_by_rank: bool = True, tp_replicated_seed_by_rank: bool = False,
+               seed: int = 0) -> dict:
     """On every rank: build a small model, a DistributedSampler and one dropout mask with the
-    seeds chosen as the flags say; return hashes for `labkit.doctor.pitfalls.seeds_ok`."""
+    seeds chosen as the flags say; return hashes for `labkit.doctor.pitfalls.seeds_ok`.
+    "tp_replicated": the mask that this rank, taken as a member of one tensor-parallel group,
+    draws on an activation every rank of the group holds in full; Megatron draws it from the
+    generator seeded alike on the group, and only a sharded activation's mask from the
+    per-rank one (`tp_replicated_seed_by_rank=True` makes the mistake)."""
     from torch.utils.data import DistributedSampler
     rank = dist.get_rank()
     torch.manual_seed(seed + (rank if weights_seed_by_rank else 0))
@@ -93,5 +106,8 @@ def seed_probe(weights_seed_by_rank: bool = False, sampler_seed_by_rank: bool = 
     sampler = DistributedSampler(range(40), seed=sampler_seed)
     torch.manual_seed(seed + 1000 + (rank if dropout_seed_by_rank else 0))   # after the model
     mask = nn.functional.dropout(torch.ones(64), p=0.5) > 0
+    replicated = torch.Generator().manual_seed(seed + 2000 + (rank if tp_replicated_seed_by_rank else 0))
+    tp_mask = torch.rand(64, generator=replicated) >= 0.5
     return {"weights": _hash(model.weight), "sampler_seed": sampler_seed,
-            "indices": list(sampler), "dropout": _hash(mask.to(torch.uint8))}
+            "indices": list(sampler), "dropout": _hash(mask.to(torch.uint8)),
+            "tp_replicated": _hash(tp_mask.to(torch.uint8))}

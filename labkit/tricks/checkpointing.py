@@ -64,3 +64,33 @@ def apply(model: torch.nn.Module, mode: str = "full", attention: str = "math") -
             block.forward = functools.partial(_checkpointed_forward, block)
     model.checkpointing = mode
     return model
+
+
+def count_flops(mode: str, shape=None, seed: int = 0) -> dict:
+    """FLOPs of one forward and one backward of the module's TinyGPT (math attention) with
+    checkpointing `mode`, counted by torch's FlopCounterMode (matrix products: 2 per
+    multiply-add): {"forward", "backward", "blocks_forward"}. What checkpointing recomputes
+    runs during backward, so it shows in "backward"; "blocks_forward" is the forward FLOPs of
+    the blocks alone (the most that full checkpointing can add). torch stops a recomputation as
+    soon as every tensor backward needs is back (early stop), so an operation whose output
+    backward does not need (a block's last matmul) is not run again."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from labkit.models import GPTConfig, TinyGPT, lm_loss, token_batch
+    from labkit.tricks.formulas import Shape
+    shape = shape or Shape()
+    torch.manual_seed(seed)
+    model = apply(TinyGPT(GPTConfig(**shape.gpt_kwargs())), mode)
+    x, y = token_batch(shape.batch, shape.seq, shape.vocab_size, seed=seed)
+    with FlopCounterMode(display=False) as fwd:
+        loss = lm_loss(model(x), y)
+    blocks = sum(v for k, per_op in fwd.get_flop_counts().items()
+                 if k.count(".") == 2 and ".blocks." in k for v in per_op.values())
+    with FlopCounterMode(display=False) as bwd:
+        loss.backward()
+    return {"forward": fwd.get_total_flops(), "backward": bwd.get_total_flops(), "blocks_forward": blocks}
+
+
+def count_flops_modes(shape=None, modes=MODES) -> dict:
+    """{mode: count_flops(mode, shape)} for each checkpointing mode (one call on a rank)."""
+    return {mode: count_flops(mode, shape) for mode in modes}

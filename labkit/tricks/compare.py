@@ -3,6 +3,7 @@
     results = compare.measure(cluster, configs)         # one Result per config
     compare.table(results)                               # peak, time, ratios to the baseline
     compare.priority(results)                            # the notes' order against the measured one
+    compare.conclusion(results)                          # that comparison as a sentence
     compare.table(results, columns=("tricks", "peak", "activations"))   # fewer columns (a slide)
     compare.priority(results, english=True, columns=("rank", "notes", "saved", "order"))
 """
@@ -31,8 +32,19 @@ class Result:
         return self.peak.device
 
     @property
+    def times(self) -> list:
+        """Seconds of each timed step on the slowest rank (empty when nothing was timed)."""
+        return list(self.rows[0].get("slowest_s") or [])
+
+    @property
     def seconds(self) -> float:
-        return max(r["seconds"]["step"] for r in self.rows)
+        """The median step time on the slowest rank."""
+        return spread(self.times)[0]
+
+    @property
+    def spread(self) -> tuple:
+        """(median, fastest, slowest) step seconds on the slowest rank."""
+        return spread(self.times)
 
     @property
     def stored(self) -> int:
@@ -44,19 +56,36 @@ class Result:
 
 
 def measure(cluster, configs, shape: Shape = Shape(), timed: int = 2, live: bool = False,
-            timeout: float = None) -> list:
-    """Run each config on every rank of `cluster` (one run for all); `live` draws the scatter
-    as each configuration finishes. `timeout`: seconds for the whole run (the cluster's default
-    otherwise: about 2 s per configuration on a busy 2-core machine)."""
+            timeout: float = None, known=(), track: bool = True) -> list:
+    """Run each config on every rank of `cluster` (one run for all); `timed` steps of each are
+    timed after the tracked one; `live` draws the scatter as each configuration finishes.
+    `known`: Results measured before on the same shape; a config among them is only timed and
+    keeps their memory (peak, stored activations), which repeats to the byte from run to run.
+    `track`: False to skip the memory tracker for every config (held bytes only, no peak).
+    `timeout`: seconds for the whole run (the cluster's default otherwise)."""
     from labkit.tricks.runs import run_many
     configs = list(configs)
+    known = {r.config: r for r in known}
+    track = [track and c not in known for c in configs]
     if live:
         from labkit.tricks.plots import LiveScatter
-        with LiveScatter(cluster, total=len(configs)):
-            per_rank = cluster.run(run_many, configs, shape, timed, timeout=timeout)
+        with LiveScatter(cluster, total=len(configs), known={c.code: r.device for c, r in known.items()}):
+            per_rank = cluster.run(run_many, configs, shape, timed, track, timeout=timeout)
     else:
-        per_rank = cluster.run(run_many, configs, shape, timed, timeout=timeout)
-    return [Result(c, [per_rank[r][i] for r in range(len(per_rank))]) for i, c in enumerate(configs)]
+        per_rank = cluster.run(run_many, configs, shape, timed, track, timeout=timeout)
+    out = []
+    for i, c in enumerate(configs):
+        rows = [per_rank[r][i] for r in range(len(per_rank))]
+        if c in known:
+            rows = [{**row, "peak": k["peak"], "stored": k["stored"]} for row, k in zip(rows, known[c].rows)]
+        out.append(Result(c, rows))
+    return out
+
+
+def spread(seconds: list) -> tuple:
+    """(median, fastest, slowest) of some step times; zeros for none."""
+    from labkit.tricks.runs import spread as _spread
+    return _spread(seconds)
 
 
 def _mb(v: float) -> str:
@@ -66,7 +95,7 @@ def _mb(v: float) -> str:
 # table()'s columns by key; a ratio column shown without its value column is named for it
 COLUMNS = {"code": "code", "tricks": "tricks", "peak": "peak per rank on the device (MB)",
            "peak_ratio": "vs baseline", "activations": "stored activations: measured / formula (MB)",
-           "step": "step (ms)", "step_ratio": "vs baseline"}
+           "step": "step (ms): median (fastest-slowest), slowest rank", "step_ratio": "vs baseline"}
 ALONE = {"peak_ratio": ("peak", "peak vs baseline"), "step_ratio": ("step", "step vs baseline")}
 
 
@@ -86,28 +115,63 @@ def _pick(names: dict, header: list, rows: list, align: str, columns) -> tuple:
 def table(results: list, shape: Shape = Shape(), world_size: int = 2, title: str = "",
           columns=None) -> Table:
     """Peak per rank on the device (MB), stored activations measured against Korthikanti, and
-    the step time, each as a ratio to the first result (the baseline). `columns`: some of
-    COLUMNS' keys, in the order to show (a slide shows fewer: e.g. ("tricks", "peak", "activations"))."""
+    the step time on the slowest rank (median, and fastest to slowest of the timed steps), each
+    as a ratio to the first result (the baseline). Without timed steps the time columns are left
+    out. `columns`: some of COLUMNS' keys, in the order to show (a slide shows fewer: e.g.
+    ("tricks", "peak", "activations"))."""
     base = results[0]
     rows = []
     for res in results:
         f = res.formula(shape, world_size)
         act = f"{_mb(res.stored)} / {_mb(f.activations)}"
+        mid, lo, hi = res.spread
+        step = "-" if not res.times else (f"{1e3 * mid:.0f}" if len(res.times) == 1 else
+                                          f"{1e3 * mid:.0f} ({1e3 * lo:.0f}-{1e3 * hi:.0f})")
+        ratio = f"{mid / base.seconds:.2f}x" if res.times and base.times else "-"
         rows.append([res.code, res.config.describe(), _mb(res.device), f"{res.device / base.device:.2f}x",
-                     act, f"{1e3 * res.seconds:.0f}", f"{res.seconds / base.seconds:.2f}x"])
+                     act, step, ratio])
+    if columns is None and not any(r.times for r in results):
+        columns = ("code", "tricks", "peak", "peak_ratio", "activations")
     header, rows, align = _pick(COLUMNS, list(COLUMNS.values()), rows, "llrrrrr", columns)
     return Table(header, rows, align=align,
                  title=title or f"TinyGPT, {world_size} ranks, batch {shape.batch} x {shape.seq} per rank")
 
 
 def single_savings(results: list) -> dict:
-    """{trick: (bytes saved per rank, time ratio)} for the configs with exactly one trick."""
+    """{trick: (bytes saved per rank, median time ratio or None untimed)} for the configs with
+    exactly one trick."""
     base = next(r for r in results if r.code == "-")
     out = {}
     for r in results:
         if r.config.n_tricks == 1:
-            out[r.code] = (base.device - r.device, r.seconds / base.seconds)
+            out[r.code] = (base.device - r.device, r.seconds / base.seconds if r.times and base.times else None)
     return out
+
+
+def measured_order(results: list) -> list:
+    """The single tricks' codes, most memory saved per rank first (memory is exact: the order
+    repeats from run to run; a tie keeps the order of `results`)."""
+    saved = single_savings(results)
+    return sorted(saved, key=lambda c: -saved[c][0])
+
+
+NOTES_CODES = {"mixed": "M", "checkpointing": "C", "zero": "Z", "accumulate": "A", "adam8bit": "8"}
+
+
+def conclusion(results: list) -> str:
+    """The measured order of the single tricks by memory saved, against the notes' order of the
+    same tricks, as a sentence computed from `results`."""
+    saved = single_savings(results)
+    order = measured_order(results)
+    notes = [NOTES_CODES[name] for name, _ in NOTES_PRIORITY if NOTES_CODES[name] in saved]
+    listed = ", ".join(f"{i}. {WORDS[c]} ({saved[c][0] / 1e6:,.2f} MB)" for i, c in enumerate(order, 1))
+    out = f"Measured on this model, most memory saved per rank first: {listed}."
+    if order == notes:
+        return out + " That is the notes' order."
+    same = [WORDS[c] for c, d in zip(order, notes) if c == d]
+    return (out + f" The notes' order of these {len(notes)} is: " + ", ".join(WORDS[c] for c in notes) +
+            ("; " + " and ".join(same) + (" keeps its" if len(same) == 1 else " keep their") + " place."
+             if same else "; no trick keeps its place."))
 
 
 PRIORITY_COLUMNS = {"rank": "notes' rank", "notes": "the notes", "measured_as": "measured as",
@@ -120,8 +184,8 @@ def priority(results: list, english: bool = False, columns=None, title: str = No
     `columns`: some of PRIORITY_COLUMNS' keys, in the order to show; `title`: "" for none
     (a slide whose heading says it)."""
     saved = single_savings(results)
-    order = sorted(saved, key=lambda c: -saved[c][0])
-    key = {"mixed": "M", "checkpointing": "C", "zero": "Z", "accumulate": "A", "adam8bit": "8"}
+    order = measured_order(results)
+    key = NOTES_CODES
     rows = []
     for i, (name, words) in enumerate(NOTES_PRIORITY_EN if english else NOTES_PRIORITY, 1):
         c = key[name]
@@ -129,12 +193,13 @@ def priority(results: list, english: bool = False, columns=None, title: str = No
             rows.append([str(i), words, "-", "not measured here", ""])
             continue
         mb, ratio = saved[c]
-        rows.append([str(i), words, WORDS[c], f"{mb / 1e6:,.2f} MB", f"{order.index(c) + 1} of {len(order)}, "
-                     f"step {ratio:.2f}x"])
+        rows.append([str(i), words, WORDS[c], f"{mb / 1e6:,.2f} MB", f"{order.index(c) + 1} of {len(order)}" +
+                     (f", step {ratio:.2f}x" if ratio is not None else "")])
     for c in order:
         if c not in key.values():
             rows.append(["-", "(not in the list)", WORDS[c], f"{saved[c][0] / 1e6:,.2f} MB",
-                         f"{order.index(c) + 1} of {len(order)}, step {saved[c][1]:.2f}x"])
+                         f"{order.index(c) + 1} of {len(order)}" +
+                         (f", step {saved[c][1]:.2f}x" if saved[c][1] is not None else "")])
     header, rows, align = _pick(PRIORITY_COLUMNS, list(PRIORITY_COLUMNS.values()), rows, "llllr", columns)
     return Table(header, rows, align=align,
                  title="the notes' priority list against the measurements" if title is None else title)

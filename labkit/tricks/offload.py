@@ -3,15 +3,18 @@
     opt = labkit.tricks.offload.Offloaded(model.parameters(), torch.optim.AdamW, lr=1e-3)
     loss.backward(); opt.step()          # grads device -> host, update on the host, params back
 
-ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840) keeps the fp32 master weights, Adam's m and v
-(and, with ZeRO-2, the gradients) in CPU memory and runs Adam on the CPU; the GPU keeps the
-16-bit parameters and does forward and backward. Each step copies the gradients to the host
-and the updated parameters back: 2 + 2 bytes per parameter over PCIe in 16-bit.
+ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840) keeps the fp32 master weights and Adam's m and v
+in CPU memory, and the optimizer step runs there, on the CPU; the GPU keeps the 16-bit parameters
+and does forward and backward. The 16-bit gradients are copied to the CPU bucket by bucket during
+backward, as they are produced, and after the step the updated 16-bit parameters are copied back:
+2 + 2 bytes per parameter over PCIe.
 
-Here: the host holds an fp32 copy of every trainable parameter (the master) and the inner
-optimizer's state; the device keeps the model's parameters and gradients. The host buffers
-are pinned when CUDA is present (so the copies can be asynchronous DMA). `seconds` splits the
-last step into to_host, update and to_device; `moved` counts the bytes copied each way.
+Here: the same state in the same places, more simply. The host holds an fp32 copy of every
+trainable parameter (the master) and the inner optimizer's state; the device keeps the model's
+parameters, and its gradients until the step starts, which then copies all of them to the host
+at once (not bucket by bucket during backward). The host buffers are pinned when CUDA is present
+(so the copies can be asynchronous DMA). `seconds` splits the last step into to_host, update and
+to_device; `moved` counts the bytes copied each way.
 
 On a machine without a GPU the "device" is host memory too: the copies are real memcpy's
 (timed) but nothing leaves any device, so the memory saving is accounting only

@@ -8,9 +8,10 @@ COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]   # 
 
 
 def scatter(points, title: str = "", ax=None, baseline: str = "-", figsize=None):
-    """points: [(code, peak bytes on the device, step seconds)]. One dot per configuration,
-    labelled with its letters, coloured by how many tricks it combines; a legend says what
-    the letters mean."""
+    """points: [(code, peak bytes on the device, step seconds)], or with (fastest, slowest)
+    seconds after them: a bar from fastest to slowest step through the dot (the median).
+    One dot per configuration, labelled with its letters, coloured by how many tricks it
+    combines; a legend says what the letters mean."""
     import matplotlib
     import matplotlib.pyplot as plt
     if ax is None:
@@ -18,8 +19,15 @@ def scatter(points, title: str = "", ax=None, baseline: str = "-", figsize=None)
         fig, ax = plt.subplots(figsize=figsize or figtext.figsize((10, 6)))
     fig = ax.figure
     seen = set()
-    for code, dev, sec in points:
+    bars = all(len(p) == 5 for p in points) and points
+    points = [tuple(p[:3]) for p in points] if not bars else points
+    for point in points:
+        code, dev, sec = point[:3]
         n = len(code.strip("-"))
+        if bars:
+            lo, hi = point[3], point[4]
+            ax.errorbar(1e3 * sec, dev / 1e6, xerr=[[1e3 * (sec - lo)], [1e3 * (hi - sec)]],
+                        color=COLORS[n % len(COLORS)], capsize=4, lw=1.2, zorder=2)
         lab = f"{n} trick{'s' if n != 1 else ''}" if n not in seen else None
         seen.add(n)
         ax.scatter(1e3 * sec, dev / 1e6, color=COLORS[n % len(COLORS)], s=60 if code != baseline else 140,
@@ -29,13 +37,14 @@ def scatter(points, title: str = "", ax=None, baseline: str = "-", figsize=None)
                     textcoords="offset points", xytext=(-5, 4) if right else (5, 4),
                     ha="right" if right else "left")
     ax.margins(x=0.12)
-    ax.set_xlabel("step time (ms, slowest rank)")
+    ax.set_xlabel("step time on the slowest rank (ms" + (": median, bar from fastest to slowest step)"
+                                                         if bars else ")"))
     ax.set_ylabel("peak per rank (MB)")
-    ax.set_ylim(0, 1.15 * max((dev / 1e6 for _, dev, _ in points), default=1))
+    ax.set_ylim(0, 1.15 * max((p[1] / 1e6 for p in points), default=1))
     ax.grid(alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: labels[i])
-    used = sorted({c for code, _, _ in points for c in code.strip("-")})
+    used = sorted({c for p in points for c in p[0].strip("-")})
     ax.set_title(title or "memory against time (lower left is better)")
     width = max((len(SHORT[c]) for c in used), default=12) + 4
     em = matplotlib.rcParams["font.size"] / 72 * 0.62          # a monospace character, inches
@@ -51,15 +60,18 @@ def scatter(points, title: str = "", ax=None, baseline: str = "-", figsize=None)
 class LiveScatter(LiveFigure):
     """The scatter, redrawn as rank 0 emits each finished configuration."""
 
-    def __init__(self, cluster, total: int = 0, fps: float = 1.0):
+    def __init__(self, cluster, total: int = 0, fps: float = 1.0, known: dict = None):
         super().__init__(cluster, fps)
         self.points, self.total = [], total
+        self.known = dict(known or {})       # {code: peak bytes} of configs only timed this time
 
     def _take(self, event) -> bool:
         d = event.data
         if "trick" not in d:
             return False
-        self.points.append((d["trick"], d["peak_device"], d["step_s"]))
+        peak = d["peak_device"] or self.known.get(d["trick"], 0)
+        self.points.append((d["trick"], peak, d["step_s"], d.get("step_lo", d["step_s"]),
+                            d.get("step_hi", d["step_s"])))
         return True
 
     def figure(self):

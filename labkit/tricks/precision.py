@@ -67,3 +67,31 @@ def saved_by_dtype(precision: str = "autocast", shape=None) -> dict:
         model.to(HALF)
     x, _ = token_batch(shape.batch, shape.seq, shape.vocab_size)
     return dtypes_saved(model, x, precision)
+
+
+def matmul_seconds(n: int = 256, repeats: int = 5) -> dict:
+    """{'float32': [...], 'bfloat16': [...]}: seconds of `repeats` n x n matrix multiplications
+    in each dtype, on this process's threads (one untimed call of each first). On a CPU without
+    bf16 matrix instructions (AVX512-BF16, AMX) torch has no fast bf16 kernel to call
+    (`bf16_fast()` says False) and the bf16 product is many times slower than fp32's."""
+    import time
+    out = {}
+    for dtype in (torch.float32, HALF):
+        g = torch.Generator().manual_seed(0)
+        a, b = torch.randn(n, n, generator=g).to(dtype), torch.randn(n, n, generator=g).to(dtype)
+        a @ b
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - t0)
+        out[str(dtype).replace("torch.", "")] = times
+    return out
+
+
+def bf16_fast() -> bool:
+    """Whether oneDNN (torch's CPU kernel library) has bf16 instructions on this CPU."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False

@@ -6,7 +6,7 @@ Data parallel over the cluster (the same config on every rank, each rank its own
 the last micro-batch every gradient is all-reduced and averaged (labkit.zero.wrap for the ZeRO
 point). The first step creates the optimizer state; the second runs under torch's MemTracker
 (`labkit.memory.peaks`), which tags every storage created during the step; then `timed` steps
-run untracked for the time.
+run untracked for the time (each step's seconds on the slowest rank in `slowest_s`).
 
 Peak by category = what persists through the step (`labkit.memory.measure` before it: params,
 master, m, v, 8-bit scales) + what the step creates, at its highest point (gradients,
@@ -116,27 +116,62 @@ def tracked_step(model, opt, x, y, config: Config) -> tuple:
 
 
 def run(config: Config, shape: Shape = Shape(), timed: int = 2, track: bool = True, seed: int = 0) -> dict:
-    """Build, one warm-up step, one tracked step (peak by category), `timed` steps (seconds)."""
-    import labkit
+    """Build, one warm-up step, one tracked step (peak by category; skipped when `track` is
+    False), `timed` steps (seconds of each in `steps_s`)."""
+    st = prepare(config, shape, track, seed)
+    return finish(config, st, [train_step(st["model"], st["opt"], st["x"], st["y"], config) for _ in range(timed)])
+
+
+def prepare(config: Config, shape: Shape = Shape(), track: bool = True, seed: int = 0) -> dict:
+    """The model and optimizer of `config` after one warm-up step (which creates the optimizer
+    state) and, when `track`, one step under the memory tracker: what `finish` needs."""
     rank = dist.get_rank() if dist.is_initialized() else 0
     model, opt = build(config, shape, seed)
     x, y = token_batch(shape.batch, shape.seq, shape.vocab_size, seed=seed + 100 + rank)
     losses = [train_step(model, opt, x, y, config)["loss"]]
     peak, stored = tracked_step(model, opt, x, y, config) if track else (None, 0)
-    times = [train_step(model, opt, x, y, config) for _ in range(timed)]
+    return {"model": model, "opt": opt, "x": x, "y": y, "losses": losses, "peak": peak,
+            "stored": stored, "rank": rank}
+
+
+def finish(config: Config, st: dict, times: list) -> dict:
+    """The row of one configuration from `prepare`'s state and its timed steps."""
+    import labkit
+    model, opt, rank, peak = st["model"], st["opt"], st["rank"], st["peak"]
     best = min(times, key=lambda t: t["step"]) if times else {}
     held = offload.measure(model, opt, label=f"held {config.code}")
     n_params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-    checksum = param_checksum(model)
-    row = {"config": config, "rank": rank, "peak": peak, "stored": stored, "held": held,
-           "seconds": best, "losses": losses + [t["loss"] for t in times], "n_params": n_params,
+    slowest = slowest_steps([t["step"] for t in times])
+    row = {"config": config, "rank": rank, "peak": peak, "stored": st["stored"], "held": held,
+           "seconds": best, "steps_s": [t["step"] for t in times], "slowest_s": slowest,
+           "losses": st["losses"] + [t["loss"] for t in times], "n_params": n_params,
            "sizes": [p.numel() for p in {id(p): p for p in model.parameters()}.values() if p.requires_grad],
            "offload_seconds": dict(getattr(opt, "seconds", {})), "moved": dict(getattr(opt, "moved", {})),
-           "checksum": checksum, "steps": 2 + len(times)}
+           "checksum": param_checksum(model), "steps": 2 + len(times)}
     if rank == 0:
+        mid, lo, hi = spread(slowest)
         labkit.emit(trick=config.code, peak_device=peak.device if peak else 0,
-                    step_s=best.get("step", 0.0))
+                    step_s=mid, step_lo=lo, step_hi=hi)
     return row
+
+
+def slowest_steps(seconds: list) -> list:
+    """Each timed step's seconds on the slowest rank (a max all-reduce: one small collective,
+    every rank calls it with as many steps), or this rank's own outside a process group."""
+    if not seconds or not dist.is_initialized() or dist.get_world_size() == 1:
+        return list(seconds)
+    t = torch.tensor(seconds, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def spread(seconds: list) -> tuple:
+    """(median, fastest, slowest) of some step times; zeros for none."""
+    if not seconds:
+        return 0.0, 0.0, 0.0
+    s = sorted(seconds)
+    mid = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    return mid, s[0], s[-1]
 
 
 def param_checksum(model) -> float:
@@ -157,17 +192,29 @@ def one_process(config: Config, shape: Shape, world_size: int, steps: int, seed:
     return param_checksum(model)
 
 
-def run_many(configs, shape: Shape = Shape(), timed: int = 2) -> list:
-    """`run` for each config in turn (one call to the cluster for all of them), after one
-    untimed warm-up of the first: first calls (lazy imports, the tracker, allocator growth)
-    would otherwise make the baseline slow and every ratio to it look better than it is."""
+def run_many(configs, shape: Shape = Shape(), timed: int = 2, track=True) -> list:
+    """`run` for each config (one call to the cluster for all of them), with the timed steps
+    taken in turns: one step of each config, then the next round, so that a burst of load on a
+    shared machine slows every config alike instead of one. `track`: one bool for all, or one
+    per config (a config whose memory is already known is only timed). With timed steps and the
+    first config tracked, one untimed tracked warm-up of it comes first: first calls (lazy
+    imports, the tracker, allocator growth) would otherwise make the baseline slow and every
+    ratio to it look better than it is."""
     configs = list(configs)
-    if configs:
+    tracks = list(track) if isinstance(track, (list, tuple)) else [track] * len(configs)
+    if len(tracks) != len(configs):
+        raise ValueError(f"track: one flag per config ({len(configs)}), got {len(tracks)}")
+    if configs and timed and tracks[0]:
         model, opt = build(configs[0], shape)
         x, y = token_batch(shape.batch, shape.seq, shape.vocab_size)
         tracked_step(model, opt, x, y, configs[0])
         del model, opt
-    return [run(c, shape, timed) for c in configs]
+    states = [prepare(c, shape, t) for c, t in zip(configs, tracks)]
+    times = [[] for _ in configs]
+    for _ in range(timed):
+        for c, st, ts in zip(configs, states, times):
+            ts.append(train_step(st["model"], st["opt"], st["x"], st["y"], c))
+    return [finish(c, st, ts) for c, st, ts in zip(configs, states, times)]
 
 
 def loss_curve(optimizer: str, steps: int = 30, shape: Shape = Shape(batch=4), seed: int = 0) -> list:

@@ -108,6 +108,23 @@ def none_grad(model, x, y, micro):                   # the frozen parameter has 
         p.grad /= dist.get_world_size()
 
 
+def averaged_twice(model, x, y, micro):
+    """ReduceOp.AVG, then divided by the world size again: 1/N of the mean."""
+    for xs, ys in zip(x.chunk(micro), y.chunk(micro)):
+        (lm_loss(model(xs), ys) / micro).backward()
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+            p.grad /= dist.get_world_size()
+
+
+def losses_summed(model, x, y, micro):
+    """The micro-batches' losses summed into one backward, not divided: micro x the gradient."""
+    total = sum(lm_loss(model(xs), ys) for xs, ys in zip(x.chunk(micro), y.chunk(micro)))
+    total.backward()
+    _average(model)
+
+
 def steps_inside(model, x, y, micro):
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     for xs, ys in zip(x.chunk(micro), y.chunk(micro)):
@@ -135,7 +152,9 @@ WRONG = [
     ("no all-reduce", no_all_reduce, "not averaged over the ranks", "clean"),
     ("sum over ranks", sum_over_ranks, "the sum over ranks", "clean"),
     ("all-reduce every micro-batch", every_micro, "all-reduce once, after the last", "clean"),
-    ("None gradient", none_grad, "failed on rank", "clean"),
+    ("None gradient", none_grad, "'frozen' is frozen (requires_grad=False), so its .grad is None", "clean"),
+    ("averaged twice (1/N)", averaged_twice, "your gradients are 1/", "clean"),
+    ("losses summed, not divided (micro x)", losses_summed, "exactly 3 x the big-batch gradient, because each micro-batch's loss was not divided", "clean"),
     ("optimizer step inside", steps_inside, "changed the weights", "clean"),
     ("frozen given a gradient", frozen_given_grad, "is frozen and has no gradient", "clean"),
 ]
