@@ -11,6 +11,7 @@
 import sys
 
 from labkit.check.core import checker
+from labkit.check.guard import HANG_LIMIT_S
 
 __all__ = ["schedule_1f1b", "judge_1f1b"]
 
@@ -82,7 +83,7 @@ def judge_1f1b(fn, shapes=SHAPES):
 
 
 @checker("schedule_1f1b")
-def schedule_1f1b(fn, cluster, microbatches: int = 8):
+def schedule_1f1b(fn, cluster, microbatches: int = 8, timeout: float = HANG_LIMIT_S):
     """fn(stage, stages, microbatches) -> that stage's 1F1B actions. Judged on several shapes
     without processes, then run on the cluster's ranks with gradients checked."""
     from labkit.pipeline import as_schedule
@@ -92,7 +93,7 @@ def schedule_1f1b(fn, cluster, microbatches: int = 8):
         return ok, detail
     p = cluster.world_size
     s = as_schedule(_lists(fn, p, microbatches), p, microbatches, name="your 1F1B")
-    res = cluster.run(run_schedule, s, live=False, warmup=0, timeout=30)
+    res = cluster.run(run_schedule, s, live=False, warmup=0, timeout=timeout)
     diff = max(r["grad_diff"] for r in res)
     missing = [n for r in res for n in r["grad_mismatch"]]
     if missing or not diff <= 1e-5:

@@ -19,6 +19,7 @@ checker runs, `from torch.distributed import all_reduce`, is not seen.)
 import time
 
 from labkit.check.core import checker
+from labkit.check.guard import HANG_LIMIT_S
 
 __all__ = ["row_parallel"]
 
@@ -249,7 +250,7 @@ def diagnose(res: dict, rank: int) -> str:
 
 
 @checker("row_parallel")
-def row_parallel(fn, cluster, timeout: float = 60):
+def row_parallel(fn, cluster, timeout: float = HANG_LIMIT_S):
     if cluster.world_size < 2 or _IN % cluster.world_size:
         return False, f"needs a cluster of 2 or 4 ranks, this one has {cluster.world_size}"
     import uuid

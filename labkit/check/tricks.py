@@ -11,6 +11,7 @@ of the mean (N x), a mean taken twice (1/N), an all-reduce after every micro-bat
 values, micro times the bytes), a step taken, the frozen parameter's None gradient used.
 """
 from labkit.check.core import checker, new_token, ranks_verdict
+from labkit.check.guard import HANG_LIMIT_S
 
 __all__ = ["accumulate_gradients"]
 
@@ -141,7 +142,7 @@ def _verdict(got, cands, changed, micro, n, r, sent, ref_sent):
 
 
 @checker("accumulate_gradients")
-def accumulate_gradients(fn, cluster, micro: int = 3, timeout: float = 30):
+def accumulate_gradients(fn, cluster, micro: int = 3, timeout: float = HANG_LIMIT_S):
     """fn(model, x, y, micro) on every rank: accumulate over micro-batches, average over ranks."""
     results = cluster.run(_drive, fn, new_token(timeout), micro, 2 * micro, timeout=timeout)
     verdict = ranks_verdict(results)
