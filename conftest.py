@@ -16,9 +16,7 @@ from labkit.verdict import EXPECT_FAIL_TAG, failing_lines
 # Cells that show a FAIL on purpose in notebooks this change could not edit, until they carry
 # the tag: notebook -> a piece of that cell's source. A listed cell that has the tag fails (so
 # the entry goes once the tag is there).
-UNTAGGED_EXPECT_FAIL = {
-    "11_pitfalls.ipynb": 'train_skipping(skip="fc2.bias")',   # cell 19: replicas drifting apart
-}
+UNTAGGED_EXPECT_FAIL = {}
 
 
 def _text(outputs) -> str:
