@@ -14,7 +14,7 @@ import time
 import pytest
 
 import labkit
-from labkit.runtime import procs
+from labkit.runtime.local import procs
 from runtime_helpers import gone, works
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

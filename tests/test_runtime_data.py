@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import labkit
-from labkit.runtime import shm, wire, zygote
+from labkit.runtime import shm, wire
+from labkit.runtime.local import zygote
 
 
 # The goal is 1 s from a failure to the next run's result. On a loaded machine (CI, shared

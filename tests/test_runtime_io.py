@@ -10,7 +10,8 @@ import time
 import pytest
 
 import labkit
-from labkit.runtime import errors, procs, stacks
+from labkit.runtime import errors, stacks
+from labkit.runtime.local import procs
 from runtime_helpers import works
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ def test_control_port_sheds_idle_connections():
 EMFILE_SCRIPT = r"""
 import resource, socket, sys, time
 from multiprocessing.connection import Client
-from labkit.runtime.control import ControlServer
+from labkit.runtime.local.control import ControlServer
 hellos = []
 srv = ControlServer(lambda *a: hellos.append(a))
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

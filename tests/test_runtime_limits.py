@@ -12,7 +12,8 @@ import time
 import pytest
 
 import labkit
-from labkit.runtime import errors, procs
+from labkit.runtime import errors
+from labkit.runtime.local import procs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.timeout(120), pytest.mark.cluster]

@@ -16,8 +16,9 @@ import time
 import pytest
 
 import labkit
-from labkit.runtime import agent, tls
-from labkit.runtime.procs import proc_state
+from labkit.runtime.remote import agent
+from labkit.runtime.remote import tls
+from labkit.runtime.local.procs import proc_state
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TORCHRUN = str(pathlib.Path(sys.executable).with_name("torchrun"))
@@ -64,7 +65,7 @@ def total():
 def test_commands_and_the_key_file(remote):
     cmd = remote.commands["torchrun"]
     for part in ("torchrun --nnodes 2 --nproc-per-node 1", "--rdzv-backend c10d",
-                 f"--rdzv-endpoint {remote.rdzv_endpoint}", "-m labkit.runtime.remote_rank",
+                 f"--rdzv-endpoint {remote.rdzv_endpoint}", "-m labkit.runtime.remote.rank",
                  f"--join {remote.join_file}", "--max-restarts"):
         assert part in cmd
     assert remote.commands["srun"].startswith("srun --nodes 2 --ntasks-per-node 1 env GLOO_SOCKET_IFNAME=lo torchrun")
@@ -193,7 +194,7 @@ def test_a_key_file_readable_by_others_is_refused(remote, tmp_path):
     bad.write_text(open(remote.join_file).read())
     os.chmod(bad, 0o644)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-m", "labkit.runtime.remote_rank", "--connect",
+    p = subprocess.run([sys.executable, "-m", "labkit.runtime.remote.rank", "--connect",
                         "127.0.0.1:1", "--join", str(bad)], capture_output=True, text=True,
                        env=env, timeout=30)
     assert p.returncode == 2

@@ -161,7 +161,7 @@ def standby(world_size: int, spares: int, use_zygote: bool) -> dict:
     (Pss) of the spare workers and the zygote."""
     import signal
     import labkit
-    from labkit.runtime import zygote
+    from labkit.runtime.local import zygote
     saved = zygote.ENABLED
     zygote.ENABLED = use_zygote and saved
     try:

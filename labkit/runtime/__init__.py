@@ -20,19 +20,21 @@ learner.py   the notebook's folder, sys.path and edited modules, carried by ever
 context.py   rank(), world_size(), device(), emit() - inside a rank, under torchrun, or alone
 magic.py     the %%ranks cell magic
 
-Local ranks (this machine):
-pool.py      spares and every worker process of one Cluster
-procs.py     worker processes: launching, process groups, output pipes, stack folders, the store
-control.py   the authenticated control socket and its defences
-zygote.py    one process with torch imported that forks ready workers in ~0.1 s (the notebook side;
-             zygote_main.py is the process itself)
-worker.py    the rank side (forked by the zygote, or a fresh interpreter): the task loop
+The rank side, for both sources:
+worker.py    the task loop of a rank (forked by the zygote, spawned, or under torchrun)
 
-Remote ranks (torchrun on other machines; docs/remote.md):
-remote.py         Cluster.remote: the commands, the pool of ranks torchrun started
-remote_link.py    the hub thread: every node agent's link, each remote rank as a socketpair
-remote_worker.py  the TLS control server; a remote rank as the run loop sees it
-remote_rank.py    the module torchrun runs on each rank (then worker.py's task loop)
-agent.py, agent_ranks.py  one node agent per torchrun: signals, stacks, exit statuses, heartbeats
-tls.py            the per-cluster certificate (pinned) and the 0600 key file
+local/ - ranks on this machine:
+  pool.py      spares and every worker process of one Cluster
+  procs.py     worker processes: launching, process groups, output pipes, stack folders, the store
+  control.py   the authenticated control socket and its defences
+  zygote.py    one process with torch imported that forks ready workers in ~0.1 s (the notebook
+               side; zygote_main.py is the process itself)
+
+remote/ - ranks that torchrun starts on other machines (docs/remote.md):
+  cluster.py   Cluster.remote: the commands, the pool of ranks torchrun started
+  link.py      the hub thread: every node agent's link, each remote rank as a socketpair
+  worker.py    the TLS control server; a remote rank as the run loop sees it
+  rank.py      the module torchrun runs on each rank (then ../worker.py's task loop)
+  agent.py, agent_ranks.py  one node agent per torchrun: signals, stacks, exit statuses, heartbeats
+  tls.py       the per-cluster certificate (pinned) and the 0600 key file
 """

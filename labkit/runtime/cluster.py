@@ -16,11 +16,12 @@ import threading
 import time
 import weakref
 
-from labkit.runtime import errors, interrupts, procs, protocol, shm, wire
+from labkit.runtime import errors, interrupts, protocol, shm, wire
+from labkit.runtime.local import procs
 from labkit.runtime.collect import Event, collect, wait_joined
 from labkit.runtime.options import check_env, check_world_size, resolve_backend, seconds
 from labkit.runtime.output import Outputs
-from labkit.runtime.pool import WorkerPool, shutdown
+from labkit.runtime.local.pool import WorkerPool, shutdown
 
 _current = None        # weakref to the newest open Cluster, for %%ranks
 _open = weakref.WeakSet()   # every open Cluster of this process, for close_all()
@@ -119,7 +120,7 @@ class Cluster:
     def remote(cls, listen: str, nnodes: int, nproc_per_node: int, **kwargs):
         """Ranks that torchrun (or srun) starts on other machines; prints the command to run
         on each node. See remote.RemoteCluster and docs/remote.md."""
-        from labkit.runtime.remote import RemoteCluster
+        from labkit.runtime.remote.cluster import RemoteCluster
         return RemoteCluster(listen, nnodes, nproc_per_node, **kwargs)
 
     def _promote(self, timeout: float) -> None:

@@ -7,7 +7,7 @@ length, or -1 and an 8-byte length; `frames.Conn` writes a frame in one system c
 `frames.Inbox` reads them without blocking); the zygote's socket is SOCK_SEQPACKET, one
 record per packet.
 
-    notebook                                   rank (worker.py, or remote_rank.py under torchrun)
+    notebook                                   rank (worker.py, or remote/rank.py under torchrun)
        <-- Hello(pid, main_ident, stack_path, resources) --   once connected (the key checked)
        --- Init(opts) / Rejoin(prefix) ------------------->   join a (new) process group
        <-- Ready(rank) / InitFailed(report) --------------
@@ -23,7 +23,7 @@ record per packet.
        --- (a pipe descriptor, SCM_RIGHTS) --------------->   fork one worker
        <-- Forked(pid) / Exited(pid, status) -------------   it reaps its children
 
-    notebook (remote_link.Hub)                 node agent (agent.py, agent_ranks.py)
+    notebook (remote/link.Hub)                 node agent (remote/agent.py, agent_ranks.py)
        <-- AgentHello(info) ------------------------------   after TLS and the key's challenge
        <-- RankUp(slot, info) / RankDied(slot, status, crash)
        <-- RankBytes(slot, data) / RankOutput(slot, data)   a rank's control bytes, its output

@@ -34,7 +34,8 @@ def is_runtime(filename: str) -> bool:
     """The worker's own frames (and the interpreter's start-up) are not the learner's."""
     if filename.startswith("<frozen "):
         return True
-    return os.path.dirname(os.path.abspath(filename)) == _RUNTIME_DIR
+    folder = os.path.dirname(os.path.abspath(filename))      # runtime/, runtime/local, runtime/remote
+    return folder == _RUNTIME_DIR or os.path.dirname(folder) == _RUNTIME_DIR
 
 
 REPEATS_SHOWN = 3      # as CPython: a frame repeated more often shows 3 times, then a count

@@ -2,7 +2,7 @@
 rank needs once, then forks a spare worker each time the notebook asks, reaps the children and
 reports how each ended; it kills them all and exits when the notebook is gone.
 
-    python -m labkit.runtime.zygote_main HOST PORT STACK_DIR   (started by zygote.Zygote)
+    python -m labkit.runtime.local.zygote_main HOST PORT STACK_DIR   (started by zygote.Zygote)
 """
 import os
 import pickle

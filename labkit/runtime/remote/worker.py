@@ -1,7 +1,7 @@
 """Remote ranks as the Cluster and `collect` see them, and the TLS server node agents reach.
 
 A `RemoteWorker` is a procs.Worker whose process is on another machine: its control connection
-and output pipe are fed by the hub (remote_link.py); killing, stack dumps and how it died go
+and output pipe are fed by the hub (link.py); killing, stack dumps and how it died go
 through its node's agent. `TLSServer` is the control server (control.py) with TLS and an
 agent's hello instead of a worker's.
 """
@@ -10,8 +10,9 @@ import socket
 import threading
 from multiprocessing.connection import answer_challenge, deliver_challenge
 
-from labkit.runtime import frames, procs, protocol
-from labkit.runtime.control import ControlServer
+from labkit.runtime import frames, protocol
+from labkit.runtime.local import procs
+from labkit.runtime.local.control import ControlServer
 
 UNKNOWN = "unknown"
 

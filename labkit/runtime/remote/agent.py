@@ -1,7 +1,7 @@
 """The node agent: one small process per torchrun, beside the ranks it started.
 
-    python -m labkit.runtime.agent --connect HOST:PORT --join FILE --torchrun PID
-    (started by the first rank of a node that finds no agent: remote_rank.py)
+    python -m labkit.runtime.remote.agent --connect HOST:PORT --join FILE --torchrun PID
+    (started by the first rank of a node that finds no agent: rank.py)
 
 It holds the node's one connection to the notebook (TLS, authenticated with the cluster's
 key) and, on a Unix socket that only processes of this user may use, one connection per rank
@@ -22,8 +22,9 @@ import sys
 import time
 from multiprocessing.connection import answer_challenge, deliver_challenge
 
-from labkit.runtime import frames, protocol, tls
-from labkit.runtime.agent_ranks import RankSide, exit_status
+from labkit.runtime import frames, protocol
+from labkit.runtime.remote import tls
+from labkit.runtime.remote.agent_ranks import RankSide, exit_status
 
 BEAT_S = 1.0                     # a heartbeat to the notebook this often
 
@@ -160,7 +161,7 @@ class Agent(RankSide):
 
 def main(argv=None) -> int:
     import argparse
-    p = argparse.ArgumentParser(prog="python -m labkit.runtime.agent")
+    p = argparse.ArgumentParser(prog="python -m labkit.runtime.remote.agent")
     p.add_argument("--connect", required=True)
     p.add_argument("--join", required=True)
     p.add_argument("--torchrun", type=int, required=True)
@@ -182,7 +183,7 @@ def main(argv=None) -> int:
               "was closed or its address is wrong.", file=sys.stderr, flush=True)
         return 3
     link = frames.Link(sock)
-    from labkit.runtime.procs import remove_stale_dirs
+    from labkit.runtime.local.procs import remove_stale_dirs
     remove_stale_dirs(prefix="labkit-agent-")    # folders of agents that were SIGKILLed
     folder = tls.private_dir(f"labkit-agent-{os.getpid()}-")
     link.send(protocol.AgentHello({"host": socket.gethostname(), "pid": os.getpid(),

@@ -1,7 +1,7 @@
 """A rank that torchrun started on a node, driven by a notebook elsewhere (Cluster.remote).
 
     torchrun --nnodes N --nproc-per-node P --rdzv-backend c10d --rdzv-endpoint HOST:PORT ... \\
-        -m labkit.runtime.remote_rank --connect HOST:PORT --join KEYFILE
+        -m labkit.runtime.remote.rank --connect HOST:PORT --join KEYFILE
 
 1. check the key file (mode 0600, ours) before anything else, so a mistake shows at once;
 2. reach the node's agent (agent.py) on its Unix socket, starting it if this is the first rank
@@ -22,8 +22,9 @@ import sys
 import threading
 import time
 
-from labkit.runtime import agent, tls
-from labkit.runtime.agent_ranks import peer
+from labkit.runtime.remote import agent
+from labkit.runtime.remote import tls
+from labkit.runtime.remote.agent_ranks import peer
 
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
         "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT")
@@ -63,7 +64,7 @@ def _reach_agent(args, torchrun: int, deadline: float) -> socket.socket:
             spawned = None                        # another rank's agent won: connect to it
         if spawned is None:
             spawned = subprocess.Popen(
-                [sys.executable, "-m", "labkit.runtime.agent", "--connect", args.connect,
+                [sys.executable, "-m", "labkit.runtime.remote.agent", "--connect", args.connect,
                  "--join", args.join, "--torchrun", str(torchrun)],
                 stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         time.sleep(0.02)
@@ -118,7 +119,7 @@ def _control_loop(conn, torchrun: int, folder: str) -> None:
 
 def main(argv=None) -> None:
     import argparse
-    p = argparse.ArgumentParser(prog="python -m labkit.runtime.remote_rank")
+    p = argparse.ArgumentParser(prog="python -m labkit.runtime.remote.rank")
     p.add_argument("--connect", required=True, help="the notebook's HOST:PORT")
     p.add_argument("--join", required=True, help="the cluster's key file (mode 0600)")
     args = p.parse_args(argv)

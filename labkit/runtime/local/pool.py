@@ -14,7 +14,9 @@ import sys
 import threading
 import time
 
-from labkit.runtime import errors, procs, zygote
+from labkit.runtime import errors
+from labkit.runtime.local import procs
+from labkit.runtime.local import zygote
 
 
 class WorkerPool:

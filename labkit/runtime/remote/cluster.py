@@ -8,7 +8,7 @@ torchrun's own rendezvous (c10d) forms the job: it gives every rank RANK, WORLD_
 store at MASTER_ADDR:MASTER_PORT through which the process group is joined. By default the
 notebook hosts that rendezvous store itself (`rdzv_endpoint=None`), so no node must be first.
 Each node's agent (agent.py) connects back over TLS (tls.py) and carries its ranks' control
-bytes and output (remote_link.py). After a hang, a death or an interrupt the ranks are killed
+bytes and output (link.py). After a hang, a death or an interrupt the ranks are killed
 and torchrun restarts them (`--max-restarts`): the next run waits for them. docs/remote.md
 has the commands and the security model.
 """
@@ -20,10 +20,11 @@ import threading
 import time
 import weakref
 
-from labkit.runtime import errors, protocol, tls
+from labkit.runtime import errors, protocol
+from labkit.runtime.remote import tls
 from labkit.runtime.cluster import Cluster
-from labkit.runtime.remote_link import Hub
-from labkit.runtime.remote_worker import TLSServer
+from labkit.runtime.remote.link import Hub
+from labkit.runtime.remote.worker import TLSServer
 
 
 def _address(text: str) -> tuple:
@@ -174,7 +175,7 @@ class RemoteCluster(Cluster):
         conf = " --rdzv-conf is_host=false" if self._hosted_rdzv else ""
         run = (f"torchrun --nnodes {self.nnodes} --nproc-per-node {self.nproc_per_node} "
                f"--rdzv-backend c10d --rdzv-endpoint {self.rdzv_endpoint} --rdzv-id {self.name}"
-               f"{conf} --max-restarts {self.max_restarts} -m labkit.runtime.remote_rank "
+               f"{conf} --max-restarts {self.max_restarts} -m labkit.runtime.remote.rank "
                f"--connect {self.address[0]}:{self.address[1]} --join {shlex.quote(self.join_file)}")
         return {"torchrun": env + run,
                 "srun": f"srun --nodes {self.nnodes} --ntasks-per-node 1 {env}{run}"}

@@ -21,7 +21,7 @@ import time
 
 import labkit
 from labkit.runtime import errors, frames, stacks
-from labkit.runtime.control import ControlServer
+from labkit.runtime.local.control import ControlServer
 
 _LABKIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(labkit.__file__)))
 
@@ -151,7 +151,7 @@ class Worker:
 def dump_stacks(ranks, which) -> dict:
     """Where each local rank in `which` is: faulthandler's dump of its main thread (works
     inside C++ too: SIGUSR1), innermost frame first; a string instead when the rank cannot
-    answer. (Ranks on other machines are asked through their agents: remote_link.Hub.)"""
+    answer. (Ranks on other machines are asked through their agents: remote/link.Hub.)"""
     found, asked, sizes = {}, [], {}
     for r in which:
         if ranks[r].state() in ("T", "t"):

@@ -27,7 +27,8 @@ import sys
 import threading
 import time
 
-from labkit.runtime import procs, protocol
+from labkit.runtime import protocol
+from labkit.runtime.local import procs
 
 ENABLED = (os.environ.get("LABKIT_ZYGOTE", "1") != "0" and hasattr(os, "fork")
            and hasattr(socket, "send_fds") and hasattr(os, "pidfd_open"))
@@ -112,7 +113,7 @@ class Zygote:
         self.log_path = os.path.join(stack_dir, "zygote.log")
         with open(self.log_path, "wb") as log:     # started from the launcher thread: see procs
             self.proc = procs._launcher(lambda: subprocess.Popen(
-                [sys.executable, "-m", "labkit.runtime.zygote_main", host, str(port), stack_dir,
+                [sys.executable, "-m", "labkit.runtime.local.zygote_main", host, str(port), stack_dir,
                  str(theirs.fileno())],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                 env=procs.worker_env(threads, env), cwd=os.getcwd(), close_fds=True,

@@ -1,5 +1,5 @@
 """The notebook's side of remote nodes: one thread for every node link (the hub), feeding
-remote ranks (remote_worker.py) that look to the Cluster and `collect` like local workers.
+remote ranks (worker.py) that look to the Cluster and `collect` like local workers.
 
 Each node agent holds one TLS connection (agent.py). A single hub thread reads them all and
 gives every remote rank what a local worker has: a control connection (one end of a
@@ -16,7 +16,7 @@ import threading
 import time
 
 from labkit.runtime import errors, frames, protocol, stacks
-from labkit.runtime.remote_worker import RemoteProc, RemoteWorker
+from labkit.runtime.remote.worker import RemoteProc, RemoteWorker
 
 
 class NodeLink:
