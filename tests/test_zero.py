@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import labkit
-from labkit.zero.reference import FP32_TOLERANCE, mixed_tolerance, parity
+from labkit.zero.reference import FP32_TOLERANCE, MIXED_LR, MIXED_OPTIMIZER, mixed_failures, parity
 
 LR, STEPS = 1e-2, 3
 
@@ -20,18 +20,17 @@ def _all_configs(micro_batches=1, ranks=None):
     out = {}
     for stage in (0, 1, 2, 3):
         for mixed in (False, True):
-            out[(stage, mixed)] = parity(stage, mixed, steps=STEPS, lr=LR, group=group,
-                                         micro_batches=micro_batches)
+            # mixed precision with SGD: its update is linear in the gradient (see reference.py)
+            kw = dict(optimizer=MIXED_OPTIMIZER, lr=MIXED_LR) if mixed else dict(lr=LR)
+            out[(stage, mixed)] = parity(stage, mixed, steps=STEPS, group=group,
+                                         micro_batches=micro_batches, **kw)
     return out
 
 
 def _check(results, label):
     for (stage, mixed), r in results.items():
         if mixed:
-            tol = mixed_tolerance(LR, STEPS)
-            assert max(r["masters"]) <= tol, (label, stage, r)
-            # bfloat16 parameters: the master difference plus one rounding (2^-7 at |w| < 2)
-            assert max(r["params"]) <= tol + 2 ** -7, (label, stage, r)
+            assert not mixed_failures(r), (label, stage, mixed_failures(r), r)
         else:
             assert max(r["params"]) <= FP32_TOLERANCE, (label, stage, r)
             assert max(r["masters"]) <= FP32_TOLERANCE, (label, stage, r)
