@@ -13,7 +13,8 @@ Measurements are exact byte counts, so they are cached per (choice, world size).
 
 Reproducibility: most choices give the same peak on every run (rank 3 holds 512 B less where
 the padding falls on it). One measured exception: wrap='linear', strategy='grad_op', fp32 peaks
-at 1,434,488 B or 1,450,936 B on a rank from run to run (16,448 B apart; 12 of 48 runs high).
+at 1,434,488 B or 1,450,936 B on a rank from run to run (16,448 B apart; both in each of five
+batches of 6 runs on 4 ranks).
 At the high peak, a unit's reduce-scatter (its 65,792 B input and the 16,448 B gradient shard
 of `fc_out`) is still alive while the next gradient (64 KiB) is computed; gloo finishes the
 collective on its own thread and drops its references when it is done, so whether the two
