@@ -48,3 +48,26 @@ def timeline(runs: dict):
     fig.legend(handles, [k.replace("_", "-") for k in COLORS], loc="upper right", ncol=4, fontsize=_fs(8))
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
+
+
+def categories_log(bars: dict, rank: int = 0, title: str = ""):
+    """One rank's bytes by category at each (step, phase) of a live run (labkit.memory.live
+    Display.bars), side by side on a log scale: the small categories (the root's master shard,
+    the gathered parameters) show beside the large ones."""
+    from labkit.memory.live import CATEGORIES, COLORS as CAT_COLORS
+    rows = bars.get(rank, [])
+    cats = [c for c in CATEGORIES if any(snap.get(c, 0) for _, snap in rows)]
+    fig, ax = plt.subplots(figsize=_figsize((10, 3.4)))
+    width = 0.8 / max(len(cats), 1)
+    for k, c in enumerate(cats):
+        xs = [i + (k - (len(cats) - 1) / 2) * width for i in range(len(rows))]
+        vals = [snap.get(c, 0) / 1e3 for _, snap in rows]
+        ax.bar([x for x, v in zip(xs, vals) if v], [v for v in vals if v], width, color=CAT_COLORS[c], label=c)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(rows)), [label.replace(":", "\n", 1) for label, _ in rows], fontsize=_fs(8))
+    ax.set_ylabel("kB on this rank (log scale)")
+    ax.set_xlabel("step and phase (a missing bar: 0 bytes)")
+    ax.set_title(title or f"rank {rank}: bytes by category, log scale", fontsize=_fs(10))
+    ax.legend(fontsize=_fs(8), loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return fig

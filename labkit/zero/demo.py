@@ -8,7 +8,7 @@ from labkit.zero.runs import tiny_gpt
 SMALL = dict(n_layer=2, n_embd=128, vocab=1024, seq=32)
 
 
-def _exact_meter(model, opt):
+def exact_meter(model, opt, gathered_storages=None):
     """labkit.memory.live.Meter whose activation count is the same on every run and rank.
 
     The plain Meter keys each saved tensor by its storage's address and size *when autograd
@@ -19,14 +19,17 @@ def _exact_meter(model, opt):
     address the allocator reuses changes between runs and ranks: the count moved in steps of the
     freed weights' sizes. Here each saved tensor is looked up when counted: its storage's size
     now, keyed by its address now (two live storages never share one), and the full-parameter
-    buffers of stage 3 are left out (they are `gathered`, not activations)."""
+    buffers are left out (they are `gathered`, not activations): `gathered_storages()` gives their
+    storages (default: a stage-3 model's full buffers)."""
     from labkit.memory.live import Meter
 
     class ExactMeter(Meter):
         def activations(self) -> int:
-            groups = getattr(self.model, "groups", lambda: [])()
-            gathered = {g.full.untyped_storage().data_ptr() for g in groups
-                        if g.full.untyped_storage().nbytes()}
+            if gathered_storages is not None:
+                storages = gathered_storages()
+            else:
+                storages = [g.full.untyped_storage() for g in getattr(self.model, "groups", lambda: [])()]
+            gathered = {st.data_ptr() for st in storages if st.nbytes()}
             seen, total = set(), 0
             for ref, _, _ in self.saved:
                 t = ref()
@@ -44,13 +47,13 @@ def _exact_meter(model, opt):
 
 def live_steps(stage: int, steps: int = 2, mixed: bool = False, batch: int = 4, **model_kwargs):
     """Train a few steps of TinyGPT with ZeRO `stage`, emitting this rank's memory by category
-    after forward, during backward and after the step (`_exact_meter`, a labkit.memory.live.Meter)."""
+    after forward, during backward and after the step (`exact_meter`, a labkit.memory.live.Meter)."""
     from labkit.zero import wrap
     torch.manual_seed(0)
     net, batch_fn = tiny_gpt(**{**SMALL, **model_kwargs})
     model, opt = wrap(net, torch.optim.Adam, stage=stage, mixed_precision=mixed, lr=1e-3)
     batches = [batch_fn(batch, 10 * step + dist.get_rank()) for step in range(steps)]
-    return _exact_meter(model, opt).train(batches, lambda out, y: lm_loss(out.float(), y))
+    return exact_meter(model, opt).train(batches, lambda out, y: lm_loss(out.float(), y))
 
 
 def stage3_events(prefetch: bool = False, **model_kwargs) -> list:
