@@ -148,3 +148,17 @@ def test_errors_say_what_to_do(cluster2):
     for s in (1, 3):
         assert "already wrapped" in out[f"again{s}"]
         assert out[f"step{s}"].startswith("rank 1: optimizer.step() was called before any loss.backward()")
+
+
+def test_reference_names_a_parameter_without_gradient():
+    """A trainable parameter that forward never uses has no gradient: the one-process reference
+    names it instead of failing on None."""
+    from labkit.models import AwkwardNet, awkward_batch, lm_loss
+    from labkit.zero.reference import OneProcess
+    model = AwkwardNet()
+    model.register_parameter("unused_bias", torch.nn.Parameter(torch.zeros(3)))
+    ref = OneProcess(model, torch.optim.SGD, mixed_precision=True, lr=0.1)
+    x, y = awkward_batch(2)
+    lm_loss(model(x).float(), y).backward()
+    with pytest.raises(RuntimeError, match=r"\['unused_bias'\] require a gradient but got none"):
+        ref.step()

@@ -140,6 +140,8 @@ def _root_compute(events: list) -> list:
         return root
     r = root[0]
     first, last = min(e["t0"] for e in others), max(e["t1"] for e in others)
+    if not r["t0"] <= first <= last <= r["t1"]:        # the root's compute does not enclose them
+        return root
     return [{**r, "t1": first}, {**r, "t0": last}]
 
 

@@ -48,6 +48,7 @@ class OneProcess:
     def __init__(self, model, optimizer_class, mixed_precision=False, **kwargs):
         self.model, self.mixed = model, mixed_precision
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.names = [n for n, p in model.named_parameters() if p.requires_grad]
         if mixed_precision:
             self.masters = [torch.nn.Parameter(p.detach().float().clone()) for p in self.params]
             with torch.no_grad():
@@ -58,6 +59,11 @@ class OneProcess:
 
     @torch.no_grad()
     def step(self):
+        missing = [n for n, p in zip(self.names, self.params) if p.grad is None]
+        if missing:
+            raise RuntimeError(f"one process: parameter(s) {missing} require a gradient but got none "
+                               "in backward: unused in forward? Freeze them (requires_grad_(False)) "
+                               "or use them, on the ranks and in the reference alike")
         if self.mixed:
             for m, p in zip(self.masters, self.params):
                 m.grad = p.grad.float()
