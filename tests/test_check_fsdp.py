@@ -13,6 +13,9 @@ WRONG = [
     (dict(wrap="block", strategy="full", precision="fp32", offload=True), ["over the", "cost the most: precision='fp32'"]),
     (dict(wrap="block", strategy="full", precision="bf16", offload=False), ["over the", "cost the most: offload=False"]),
     (dict(wrap="block", strategy="grad_op", precision="bf16", offload=False), ["over the", "cost the most: offload=False"]),
+    # the device's peak over the step (activations and the bf16 copy in forward), not the device
+    # part of the total's peak (taken in the optimizer step, when the activations are gone)
+    (dict(wrap="block", strategy="no_shard", precision="bf16", offload=True), ["over the", "cost the most: strategy='no_shard'"]),
     (dict(wrap="layer", strategy="full", precision="bf16", offload=True), ["wrap='layer' is not one of"]),
     (dict(wrap="block", strategy="FULL_SHARD", precision="bf16", offload=True), ["FSDP1's name", "strategy='full'"]),
     (dict(wrap="block", strategy="full", precision="fp16", offload=True), ["not 'fp32' or 'bf16'", "loss scaler"]),

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import labkit
-from labkit.zero.reference import FP32_TOLERANCE, mixed_tolerance, parity
+from labkit.zero.reference import FP32_TOLERANCE, MIXED_LR, MIXED_OPTIMIZER, mixed_failures, parity
 
 LR, STEPS = 1e-2, 3
 
@@ -20,18 +20,17 @@ def _all_configs(micro_batches=1, ranks=None):
     out = {}
     for stage in (0, 1, 2, 3):
         for mixed in (False, True):
-            out[(stage, mixed)] = parity(stage, mixed, steps=STEPS, lr=LR, group=group,
-                                         micro_batches=micro_batches)
+            # mixed precision with SGD: its update is linear in the gradient (see reference.py)
+            kw = dict(optimizer=MIXED_OPTIMIZER, lr=MIXED_LR) if mixed else dict(lr=LR)
+            out[(stage, mixed)] = parity(stage, mixed, steps=STEPS, group=group,
+                                         micro_batches=micro_batches, **kw)
     return out
 
 
 def _check(results, label):
     for (stage, mixed), r in results.items():
         if mixed:
-            tol = mixed_tolerance(LR, STEPS)
-            assert max(r["masters"]) <= tol, (label, stage, r)
-            # bfloat16 parameters: the master difference plus one rounding (2^-7 at |w| < 2)
-            assert max(r["params"]) <= tol + 2 ** -7, (label, stage, r)
+            assert not mixed_failures(r), (label, stage, mixed_failures(r), r)
         else:
             assert max(r["params"]) <= FP32_TOLERANCE, (label, stage, r)
             assert max(r["masters"]) <= FP32_TOLERANCE, (label, stage, r)
@@ -149,3 +148,17 @@ def test_errors_say_what_to_do(cluster2):
     for s in (1, 3):
         assert "already wrapped" in out[f"again{s}"]
         assert out[f"step{s}"].startswith("rank 1: optimizer.step() was called before any loss.backward()")
+
+
+def test_reference_names_a_parameter_without_gradient():
+    """A trainable parameter that forward never uses has no gradient: the one-process reference
+    names it instead of failing on None."""
+    from labkit.models import AwkwardNet, awkward_batch, lm_loss
+    from labkit.zero.reference import OneProcess
+    model = AwkwardNet()
+    model.register_parameter("unused_bias", torch.nn.Parameter(torch.zeros(3)))
+    ref = OneProcess(model, torch.optim.SGD, mixed_precision=True, lr=0.1)
+    x, y = awkward_batch(2)
+    lm_loss(model(x).float(), y).backward()
+    with pytest.raises(RuntimeError, match=r"\['unused_bias'\] require a gradient but got none"):
+        ref.step()

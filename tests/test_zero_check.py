@@ -86,6 +86,15 @@ def no_divide(params, grads, momentum, lr, beta):
     ring_all_gather(params)
 
 
+def divided_twice(params, grads, momentum, lr, beta):
+    rank, n = dist.get_rank(), dist.get_world_size()
+    lo, hi = chunk_bounds(params.numel(), n)[rank]
+    buf = momentum.setdefault("m", torch.zeros(hi - lo))
+    buf.mul_(beta).add_(ring_reduce_scatter(grads / n) / n)
+    params[lo:hi] -= lr * buf
+    ring_all_gather(params)
+
+
 def momentum_forgotten(params, grads, momentum, lr, beta):
     rank, n = dist.get_rank(), dist.get_world_size()
     lo, hi = chunk_bounds(params.numel(), n)[rank]
@@ -207,10 +216,11 @@ CORPUS = [
     (equal_shards, "equal shards of 37 // 4 = 9 leave 1 element(s) to no rank"),
     (equal_shards_list_state, "elements [9, 10, 11, 12] were updated by no rank"),
     (full_update, "keeps optimizer state for all 37 elements"),
-    (no_divide, "4 times too large"),
+    (no_divide, "4 times too large (a factor N = 4)"),
+    (divided_twice, "1/4 of one process's (a factor 1/N): the gradient was divided by 4 twice"),
     (momentum_forgotten, "momentum not kept"),
     (local_gradient, "updated its shard with its own local gradient"),
-    (all_reduce_instead, "an all-reduce where a reduce-scatter suffices"),
+    (all_reduce_instead, "3/2 as much: an all-reduce, 2(N-1)/N, plus the all-gather"),
     (wrong_state_size, "wrong shard bounds"),
     (shard_of_wrong_rank, "no element changed on any rank"),
     (crashes, "failed on rank"),

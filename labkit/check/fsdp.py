@@ -10,6 +10,17 @@ and says whether it fits and by how much. If it does not fit, it measures the ch
 knob in turn set to its thriftiest value (wrap='linear', strategy='full', precision='bf16',
 offload=True) and names the knob whose change saves the most: the choice that cost the most.
 Measurements are exact byte counts, so they are cached per (choice, world size).
+
+Reproducibility: most choices give the same peak on every run (rank 3 holds 512 B less where
+the padding falls on it). One measured exception: wrap='linear', strategy='grad_op', fp32 peaks
+at 1,434,488 B or 1,450,936 B on a rank from run to run (16,448 B apart; both in each of five
+batches of 6 runs on 4 ranks).
+At the high peak, a unit's reduce-scatter (its 65,792 B input and the 16,448 B gradient shard
+of `fc_out`) is still alive while the next gradient (64 KiB) is computed; gloo finishes the
+collective on its own thread and drops its references when it is done, so whether the two
+overlap depends on thread timing, not on the choice. gc.disable() does not change it (not
+garbage collection). The verdict names the larger of the ranks' peaks; a difference of 16 kB
+matters only for a choice that much within the budget.
 """
 from labkit.check.core import checker
 

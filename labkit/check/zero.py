@@ -120,8 +120,15 @@ def _diagnose(results, n) -> tuple:
         want = one - init
         ratio = (upd.norm() / want.norm()).item() if want.norm() > 0 else 0
         if abs(ratio - n) < 0.05 * n and n > 1:
-            return False, (f"{where}: the update is {n} times too large: divide the summed "
-                           f"gradient by the world size ({n}) to get the mean")
+            return False, (f"{where}: the update is {n} times too large (a factor N = {n}): divide "
+                           f"the summed gradient by the world size ({n}) to get the mean")
+        if n > 1 and abs(ratio - 1 / n) < 0.05 / n:
+            return False, (f"{where}: the update is 1/{n} of one process's (a factor 1/N): the "
+                           f"gradient was divided by {n} twice; ring_reduce_scatter sums, so divide "
+                           "once, before or after it")
+        if n > 2 and abs(ratio - (n - 1) / n) < 0.05:
+            return False, (f"{where}: the update is {n - 1}/{n} of one process's (a factor "
+                           "(N-1)/N): one rank's gradient is missing from the sum")
         disagree = any((res["after"][0] - results[0]["after"][0]).abs().max() > TOL
                        for res in results)
         r, d = bad[0]
@@ -134,9 +141,13 @@ def _diagnose(results, n) -> tuple:
     if big and n > 1:
         ideal = 2 * (n - 1) / n * big * 4
         if sent > 1.2 * ideal:
+            factor = sent / ideal
+            named = (f" (3/2 as much: an all-reduce, 2(N-1)/N, plus the all-gather, (N-1)/N, is "
+                     f"3(N-1)/N against 2(N-1)/N; the right bytes are 2/3 of yours)"
+                     if abs(factor - 1.5) < 0.1 else f" ({factor:.2f} times as much)")
             return False, (f"right values, but each rank sent {sent / (big * 4):.2f}x the vector's "
-                           f"bytes where reduce-scatter + all-gather send {ideal / (big * 4):.2f}x: "
-                           "an all-reduce where a reduce-scatter suffices?")
+                           f"bytes where reduce-scatter + all-gather send {ideal / (big * 4):.2f}x"
+                           f"{named}: an all-reduce where a reduce-scatter suffices?")
     return True, (f"{n} ranks, {len(results[0]['after'])} steps on {L} elements (uneven shards): "
                   "same as labkit's reference and as one process; momentum kept for the own "
                   "shard only; reduce-scatter + all-gather bytes")

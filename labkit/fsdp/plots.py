@@ -31,17 +31,43 @@ def timeline(runs: dict):
     """runs: {label: prefetch.timeline result of one rank}. One row per label: collectives above,
     block compute below, on one time axis (ms from the step's start)."""
     fig, axes = plt.subplots(len(runs), 1, figsize=_figsize((10, 1.6 * len(runs) + 0.6)), sharex=True)
+    span = max(e["t1"] for r in runs.values() for e in r["events"]) * 1e3
     for ax, (label, r) in zip(axes, runs.items()):
         for e in r["events"]:
             y = 1 if e["kind"] in ("all_gather", "reduce_scatter") else 0
-            ax.barh(y, (e["t1"] - e["t0"]) * 1e3, left=e["t0"] * 1e3, height=0.6, color=COLORS[e["kind"]],
-                    edgecolor="white")
-            if e["kind"] in ("all_gather", "forward") and e["unit"].startswith("blocks"):
-                ax.text(e["t0"] * 1e3, y + 0.38, e["unit"].split(".")[1], fontsize=_fs(7))
+            w = (e["t1"] - e["t0"]) * 1e3
+            ax.barh(y, w, left=e["t0"] * 1e3, height=0.6, color=COLORS[e["kind"]], edgecolor="white")
+            # the block index inside its bar, where the bar is wide enough to hold it
+            if e["unit"].startswith("blocks") and w > 0.02 * span:
+                ax.text((e["t0"] * 1e3) + w / 2, y, e["unit"].split(".")[1], fontsize=_fs(7),
+                        ha="center", va="center", color="white")
         ax.set_yticks([0, 1], ["compute", "collectives"])
         ax.set_title(label, fontsize=_fs(10), loc="left")
-    axes[-1].set_xlabel("ms since the step started (rank 0; numbers: block index)")
+    axes[-1].set_xlabel("ms since the step started (rank 0; numbers: block index, where the bar has room)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
     fig.legend(handles, [k.replace("_", "-") for k in COLORS], loc="upper right", ncol=4, fontsize=_fs(8))
     fig.tight_layout(rect=(0, 0, 1, 0.93))
+    return fig
+
+
+def categories_log(bars: dict, rank: int = 0, title: str = ""):
+    """One rank's bytes by category at each (step, phase) of a live run (labkit.memory.live
+    Display.bars), side by side on a log scale: the small categories (the root's master shard,
+    the gathered parameters) show beside the large ones."""
+    from labkit.memory.live import CATEGORIES, COLORS as CAT_COLORS
+    rows = bars.get(rank, [])
+    cats = [c for c in CATEGORIES if any(snap.get(c, 0) for _, snap in rows)]
+    fig, ax = plt.subplots(figsize=_figsize((10, 3.4)))
+    width = 0.8 / max(len(cats), 1)
+    for k, c in enumerate(cats):
+        xs = [i + (k - (len(cats) - 1) / 2) * width for i in range(len(rows))]
+        vals = [snap.get(c, 0) / 1e3 for _, snap in rows]
+        ax.bar([x for x, v in zip(xs, vals) if v], [v for v in vals if v], width, color=CAT_COLORS[c], label=c)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(rows)), [label.replace(":", "\n", 1) for label, _ in rows], fontsize=_fs(8))
+    ax.set_ylabel("kB on this rank (log scale)")
+    ax.set_xlabel("step and phase (a missing bar: 0 bytes)")
+    ax.set_title(title or f"rank {rank}: bytes by category, log scale", fontsize=_fs(10))
+    ax.legend(fontsize=_fs(8), loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
     return fig

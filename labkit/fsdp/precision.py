@@ -21,8 +21,9 @@ CPU offload (CPUOffloadPolicy) keeps the sharded parameters, their gradients and
 state in host memory and copies a unit to the device only to gather it. On this CPU-only
 machine there is no device to leave: the report is accounting of which measured bytes would
 leave the GPU (all model states) and which stay (gathered units, activations), beside the
-formula's offload=True (ZeRO-Offload: gradients and optimizer state to the host, 16-bit
-parameters stay).
+formula's offload=True. That is ZeRO-Offload (Ren et al., arXiv 2101.06840): the fp16
+gradients go to the CPU bucket by bucket during backward, the fp32 optimizer step (master and
+Adam's moments) runs on the CPU, and the GPU keeps the fp16 parameters.
 """
 import copy
 

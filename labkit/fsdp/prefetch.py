@@ -8,8 +8,9 @@ prefetch (`blocks[i].set_modules_to_forward_prefetch([blocks[i + 1]])`, and
 unit i+1's all-gather, BEFORE unit i's compute. On a GPU the all-gather runs on its own CUDA
 stream, so issuing it earlier lets it overlap unit i's compute; FSDP1's `limit_all_gathers`
 caps how many gathered units may be in flight (a CUDA-event rate limiter) so early issue does
-not blow up memory. On CPU with gloo every all-gather here is synchronous: the order of calls
-changes, the time cannot (the next all-gather waits anyway). This module records the order:
+not blow up memory. On CPU gloo carries a collective on its own thread, so an all-gather
+issued early can run while the rank computes, when a core is free (measured on two shared cores,
+run to run: 132 against 176 ms median once, no difference beyond the spread another time). This module records the order:
 each all-gather and reduce-scatter (labkit.fsdp.comm_log: unit, t0, t1) and each block's
 forward and backward compute (module hooks), on one clock per rank.
 """
@@ -18,7 +19,10 @@ import time
 import torch.distributed as dist
 
 
-def timeline(prefetch: bool = False, n_layer: int = 4, batch_per_rank: int = 4) -> dict:
+def timeline(prefetch: bool = False, n_layer: int = 4, batch_per_rank: int = 4, repeats: int = 5) -> dict:
+    """One rank's forward + backward with or without explicit prefetch: the events of the last
+    of `repeats` timed steps, and every step's time in ms ("step_ms"; one step's time on two
+    shared CPU cores is noise: compare medians)."""
     from labkit.fsdp import apply
     from labkit.fsdp.runs import tiny_gpt
     from labkit.models import lm_loss
@@ -54,15 +58,20 @@ def timeline(prefetch: bool = False, n_layer: int = 4, batch_per_rank: int = 4) 
     mine = slice(batch_per_rank * r, batch_per_rank * (r + 1))
     lm_loss(model(x[mine]), y[mine]).backward()                 # warm-up (lazy init)
     model.zero_grad()
-    apply.comm_log(model, clear=True)
-    events.clear()
-    t = time.perf_counter()
-    lm_loss(model(x[mine]), y[mine]).backward()
+    step_ms = []
+    for _ in range(repeats):
+        model.zero_grad()
+        apply.comm_log(model, clear=True)
+        events.clear()
+        dist.barrier()
+        t = time.perf_counter()
+        lm_loss(model(x[mine]), y[mine]).backward()
+        step_ms.append((time.perf_counter() - t) * 1e3)
     events += [{"kind": c["kind"], "unit": c["unit"], "t0": c["t0"], "t1": c["t1"]} for c in apply.comm_log(model)]
     events.sort(key=lambda e: e["t0"])
     for e in events:
         e["t0"], e["t1"] = e["t0"] - t, e["t1"] - t
-    return {"rank": r, "prefetch": prefetch, "events": events, "order": order(events)}
+    return {"rank": r, "prefetch": prefetch, "events": events, "order": order(events), "step_ms": step_ms}
 
 
 def order(events) -> list:

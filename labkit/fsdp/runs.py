@@ -103,11 +103,24 @@ PEAK_NAMES = {"SHARDED_PARAM": "params (shard)", "UNSHARDED_PARAM": "params (gat
 HOST_IF_OFFLOADED = ("params (shard)", "grads (shard)", "optimizer state")
 
 
-def device_peak(peak: dict, total: int, offload: bool) -> int:
-    """The peak a GPU would see: with CPUOffloadPolicy the sharded parameters, their gradients
-    and the optimizer state live in host memory (they are held through the whole step, so
-    their peaks are part of the step's peak). Accounting on a CPU-only machine."""
-    return total - sum(peak.get(k, 0) for k in HOST_IF_OFFLOADED) if offload else total
+def watch_device_peak(tracker) -> list:
+    """[the most bytes a GPU would hold at once] over what `tracker` (an FSDPMemTracker) sees
+    from now on: with CPUOffloadPolicy the sharded parameters, their gradients and the optimizer
+    state live in host memory, so the device holds the rest. Taken after every operator, like
+    the tracker's own peak: the device's peak is not the device part of the total's peak (with
+    no_shard, the total peaks in the optimizer step, when the activations are gone). Accounting
+    on a CPU-only machine; reset with `box[0] = 0`."""
+    box = [0]
+    host = {k for k, v in PEAK_NAMES.items() if v in HOST_IF_OFFLOADED}
+    update = tracker._update_peak_stats                 # private, torch 2.6-2.13
+
+    def also_device(peak_state):
+        update(peak_state)
+        for snap in tracker._curr_mem_snap.values():
+            here = snap["Total"] - sum(v for k, v in snap.items() if getattr(k, "name", None) in host)
+            box[0] = max(box[0], here)
+    tracker._update_peak_stats = also_device
+    return box
 
 
 def peak_report(wrap: str = "block", strategy: str = "full", model: str = "tiny_gpt",
@@ -130,10 +143,12 @@ def peak_report(wrap: str = "block", strategy: str = "full", model: str = "tiny_
     x, y = x[batch_per_rank * r:batch_per_rank * (r + 1)], y[batch_per_rank * r:batch_per_rank * (r + 1)]
     tracker = FSDPMemTracker(m, opt)
     tracker.track_inputs((x,))
+    device = watch_device_peak(tracker)
     with tracker:
         for i in range(2):
             if i == 1:
                 tracker.reset_mod_stats()
+                device[0] = 0
                 apply.comm_log(m, clear=True)
                 t0 = time.perf_counter()
             lm_loss(m(x), y).backward()
@@ -143,5 +158,5 @@ def peak_report(wrap: str = "block", strategy: str = "full", model: str = "tiny_
     snap = next(iter(tracker.get_tracker_snapshot("peak").values()))
     peak = {PEAK_NAMES[k.name]: v for k, v in snap.items() if hasattr(k, "name") and v}
     return {"rank": r, "wrap": wrap, "strategy": strategy, "precision": precision, "offload": offload,
-            "peak": peak, "total": snap["Total"], "device_peak": device_peak(peak, snap["Total"], offload),
+            "peak": peak, "total": snap["Total"], "device_peak": device[0] if offload else snap["Total"],
             "calls": apply.counts(apply.comm_log(m)), "seconds": seconds}

@@ -74,9 +74,9 @@ class Bucket:
         self.grad = None          # full gradient buffer (stages 0, 1; stage 2 during backward)
         self.grad_shard = None    # stage 2: the own shard of the summed gradient
         if stage < 2:
-            self.grad = torch.zeros(self.layout.size, dtype=self.grad_dtype)
+            self.grad = self.param.new_zeros(self.layout.size, dtype=self.grad_dtype)
         else:
-            self.grad_shard = torch.zeros(self.layout.shard, dtype=self.param.dtype)
+            self.grad_shard = self.param.new_zeros(self.layout.shard)
         self.ready = 0            # gradients accumulated in this backward (stage 2)
 
 

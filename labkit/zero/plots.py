@@ -126,13 +126,43 @@ def savings_figure(measured: dict, n_max: int = 1024, precision: str = "mixed"):
     return fig, out
 
 
+UNIT_NAMES = {"root": "root (token embedding = head)", "pos": "pos (position embedding)",
+              "ln_f": "ln_f (final LayerNorm)"}
+
+
+def _root_compute(events: list) -> list:
+    """The root unit's forward hook spans the whole forward (the root module *is* the model); its
+    own compute is the part no other unit covers: the embedding before the first layer's
+    all-gather, and the head after the last layer's free. Returns those two events."""
+    root = [e for e in events if e["unit"] == "root" and e["kind"] == "compute"]
+    others = [e for e in events if e["unit"] != "root" and e["phase"] == "forward"]
+    if not root or not others:
+        return root
+    r = root[0]
+    first, last = min(e["t0"] for e in others), max(e["t1"] for e in others)
+    if not r["t0"] <= first <= last <= r["t1"]:        # the root's compute does not enclose them
+        return root
+    return [{**r, "t1": first}, {**r, "t0": last}]
+
+
 def layer_figure(events: list, units=None, title: str = ""):
     """Stage-3 hook events as a timeline: one row per unit, gather / compute / free (and
-    reduce-scatter in backward); a free is drawn as a short red mark."""
+    reduce-scatter in backward); a free is drawn as a short red mark; a light bar shows how
+    long the unit's full parameters are held. The root's compute is its own part only."""
     colors = {"all-gather": "#8172b3", "prefetch": "#b3a6d9", "wait": "#d0c8ea",
-              "compute": "#55a868", "free": "#c44e52", "reduce-scatter": "#dd8452"}
+              "compute": "#55a868", "free": "#c44e52", "reduce-scatter": "#dd8452",
+              "held": "#e6e6e6"}
     units = units or list(dict.fromkeys(e["unit"] for e in events))
+    events = [e for e in events if not (e["unit"] == "root" and e["kind"] == "compute")] + _root_compute(events)
     fig, ax = plt.subplots(figsize=_figsize((9, 0.45 * len(units) + 1.4)))
+    for u in units:                                        # held: first gather to its free
+        y = len(units) - 1 - units.index(u)
+        mine = [e for e in events if e["unit"] == u]
+        starts = [e["t0"] for e in mine if e["kind"] in ("all-gather", "prefetch")]
+        ends = [e["t0"] for e in mine if e["kind"] == "free"]
+        if starts and ends and max(ends) > min(starts):
+            ax.barh(y, (max(ends) - min(starts)) * 1e3, left=min(starts) * 1e3, height=0.8,
+                    color=colors["held"], zorder=0)
     for e in events:
         if e["unit"] not in units:
             continue
@@ -144,11 +174,13 @@ def layer_figure(events: list, units=None, title: str = ""):
             ax.barh(y, max(w, 0.05), left=e["t0"] * 1e3, height=0.6, color=colors[e["kind"]])
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    kinds = sorted({e["kind"] for e in events}, key=list(colors).index)
+    kinds = sorted({e["kind"] for e in events} | {"held"}, key=list(colors).index)
+    names = {"held": "parameters held (gathered)"}
     ax.legend([Line2D([0], [0], color=colors[k], lw=2) if k == "free" else Patch(color=colors[k])
-               for k in kinds], kinds, fontsize=_fs(7), loc="upper left", bbox_to_anchor=(1.0, 1.0))
+               for k in kinds], [names.get(k, k) for k in kinds], fontsize=_fs(7), loc="upper left",
+              bbox_to_anchor=(1.0, 1.0))
     ax.set_yticks(range(len(units)))
-    ax.set_yticklabels(list(reversed(units)), fontsize=_fs(8))
+    ax.set_yticklabels([UNIT_NAMES.get(u, u) for u in reversed(units)], fontsize=_fs(8))
     ax.set_xlabel("ms since the step started (rank 0)")
     ax.set_title(title, fontsize=_fs(10))
     fig.tight_layout()

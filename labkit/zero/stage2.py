@@ -35,7 +35,7 @@ def make_hook(opt, bucket, param):
             opt._callback_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(lambda: finish(opt))
         if bucket.grad is None:
-            bucket.grad = torch.zeros(bucket.layout.size, dtype=bucket.grad_dtype)
+            bucket.grad = bucket.param.new_zeros(bucket.layout.size, dtype=bucket.grad_dtype)
         bucket.grad[off:off + n].add_(p.grad.reshape(-1))
         p.grad = None
         bucket.ready += 1

@@ -139,7 +139,8 @@ class Stage3(nn.Module):
     def _note(self, unit, kind, t0) -> None:
         if self.recording:
             self.events.append(dict(unit=unit.name, kind=kind, t0=t0, t1=time.perf_counter(),
-                                    phase="backward" if self._callback_queued else "forward"))
+                                    phase="backward" if self._callback_queued else "forward",
+                                    gathered=self.gathered_bytes()))
 
     @torch.no_grad()
     def _gather(self, u: Unit, prefetched: bool = False) -> None:
@@ -219,7 +220,7 @@ class Stage3(nn.Module):
     def _reduce(self, g: Group) -> None:
         """Flatten the group's gradients, reduce-scatter, keep the averaged own shard."""
         t0 = time.perf_counter()
-        flat = torch.zeros(g.layout.size, dtype=self.reduce_dtype)
+        flat = g.shard.new_zeros(g.layout.size, dtype=self.reduce_dtype)
         for name, off, n, _ in g.layout.entries:
             v = g.views[name]
             if v.grad is not None:
@@ -256,7 +257,7 @@ class Stage3(nn.Module):
         """{name: full parameter} gathered from the shards (a collective: every rank calls it)."""
         out = {}
         for g in self.groups():
-            full = torch.empty(g.layout.size, dtype=g.shard.dtype)
+            full = g.shard.new_empty(g.layout.size)
             F.all_gather(full, g.shard.detach(), self.group)
             out.update({n: v.clone() for n, v in g.layout.views(full).items()})
         return out
