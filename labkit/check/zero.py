@@ -8,11 +8,11 @@ parameter instead of the shard, the gradient not averaged or not reduced, moment
 an all-reduce where a reduce-scatter suffices (1.5x the bytes at N = 4).
 """
 from labkit.check.core import caught_verdict, checker, new_token
+from labkit.check.guard import HANG_LIMIT_S   # a right step takes well under a second
 
 __all__ = ["zero1_step"]
 
 TOL = 1e-5
-TIMEOUT_S = 10.0        # a right step takes well under a second; a hang is reported after this
 
 
 class _Stop(Exception):
@@ -154,7 +154,7 @@ def _diagnose(results, n) -> tuple:
 
 
 @checker("zero1_step")
-def zero1_step(fn, cluster, steps: int = 3, timeout: float = TIMEOUT_S):
+def zero1_step(fn, cluster, steps: int = 3, timeout: float = HANG_LIMIT_S):
     """fn(params, grads, momentum, lr, beta) on every rank: the ZeRO-1 sharded SGD-momentum step."""
     import labkit
     from labkit.zero.exercise import reference_step, trial
