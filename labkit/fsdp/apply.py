@@ -25,13 +25,11 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 # The comm interfaces FSDP2 accepts for custom collectives (private module, torch 2.8-2.13).
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
+from labkit.comm.compat import all_gather_into_tensor, reduce_scatter_tensor
 from labkit.fsdp.strategies import Group, _strategy, padded_numel
 
 WRAPS = ("model", "block", "linear")
 
-# torch 2.13 renamed the tensor collectives; older releases have only the old names.
-_all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
-_reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
 
 
 def units(model: nn.Module, wrap: str) -> list:
@@ -143,7 +141,7 @@ class _LoggedAllGather(_Alloc, AllGather):
 
     def __call__(self, output_tensor, input_tensor, group, async_op=False):
         t0 = time.perf_counter()
-        _all_gather(output_tensor, input_tensor, group=group)
+        all_gather_into_tensor(output_tensor, input_tensor, group=group)
         self.records.append({"kind": "all_gather", "bytes": output_tensor.numel() * output_tensor.element_size(),
                              "ranks": dist.get_world_size(group), "unit": self.unit, "t0": t0, "t1": time.perf_counter()})
         return None
@@ -164,7 +162,7 @@ class _LoggedReduceScatter(_Alloc, ReduceScatter):
                 raise NotImplementedError(f"labkit's ring reduce-scatter does sum and average, not {op}")
             output_tensor.copy_(out)
         else:
-            _reduce_scatter(output_tensor, input_tensor, op=op, group=group)
+            reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group)
         self.records.append({"kind": "reduce_scatter", "bytes": input_tensor.numel() * input_tensor.element_size(),
                              "ranks": dist.get_world_size(group), "unit": self.unit, "t0": t0, "t1": time.perf_counter()})
         return None

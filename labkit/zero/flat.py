@@ -15,6 +15,7 @@ Collectives, chosen so the bytes on the wire are NCCL's on any backend:
 import torch
 import torch.distributed as dist
 
+from labkit.comm.compat import all_gather_into_tensor, reduce_scatter_tensor
 from labkit.comm.ring import ring_reduce_scatter
 from labkit.comm.ring_fast import ring_all_reduce
 
@@ -78,14 +79,13 @@ def reduce_scatter(flat: torch.Tensor, group=None) -> torch.Tensor:
         return ring_reduce_scatter(flat, group)
     n = dist.get_world_size(group)
     out = torch.empty(flat.numel() // n, dtype=flat.dtype, device=flat.device)
-    (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(out, flat, group=group)
+    reduce_scatter_tensor(out, flat, group=group)
     return out
 
 
 def all_gather(flat: torch.Tensor, shard: torch.Tensor, group=None, async_op: bool = False):
     """Fill `flat` with every rank's `shard` (rank r's at [r*L/N, (r+1)*L/N))."""
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    return gather(flat, shard.contiguous(), group=group, async_op=async_op)
+    return all_gather_into_tensor(flat, shard.contiguous(), group=group, async_op=async_op)
 
 
 def all_reduce(flat: torch.Tensor, group=None) -> torch.Tensor:

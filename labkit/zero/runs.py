@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.comm import traffic
+from labkit.comm.compat import all_gather_into_tensor, reduce_scatter_tensor
 from labkit.memory.accounting import measure
 from labkit.models import AwkwardNet, awkward_batch, lm_loss
 
@@ -71,12 +72,12 @@ def step_report(stage: int, mixed: bool = False, model: str = "awkward", steps: 
                 param_bytes=exp.formula.params * (n if stage == 3 else 1))
 
 
-def _rs(out, inp):          # reduce_scatter_tensor (renamed reduce_scatter_single in torch 2.13)
-    return (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(out, inp)
+def _rs(out, inp):
+    return reduce_scatter_tensor(out, inp)
 
 
 def _ag(out, inp):
-    return (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, inp)
+    return all_gather_into_tensor(out, inp)
 
 
 def reduce_scatter_bytes(numel: int = 1 << 18) -> dict:
