@@ -74,8 +74,8 @@ class Outcome:
         raise errors.RankError(msg, failures, self.stuck, restarted)
 
 
-def describe(stacks: dict) -> dict:
-    return {r: s if isinstance(s, str) else stacks.describe_stack(s) for r, s in stacks.items()}
+def describe(found: dict) -> dict:
+    return {r: s if isinstance(s, str) else stacks.describe_stack(s) for r, s in found.items()}
 
 
 def _death(w, crash_offset: int) -> str:
@@ -142,9 +142,9 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
                 # A rank raised. The others may be computing on their own (let them finish:
                 # their state is kept) or waiting in a collective for the failed rank (they
                 # never will: stop them). Their stacks tell which.
-                stacks = host.dump_stacks(ranks, sorted(out.pending))
-                if any(not isinstance(s, str) and stacks.in_collective(s) for s in stacks.values()):
-                    out.stuck = describe(stacks)
+                found = host.dump_stacks(ranks, sorted(out.pending))
+                if any(not isinstance(s, str) and stacks.in_collective(s) for s in found.values()):
+                    out.stuck = describe(found)
                     break
                 probe_at = time.monotonic() + PROBE_S
             wake = min(deadline, died_at + GRACE_S if died_at else deadline, probe_at or deadline)
