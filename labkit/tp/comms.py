@@ -71,7 +71,7 @@ def reduce_scatter_seq(x, group=None, impl: str = "ring"):
     if impl == "ring":
         out = ring_reduce_scatter(flat.view(-1), group).view(s // t, *flat.shape[1:]).clone()
     else:
-        out = torch.empty(s // t, *flat.shape[1:], dtype=x.dtype)
+        out = flat.new_empty(s // t, *flat.shape[1:])
         getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)(out, flat, group=group)
     return out.transpose(0, 1)
 
@@ -80,7 +80,7 @@ def all_gather_seq(x, group=None, impl: str = "ring"):
     """Every rank's sequence chunk, concatenated: (b, s/t, h) -> (b, s, h)."""
     t, r = dist.get_world_size(group), dist.get_rank(group)
     part = _seq_first(x)
-    full = torch.zeros(part.shape[0] * t, *part.shape[1:], dtype=x.dtype)
+    full = part.new_zeros(part.shape[0] * t, *part.shape[1:])
     if impl == "ring":
         full[r * part.shape[0]:(r + 1) * part.shape[0]] = part
         ring_all_gather(full.view(-1), group)
