@@ -13,11 +13,13 @@ parts between them (layer norms, dropout) then hold 1/t of the sequence.
 
 Tensors here are (batch, seq, hidden); the sequence is split along dim 1.
 `reduce_scatter="ring"` uses labkit's ring (bytes as NCCL moves them); "torch" uses
-`dist.reduce_scatter_tensor` (on gloo it moves as many bytes as an all-reduce).
+`dist.reduce_scatter_tensor` (`reduce_scatter_single` from torch 2.13, see labkit.comm.compat;
+on gloo it moves as many bytes as an all-reduce).
 """
 import torch
 import torch.distributed as dist
 
+from labkit.comm.compat import all_gather_into_tensor, reduce_scatter_tensor
 from labkit.comm.ring import ring_all_gather, ring_reduce_scatter
 
 
@@ -72,7 +74,7 @@ def reduce_scatter_seq(x, group=None, impl: str = "ring"):
         out = ring_reduce_scatter(flat.view(-1), group).view(s // t, *flat.shape[1:]).clone()
     else:
         out = flat.new_empty(s // t, *flat.shape[1:])
-        getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)(out, flat, group=group)
+        reduce_scatter_tensor(out, flat, group=group)
     return out.transpose(0, 1)
 
 
@@ -85,7 +87,7 @@ def all_gather_seq(x, group=None, impl: str = "ring"):
         full[r * part.shape[0]:(r + 1) * part.shape[0]] = part
         ring_all_gather(full.view(-1), group)
     else:
-        getattr(dist, "all_gather_single", dist.all_gather_into_tensor)(full, part, group=group)
+        all_gather_into_tensor(full, part, group=group)
     return full.transpose(0, 1)
 
 
