@@ -9,6 +9,8 @@ first use of `labkit.Cluster` and friends, torch on first use of a module that n
 pure modules (`labkit.memory.formulas`, `labkit.comm.formulas`, ...) import on their own.
 The layers are described in docs/architecture.md.
 """
+from labkit._lazy import lazy
+
 __version__ = "0.1.0"
 
 # public name -> the runtime module that defines it (loaded on first use)
@@ -23,28 +25,10 @@ _RUNTIME = {
 
 __all__ = [*_RUNTIME, "load_ipython_extension"]
 
-
-def __getattr__(name: str):
-    """`labkit.Cluster`, `labkit.check`, ... import on first use, so `import labkit` stays light."""
-    import importlib
-    if name in _RUNTIME:
-        value = getattr(importlib.import_module(f"labkit.runtime.{_RUNTIME[name]}"), name)
-        globals()[name] = value                  # later look-ups skip this function
-        return value
-    if name in _submodules():
-        return importlib.import_module(f"labkit.{name}")
-    raise AttributeError(f"module 'labkit' has no attribute {name!r}")
-
-
-def _submodules() -> set:
-    """labkit's subpackages and modules (check, memory, zero, ...), found on disk: a new one
-    needs no registration here."""
-    import pkgutil
-    return {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
-
-
-def __dir__():
-    return sorted([*globals(), *_RUNTIME, *_submodules()])
+# `labkit.Cluster`, `labkit.check`, ... import on first use, so `import labkit` stays light;
+# the subpackages (check, memory, zero, ...) are found on disk: a new one needs no registration
+__getattr__, __dir__ = lazy(__name__, {k: f"runtime.{v}" for k, v in _RUNTIME.items()}, on_disk=True)
+del lazy                                     # not a name of labkit's
 
 
 def load_ipython_extension(ip) -> None:

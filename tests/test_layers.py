@@ -40,6 +40,8 @@ PURE = [
     "labkit.tricks",
     "labkit.tricks.formulas",
     "labkit.tricks.quant8_math",
+    "labkit.verdict",
+    "labkit._lazy",
 ]
 
 # Importing any of these from a pure module is a layering error.

@@ -11,6 +11,7 @@
   sharded across ranks and workers;
 - `profile`: the communication share read from torch.profiler.
 """
+from labkit._lazy import lazy
 from labkit.diagnose.knobs import KNOBS, knob_table
 from labkit.diagnose.verdict import (BUSY_LOW, COMM_SHARE, DATA_WAIT, MEMORY_NEAR, PHASES, Finding,
                                      Phases, bottleneck, breakdown_table, diagnose, report)
@@ -24,9 +25,4 @@ _LAZY = {  # these import torch: only on first use
 __all__ = ["KNOBS", "knob_table", "BUSY_LOW", "COMM_SHARE", "DATA_WAIT", "MEMORY_NEAR", "PHASES",
            "Finding", "Phases", "bottleneck", "breakdown_table", "diagnose", "report", *_LAZY]
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-        return getattr(importlib.import_module(f"labkit.diagnose.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'labkit.diagnose' has no attribute {name!r}")
+__getattr__, __dir__ = lazy(__name__, _LAZY)

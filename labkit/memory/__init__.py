@@ -11,6 +11,7 @@ Measured on a rank (import torch on first use):
     per_rank(cluster, fn); table(breakdowns, formula)
 Pictures: plot_ranks(breakdowns, formula), explorer(), explorer_figure(...).
 """
+from labkit._lazy import lazy
 from labkit.memory.activations import (CHECKPOINTING, GPU_SIZES_GB, SHAPES, Activations, Fit,
                                        activations, fits, gpt_shape, per_layer)
 from labkit.memory.breakdown import CATEGORIES, GB, GiB, Breakdown, category_help, fmt_bytes
@@ -36,9 +37,4 @@ __all__ = ["Breakdown", "CATEGORIES", "GB", "GiB", "category_help", "fmt_bytes",
            "deepspeed_estimate", "CHECKPOINTING", "GPU_SIZES_GB", "SHAPES", "Activations", "Fit",
            "activations", "per_layer", "fits", "gpt_shape", *_LAZY]
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"labkit.memory has no attribute {name!r}")
+__getattr__, __dir__ = lazy(__name__, _LAZY)

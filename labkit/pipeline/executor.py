@@ -98,7 +98,7 @@ def _step(s, rank, parts, xs, ys, pad, record, live, prefetch):
     def post(upto):
         for need in needs[next_post[0]:upto]:
             if need is not None:
-                buf = torch.empty(shape)
+                buf = xs[0].new_empty(shape)          # on the device of the inputs
                 posted[need] = (dist.irecv(buf, s.place(need[2])[0], tag=_tag(*need, m, nv)), buf)
         next_post[0] = max(next_post[0], upto)
 
@@ -204,7 +204,7 @@ def run_schedule(schedule, layers: int = 8, width: int = 64, microbatch_size: in
                                        step == warmup + repeats - 1, live, prefetch)
         dist.barrier()
         if step >= warmup:
-            took = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+            took = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=x.device)
             dist.all_reduce(took, op=dist.ReduceOp.MAX)
             times.append(float(took))
     out = {"rank": rank, "start": start, "intervals": log, "waits": waits, "peak_bytes": mem.peak,

@@ -32,7 +32,8 @@ def mlp(layers: int = 8, width: int = 64, seed: int = 0, frozen: int = 1) -> nn.
     model = nn.Sequential(*[Block(width) for _ in range(layers)])
     with torch.no_grad():
         for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * (0.5 / width ** 0.5))
+            # drawn on the CPU generator (same weights on every rank), copied onto p's device
+            p.copy_(torch.randn(p.shape, generator=g, device="cpu") * (0.5 / width ** 0.5))
     if frozen is not None and frozen < layers:
         model[frozen].requires_grad_(False)
     return model
@@ -61,7 +62,7 @@ def split(model: nn.Sequential, parts: int, sizes=None) -> list:
 
 def batch(size: int = 32, width: int = 64, seed: int = 1):
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(size, width, generator=g)
+    x = torch.randn(size, width, generator=g, device="cpu")   # CPU generator: same batch on every rank
     return x, torch.sin(x)
 
 

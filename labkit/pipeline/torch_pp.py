@@ -48,7 +48,7 @@ def torch_step(kind: str, microbatches: int, layers: int = 8, width: int = 64, m
         sched.step(*args, **kwargs)
         dist.barrier()
         if step >= warmup:
-            took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+            took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=x.device)
             dist.all_reduce(took, op=dist.ReduceOp.MAX)
             times.append(float(took))
     ref, ref_loss = reference_grads(mlp(layers, width), x, y)

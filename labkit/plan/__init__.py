@@ -8,19 +8,13 @@ Pure arithmetic (no torch): traffic.py, flops.py, models.py, planner.py. `fake_s
 `llama` (torch's fake process group, the real model on meta), `draw` and `form` (matplotlib,
 ipywidgets) import on first use.
 """
+from labkit._lazy import lazy
 from labkit.plan.traffic import Traffic, link_times, ranking_sentence, step_traffic
 
 _LAZY = {"plan": "planner", "evaluate": "planner", "Model": "models", "Hardware": "models",
-         "MODELS": "models", "form": "form", "render": "form", "draw_layout": "draw",
-         "fake_scale": "fake_scale"}
+         "MODELS": "models", "render": "form", "draw_layout": "draw"}
+_SUBMODULES = {"form", "fake_scale"}       # labkit.plan.form is the module (form.form() the widget)
 
-__all__ = ["Traffic", "step_traffic", "link_times", "ranking_sentence"]
-__all__ += list(_LAZY)
+__all__ = ["Traffic", "step_traffic", "link_times", "ranking_sentence", *_LAZY, *sorted(_SUBMODULES)]
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-        mod = importlib.import_module(f"{__name__}.{_LAZY[name]}")
-        return mod if name == _LAZY[name] else getattr(mod, name)
-    raise AttributeError(f"labkit.plan has no attribute {name!r}")
+__getattr__, __dir__ = lazy(__name__, _LAZY, _SUBMODULES)

@@ -8,7 +8,7 @@ comms.py (f, g and the sequence-parallel pair), layers.py (column / row linears)
 blocks.py (MLP, attention, block), parity.py (runs on ranks), dtensor_tp.py (PyTorch's
 `parallelize_module`), two_d.py (FSDP2 x TP on a 2-D mesh), formulas.py (pure).
 """
-import importlib
+from labkit._lazy import lazy
 
 _LAZY = {
     "copy_to_tp": "comms", "reduce_from_tp": "comms", "scatter_seq": "comms", "gather_seq": "comms",
@@ -23,8 +23,4 @@ _LAZY = {
 }
 __all__ = list(_LAZY)
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"labkit.tp has no attribute {name!r}")
+__getattr__, __dir__ = lazy(__name__, _LAZY)

@@ -13,11 +13,13 @@ parts between them (layer norms, dropout) then hold 1/t of the sequence.
 
 Tensors here are (batch, seq, hidden); the sequence is split along dim 1.
 `reduce_scatter="ring"` uses labkit's ring (bytes as NCCL moves them); "torch" uses
-`dist.reduce_scatter_tensor` (on gloo it moves as many bytes as an all-reduce).
+`dist.reduce_scatter_tensor` (`reduce_scatter_single` from torch 2.13, see labkit.comm.compat;
+on gloo it moves as many bytes as an all-reduce).
 """
 import torch
 import torch.distributed as dist
 
+from labkit.comm.compat import all_gather_into_tensor, reduce_scatter_tensor
 from labkit.comm.ring import ring_all_gather, ring_reduce_scatter
 
 
@@ -71,8 +73,8 @@ def reduce_scatter_seq(x, group=None, impl: str = "ring"):
     if impl == "ring":
         out = ring_reduce_scatter(flat.view(-1), group).view(s // t, *flat.shape[1:]).clone()
     else:
-        out = torch.empty(s // t, *flat.shape[1:], dtype=x.dtype)
-        getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)(out, flat, group=group)
+        out = flat.new_empty(s // t, *flat.shape[1:])
+        reduce_scatter_tensor(out, flat, group=group)
     return out.transpose(0, 1)
 
 
@@ -80,12 +82,12 @@ def all_gather_seq(x, group=None, impl: str = "ring"):
     """Every rank's sequence chunk, concatenated: (b, s/t, h) -> (b, s, h)."""
     t, r = dist.get_world_size(group), dist.get_rank(group)
     part = _seq_first(x)
-    full = torch.zeros(part.shape[0] * t, *part.shape[1:], dtype=x.dtype)
+    full = part.new_zeros(part.shape[0] * t, *part.shape[1:])
     if impl == "ring":
         full[r * part.shape[0]:(r + 1) * part.shape[0]] = part
         ring_all_gather(full.view(-1), group)
     else:
-        getattr(dist, "all_gather_single", dist.all_gather_into_tensor)(full, part, group=group)
+        all_gather_into_tensor(full, part, group=group)
     return full.transpose(0, 1)
 
 

@@ -70,8 +70,8 @@ class ColumnParallelLinear(nn.Module):
         t, r = _tp(group)
         self.group, self.sp, self.impl = group, sequence_parallel, impl
         out = linear.out_features // parts
-        rows = torch.cat([torch.arange(i * out, (i + 1) * out)[shard_rows(out, t, r, f"{name} outputs")]
-                          for i in range(parts)])
+        mine, dev = shard_rows(out, t, r, f"{name} outputs"), linear.weight.device
+        rows = torch.cat([torch.arange(i * out, (i + 1) * out, device=dev)[mine] for i in range(parts)])
         self.weight = nn.Parameter(linear.weight.detach()[rows].clone())
         self.bias = nn.Parameter(linear.bias.detach()[rows].clone()) if linear.bias is not None else None
         self.rows = rows                            # which rows of the full weight this rank holds

@@ -25,7 +25,8 @@ def reference_blocks(n_layer=2, n_embd=64, n_head=4, seed=0) -> nn.Sequential:
 
 def batch(b=2, s=16, h=64, seed=1):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(b, s, h, generator=g), torch.randn(b, s, h, generator=g)
+    # the reference batch, drawn on the CPU generator (same on every rank); callers move it
+    return torch.randn(b, s, h, generator=g, device="cpu"), torch.randn(b, s, h, generator=g, device="cpu")
 
 
 def _local_seq(x, group):

@@ -21,7 +21,8 @@ from labkit.tricks import quant8_math as Q
 
 
 def _codebook(signed: bool) -> tuple:
-    code = torch.tensor(Q.dynamic_map(signed), dtype=torch.float32)
+    # built once per optimizer on the CPU (2 KB); quantize/dequantize move it to the moments' device
+    code = torch.tensor(Q.dynamic_map(signed), dtype=torch.float32, device="cpu")
     return code, (code[1:] + code[:-1]) / 2          # values, and the midpoints between them
 
 
