@@ -11,7 +11,6 @@ A name is imported once: the value is then stored in the package, so later look-
 come back here. Anything else is an AttributeError that names the package.
 """
 import importlib
-import pkgutil
 import sys
 
 
@@ -21,6 +20,7 @@ def lazy(package: str, names: dict, submodules=(), on_disk: bool = False):
     def found() -> set:
         mods = set(submodules)
         if on_disk:
+            import pkgutil                        # here: at the top it costs `import labkit` 9 ms
             path = sys.modules[package].__path__
             mods |= {m.name for m in pkgutil.iter_modules(path) if not m.name.startswith("_")}
         return mods

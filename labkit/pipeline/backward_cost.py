@@ -50,9 +50,9 @@ class _MatmulFlops(TorchDispatchMode):
 
 def _stage(layers, width, rows, seed):
     model = mlp(layers, width, seed=seed, frozen=None)
-    g = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(rows, width, generator=g).requires_grad_(True)
-    return model, x, torch.randn(rows, width, generator=g)
+    g = torch.Generator().manual_seed(seed + 1)          # one process on this machine's CPU, as mlp()
+    x = torch.randn(rows, width, generator=g, device="cpu").requires_grad_(True)
+    return model, x, torch.randn(rows, width, generator=g, device="cpu")
 
 
 def _run(variant, model, x, gy, calls):

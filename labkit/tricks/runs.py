@@ -160,7 +160,8 @@ def slowest_steps(seconds: list) -> list:
     every rank calls it with as many steps), or this rank's own outside a process group."""
     if not seconds or not dist.is_initialized() or dist.get_world_size() == 1:
         return list(seconds)
-    t = torch.tensor(seconds, dtype=torch.float64)
+    import labkit
+    t = torch.tensor(seconds, dtype=torch.float64, device=labkit.device())   # the group's device
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.tolist()
 

@@ -19,23 +19,27 @@ def reference_step(params, grads, momentum, lr=0.1, beta=0.9):
     rank, n = dist.get_rank(), dist.get_world_size()
     lo, hi = chunk_bounds(params.numel(), n)[rank]
     g = ring_reduce_scatter(grads.clone()) / n          # my shard of the mean gradient
-    buf = momentum.setdefault("buf", torch.zeros(hi - lo))
+    buf = momentum.setdefault("buf", params.new_zeros(hi - lo))
     buf.mul_(beta).add_(g)
     params[lo:hi] -= lr * buf
     ring_all_gather(params)
 
 
 def local_grad(length: int, step: int, rank: int) -> torch.Tensor:
-    return torch.randn(length, generator=torch.Generator().manual_seed(7919 * step + rank))
+    """The same numbers on every rank and device: drawn on the CPU, then on the rank's device."""
+    import labkit
+    g = torch.Generator().manual_seed(7919 * step + rank)
+    return torch.randn(length, generator=g, device="cpu").to(labkit.device())
 
 
 def trial(fn, length: int = 37, steps: int = 3, lr: float = 0.1, beta: float = 0.9,
           big: int = 40_003) -> dict:
     """Run `fn` and the one-process reference `steps` steps; also bytes sent for one step
     on a `big`-element vector. Returns what the checker needs to word its verdict."""
+    import labkit
     rank, n = dist.get_rank(), dist.get_world_size()
-    init = torch.randn(length, generator=torch.Generator().manual_seed(1))
-    params, one, buf, momentum = init.clone(), init.clone(), torch.zeros(length), {}
+    init = torch.randn(length, generator=torch.Generator().manual_seed(1), device="cpu").to(labkit.device())
+    params, one, buf, momentum = init.clone(), init.clone(), init.new_zeros(length), {}
     out = {"init": init, "after": [], "one": [], "state": None, "lr": lr}
     for step in range(steps):
         mean = torch.stack([local_grad(length, step, r) for r in range(n)]).mean(0)
@@ -47,7 +51,7 @@ def trial(fn, length: int = 37, steps: int = 3, lr: float = 0.1, beta: float = 0
     out["state"] = {k: v.numel() for k, v in momentum.items() if isinstance(v, torch.Tensor)}
     out["bounds"] = chunk_bounds(length, n)[rank]
     if big:
-        p, g, m = torch.zeros(big), local_grad(big, 0, rank), {}
+        p, g, m = init.new_zeros(big), local_grad(big, 0, rank), {}
         dist.barrier()
         with traffic.measure(sync=True) as t:
             fn(p, g, m, lr, beta)

@@ -8,6 +8,7 @@ import time
 import torch
 import torch.distributed as dist
 
+import labkit
 from labkit.comm import traffic
 from labkit.comm.compat import all_gather_into_tensor, reduce_scatter_tensor
 from labkit.memory.accounting import measure
@@ -88,10 +89,10 @@ def reduce_scatter_bytes(numel: int = 1 << 18) -> dict:
     n = dist.get_world_size()
     numel = -(-numel // n) * n
     out = {"tensor bytes": numel * 4}
-    x = torch.ones(numel)
+    x = torch.ones(numel, device=labkit.device())
     for name, fn in (("labkit ring reduce-scatter", lambda: ring_reduce_scatter(x.clone())),
-                     ("torch reduce_scatter_tensor", lambda: _rs(torch.empty(numel // n), x.clone())),
-                     ("torch all_gather_into_tensor", lambda: _ag(torch.empty(numel),
+                     ("torch reduce_scatter_tensor", lambda: _rs(x.new_empty(numel // n), x.clone())),
+                     ("torch all_gather_into_tensor", lambda: _ag(x.new_empty(numel),
                                                                   x[:numel // n].clone()))):
         dist.barrier()
         with traffic.measure(sync=True) as m:
@@ -155,7 +156,7 @@ def interleaved(rounds: int = 4, mixed: bool = False, batch: int = 2, torch_zero
                 t0 = time.perf_counter()
                 lm_loss(model(x).float(), y).backward()
                 opt.step()
-                dt = torch.tensor([time.perf_counter() - t0])
+                dt = torch.tensor([time.perf_counter() - t0], device=y.device)
             dist.all_reduce(dt, op=dist.ReduceOp.MAX)
             if rnd:
                 out[name]["times"].append(dt.item())
