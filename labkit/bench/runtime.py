@@ -24,42 +24,13 @@ import sys
 import threading
 import time
 
-
-def _tiny():
-    import torch
-    import torch.distributed as dist
-    t = torch.ones(1)
-    dist.all_reduce(t)
-    return t.item()
-
-
-def _crash():
-    import labkit
-    import torch
-    if labkit.rank() == 1:
-        os._exit(3)
-    torch.distributed.all_reduce(torch.ones(1))
-
-
-def _hang():
-    import labkit
-    import torch
-    if labkit.rank() == 0:
-        torch.distributed.recv(torch.zeros(1), src=1)
-
-
-def _sleep():
-    time.sleep(30)
+from labkit.bench.cluster_data import _crash, _hang, _sleep, _tiny, _touch   # the same tasks as bench cluster
 
 
 def _big_result(mb):
     import labkit
     import torch
     return torch.ones(mb * 2**20 // 4) if labkit.rank() == 0 else None
-
-
-def _touch(t):
-    return float(t[:: 1 << 20].sum())
 
 
 def _one_repeat(n: int) -> dict:
