@@ -14,7 +14,8 @@ collect.py   the wait loop of one run: results, output, events (capped), failure
 output.py    a rank's output on its way to the cell: live partial lines, \r, the output cap
 interrupts.py  Ctrl-C during a run, safe to press twice
 options.py   checking a Cluster's arguments before anything starts
-wire.py      sending functions and values by value (cloudpickle); every dtype, numpy, bytes
+wire.py      sending functions and values by value (cloudpickle), with errors that name the culprit
+carry.py     what pickle cannot carry as it is: tensors of every dtype, numpy arrays and bytes
 shm.py       tensors (and numpy arrays, bytes) through anonymous shared memory
 learner.py   the notebook's folder, sys.path and edited modules, carried by every task
 context.py   rank(), world_size(), device(), emit() - inside a rank, under torchrun, or alone

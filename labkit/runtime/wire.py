@@ -14,7 +14,7 @@ from collections import ChainMap
 
 import cloudpickle
 
-from labkit.runtime import learner, protocol, shm
+from labkit.runtime import carry, learner, protocol, shm
 
 
 def _code_reduce(code):
@@ -63,99 +63,6 @@ if hasattr(cloudpickle.cloudpickle, "_find_imported_submodules"):
     cloudpickle.cloudpickle._find_imported_submodules = _find_imported_submodules
 
 
-_bytes_dtypes = None       # dtypes torch's own pickling cannot carry (uint16/32/64, float8, complex32)
-
-
-def _dtypes_sent_as_bytes() -> frozenset:
-    """The dtypes whose tensors torch cannot pickle (found by trying each once): they travel as
-    their bytes (a uint8 view of the storage, through shared memory when big) plus dtype,
-    shape and strides."""
-    global _bytes_dtypes
-    if _bytes_dtypes is None:
-        import torch
-        import warnings
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")       # "ComplexHalf support is experimental"
-            bad = _unpicklable(torch)
-        _bytes_dtypes = frozenset(bad)
-    return _bytes_dtypes
-
-
-def _unpicklable(torch) -> set:
-    bad = set()
-    for dt in {d for d in vars(torch).values() if isinstance(d, torch.dtype)}:
-        if dt.is_floating_point or dt.is_complex or dt in (torch.uint16, torch.uint32, torch.uint64):
-            try:
-                pickle.loads(pickle.dumps(torch.zeros(1, dtype=dt)))
-            except Exception:                     # noqa: BLE001 - any failure: send bytes
-                bad.add(dt)
-    return bad
-
-
-def _rebuild_from_bytes(data, dtype, size, stride, offset, requires_grad, parameter):
-    import torch
-    t = torch.empty(0, dtype=dtype).set_(data.untyped_storage(), offset, size, stride)
-    if parameter:
-        return torch.nn.Parameter(t, requires_grad=requires_grad)
-    return t.requires_grad_(requires_grad) if requires_grad else t
-
-
-def _reduce_as_bytes(t):
-    import torch
-    data = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage())
-    return _rebuild_from_bytes, (data, t.dtype, tuple(t.size()), tuple(t.stride()),
-                                 t.storage_offset(), t.requires_grad,
-                                 isinstance(t, torch.nn.Parameter))
-
-
-def _rebuild_numpy(data, dtype, shape):
-    """A numpy array from the uint8 tensor its bytes came in (no copy: shared memory)."""
-    return data.numpy().view(dtype).reshape(shape)
-
-
-def _rebuild_bytes(data, kind):
-    return kind(data.numpy().tobytes()) if kind is bytearray else data.numpy().tobytes()
-
-
-class _Bytes:
-    """A big bytes or bytearray object on its way (pickle never asks a reducer about them)."""
-    __slots__ = ("data",)
-
-    def __init__(self, data):
-        self.data = data
-
-    def __reduce__(self):
-        import torch
-        kind = type(self.data)
-        buf = self.data if kind is bytearray else bytearray(self.data)   # frombuffer: writable
-        return _rebuild_bytes, (torch.frombuffer(buf, dtype=torch.uint8), kind)
-
-
-def _wrap_bytes(x, depth: int = 2):
-    """`x` with every big bytes object (at the top, or in lists, tuples and dicts up to `depth`
-    deep) wrapped in _Bytes, so it takes the shared-memory path too."""
-    if type(x) in (bytes, bytearray):
-        return _Bytes(x) if len(x) >= shm.MIN_BYTES else x
-    if depth and type(x) in (list, tuple):
-        return type(x)(_wrap_bytes(v, depth - 1) for v in x)
-    if depth and type(x) is dict:
-        return {k: _wrap_bytes(v, depth - 1) for k, v in x.items()}
-    return x
-
-
-def _bytes_like_reducer(obj):
-    """numpy arrays (and bytes, through _Bytes) of at least shm.MIN_BYTES travel as a uint8
-    tensor, so through the message's shared memory (once for every rank), not pickled into the
-    socket once per rank."""
-    import torch
-    np = sys.modules.get("numpy")
-    if np is not None and type(obj) is np.ndarray and obj.nbytes >= shm.MIN_BYTES \
-            and not obj.dtype.hasobject and obj.dtype.fields is None:
-        flat = np.ascontiguousarray(obj).reshape(-1).view(np.uint8)
-        return _rebuild_numpy, (torch.from_numpy(flat), obj.dtype.str, obj.shape)
-    return None
-
-
 class _Pickler(cloudpickle.Pickler):
     dispatch_table = ChainMap({types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
     shm_reducers = {}
@@ -163,11 +70,11 @@ class _Pickler(cloudpickle.Pickler):
     def reducer_override(self, obj):
         if type(obj).__name__ in ("Tensor", "Parameter") and "torch" in sys.modules:
             import torch
-            if (isinstance(obj, torch.Tensor) and obj.dtype in _dtypes_sent_as_bytes()
+            if (isinstance(obj, torch.Tensor) and obj.dtype in carry.dtypes_sent_as_bytes()
                     and obj.layout == torch.strided and obj.device.type == "cpu"):
-                return _reduce_as_bytes(obj.detach())
+                return carry.reduce_as_bytes(obj.detach())
         if self.shm_reducers and type(obj).__name__ == "ndarray":
-            rv = _bytes_like_reducer(obj)
+            rv = carry.reduce_numpy(obj)
             if rv is not None:
                 return rv
         reduce = self.shm_reducers.get(type(obj))
@@ -186,7 +93,7 @@ def dumps(obj, keep: list = None, private: bool = True) -> bytes:
     if keep is not None and shm.ENABLED:           # the Cluster has imported torch already
         segment = shm.Segment(private)
         p.shm_reducers = shm.reducers(segment)
-        obj = _wrap_bytes(obj)
+        obj = carry.wrap_bytes(obj)
     try:
         p.dump(obj)
     except BaseException:
