@@ -90,9 +90,17 @@ def wait_ran(page, c, timeout=120):
     c.locator(".jp-InputPrompt").first.wait_for()
     try:
         _wait_ran(page, c, timeout)
-    except Exception:
+    except Exception as exc:
         page.screenshot(path=str(shot_path("lab_timeout.png")))
-        raise
+        # where did it stop? the prompts, and any cell whose output shows an error
+        state = page.evaluate("""() => [...document.querySelectorAll(
+            '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell')].map((c, i) => {
+              const out = c.querySelector('.jp-OutputArea')?.innerText || '';
+              return [i, c.querySelector('.jp-InputPrompt')?.textContent || '',
+                      /Error|Traceback|FAIL/.test(out) ? out.slice(-600) : ''];
+            })""")
+        raise AssertionError(f"{exc}\ncells (index, prompt, error output):\n" +
+                             "\n".join(f"{i} {p} {o}" for i, p, o in state)) from None
 
 
 def _wait_ran(page, c, timeout):
