@@ -19,6 +19,7 @@ import weakref
 from labkit.runtime import errors, interrupts, protocol, shm, wire
 from labkit.runtime.local import procs
 from labkit.runtime.collect import Event, collect, wait_joined
+from labkit.runtime.context import EVENT_LIMITS
 from labkit.runtime.options import check_env, check_world_size, resolve_backend, seconds
 from labkit.runtime.output import Outputs
 from labkit.runtime.local.pool import WorkerPool, shutdown
@@ -48,8 +49,8 @@ class Cluster:
     def __init__(self, world_size: int = 4, backend: str = "auto", *, timeout: float = 120.0,
                  spares: int = None, start_timeout: float = 120.0, env: dict = None,
                  pg_timeout: float = None, output_lines: int = 10_000,
-                 output_bytes: int = 1_000_000, max_events: int = 10_000,
-                 max_event_bytes: int = 10_000_000):
+                 output_bytes: int = 1_000_000, max_events: int = EVENT_LIMITS[0],
+                 max_event_bytes: int = EVENT_LIMITS[1]):
         """timeout: default seconds a run may take before RankTimeout.
         spares: standby workers kept ready for recovery (default: world_size; LABKIT_ZYGOTE=0).
         env: extra environment variables for every rank, set when its process starts, so before

@@ -12,7 +12,7 @@ import time
 
 _worker = None          # (rank, world_size, device, backend, conn) inside a labkit rank
 _task_id = None         # the task the rank is running now, for emit()
-EVENT_LIMITS = (10_000, 10_000_000)   # events, pickled bytes per rank per run (Cluster sets them)
+EVENT_LIMITS = (10_000, 10_000_000)   # events, pickled bytes per rank per run: Cluster's defaults
 _events = None          # [count, bytes, dropped, limits] of the running task
 
 
