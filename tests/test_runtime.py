@@ -150,11 +150,11 @@ def test_world_size_one():
 
 def test_two_clusters_at_once_do_not_collide(cluster2):
     with labkit.Cluster(2, spares=0) as other:
-        assert other._pool.server.address[1] != cluster2._pool.server.address[1]
-        assert other._store_port != cluster2._store_port
+        assert other._source.pool.server.address[1] != cluster2._source.pool.server.address[1]
+        assert other._source.store_address[1] != cluster2._source.store_address[1]
         for c in (other, cluster2):
-            assert c._pool.server.address[0] == "127.0.0.1"
-            assert c._store_address[0] == "127.0.0.1"
+            assert c._source.pool.server.address[0] == "127.0.0.1"
+            assert c._source.store_address[0] == "127.0.0.1"
         results = {}
 
         def go(name, c):
@@ -179,7 +179,7 @@ def test_control_channel_rejects_a_wrong_key(cluster2):
     from multiprocessing.connection import Client
     from multiprocessing import AuthenticationError
     with pytest.raises((AuthenticationError, EOFError, ConnectionError)):
-        Client(cluster2._pool.server.address, authkey=b"not the key").send(("hello", 1, 1, ""))
+        Client(cluster2._source.pool.server.address, authkey=b"not the key").send(("hello", 1, 1, ""))
     assert cluster2.run(lambda: 1) == [1, 1]
 
 

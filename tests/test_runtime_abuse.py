@@ -14,7 +14,7 @@ import time
 import pytest
 
 import labkit
-from labkit.runtime.local import procs
+from labkit.runtime import stacks
 from runtime_helpers import gone, works
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -173,7 +173,7 @@ DRIVER = r"""
 import os, sys, time, labkit
 c = labkit.Cluster(2, backend="gloo", spares=0)
 print("PIDS", *[w.pid for w in c.ranks], flush=True)
-print("DIR", c._pool.stack_dir, flush=True)
+print("DIR", c._source.pool.stack_dir, flush=True)
 def fn(d):
     import ctypes, os, signal, time
     if labkit.rank() == 0:
@@ -208,7 +208,7 @@ def test_a_killed_driver_leaves_no_worker_and_no_folder(tmp_path):
         p.wait()
     assert _wait_gone(set(pids + children), 5.0) == []
     if os.path.isdir(stack_dir):    # the zygote removes it once the notebook is gone; else the next Cluster
-        assert stack_dir in procs.remove_stale_dirs(os.path.dirname(stack_dir))
+        assert stack_dir in stacks.remove_stale_dirs(os.path.dirname(stack_dir))
     assert not os.path.exists(stack_dir)
 
 

@@ -86,7 +86,7 @@ def test_sigkill_of_notebook_or_rank_leaves_nothing(tmp_path):
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_runtime_data import _hold_and_sleep
         c = labkit.Cluster(2, backend="gloo", spares=0)
-        print(" ".join(str(w.pid) for w in c._pool.workers.values()), c._pool.zygote.proc.pid, flush=True)
+        print(" ".join(str(w.pid) for w in c._source.pool.workers.values()), c._source.pool.zygote.proc.pid, flush=True)
         c.run(_hold_and_sleep, torch.ones(8 * 2**20))
     """))
     nb = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
@@ -160,7 +160,7 @@ def _identity():
 @pytest.mark.skipif(not zygote.ENABLED, reason="no fork on this system")
 def test_three_failures_in_a_row_recover_from_the_zygote():
     with labkit.Cluster(2, backend="gloo", spares=0, timeout=60) as c:   # a fresh notebook
-        z = c._pool.zygote.proc.pid
+        z = c._source.pool.zygote.proc.pid
         ids = c.run(_identity)
         assert all(_ppid(pid) == z for _, pid, *_ in ids)            # forked, not spawned
         assert [i[2:5] for i in ids] == [(c.threads_per_rank, True, True)] * 2
@@ -187,14 +187,14 @@ def test_three_failures_in_a_row_recover_from_the_zygote():
             if max(times) < FAST:
                 break
         assert min(max(t) for t in rounds) < FAST, rounds
-        assert c._pool.forked >= 8
+        assert c._source.pool.forked >= 8
 
 
 def test_zygote_death_falls_back_to_spawned_workers():
     with labkit.Cluster(2, backend="gloo", spares=0, timeout=60) as c:
-        if c._pool.zygote is None:
+        if c._source.pool.zygote is None:
             pytest.skip("no zygote on this system")
-        os.kill(c._pool.zygote.proc.pid, signal.SIGKILL)
+        os.kill(c._source.pool.zygote.proc.pid, signal.SIGKILL)
         assert c.run(lambda: 2) == [2, 2]         # ranks outlive their zygote
         with pytest.raises(labkit.RankError):
             c.run(_crash)

@@ -11,7 +11,7 @@ import pytest
 
 import labkit
 from labkit.runtime import errors, stacks
-from labkit.runtime.local import procs
+from labkit.runtime.control import ControlServer
 from runtime_helpers import works
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 def test_control_port_sheds_idle_connections():
     from multiprocessing.connection import Client
     hellos = []
-    srv = procs.ControlServer(lambda *a: hellos.append(a), handshake_timeout=1.0, max_pending=4)
+    srv = ControlServer(lambda *a: hellos.append(a), handshake_timeout=1.0, max_pending=4)
     try:
         idle = [socket.create_connection(srv.address) for _ in range(8)]
         t0 = time.monotonic()
@@ -50,7 +50,7 @@ def test_control_port_sheds_idle_connections():
 EMFILE_SCRIPT = r"""
 import resource, socket, sys, time
 from multiprocessing.connection import Client
-from labkit.runtime.local.control import ControlServer
+from labkit.runtime.control import ControlServer
 hellos = []
 srv = ControlServer(lambda *a: hellos.append(a))
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

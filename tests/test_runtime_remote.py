@@ -18,7 +18,7 @@ import pytest
 import labkit
 from labkit.runtime.remote import agent
 from labkit.runtime.remote import tls
-from labkit.runtime.local.procs import proc_state
+from labkit.runtime.stacks import proc_state
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TORCHRUN = str(pathlib.Path(sys.executable).with_name("torchrun"))

@@ -44,8 +44,8 @@ def _held_not_mapped(pids) -> int:
 
 
 def tree_pids(cluster) -> list:
-    pids = [os.getpid()] + list(cluster._pool.workers)
-    z = cluster._pool.zygote
+    pids = [os.getpid()] + list(cluster._source.pool.workers)
+    z = cluster._source.pool.zygote
     if z is not None and z.proc.poll() is None:
         pids.append(z.proc.pid)
     return pids
@@ -169,9 +169,9 @@ def standby(world_size: int, spares: int, use_zygote: bool) -> dict:
             c.run(_tiny)
             c.wait_for_spares()
             time.sleep(0.5)
-            spare_pss = [_pss(w.pid) for w in c._pool.spares]
+            spare_pss = [_pss(w.pid) for w in c._source.pool.spares]
             rank_pss = [_pss(w.pid) for w in c._ranks]
-            z = c._pool.zygote
+            z = c._source.pool.zygote
             zyg_pss = _pss(z.proc.pid) if z is not None else 0
             times = []
             for how in ("crash", "hang", "interrupt"):
@@ -189,6 +189,6 @@ def standby(world_size: int, spares: int, use_zygote: bool) -> dict:
                 c.run(_tiny)
                 times.append(time.perf_counter() - t0)
             return {"times": times, "spare_pss": spare_pss, "rank_pss": rank_pss,
-                    "zygote_pss": zyg_pss, "forked": c._pool.forked}
+                    "zygote_pss": zyg_pss, "forked": c._source.pool.forked}
     finally:
         zygote.ENABLED = saved

@@ -5,11 +5,15 @@ protocol.py  every message between notebook, ranks, zygote and node agents, one 
 frames.py    the one framing: one write per message (no Nagle), reading without ever blocking;
              the same frames over a node agent's TLS link (Link, Blocking)
 errors.py    RankError / RankTimeout / StartError, and every failure in words (raised, hung,
-             died by a signal, out of memory, node lost, failed to start)
-stacks.py    where a rank is: frames from a traceback or a faulthandler dump, in the learner's words
+             died by a signal, out of memory, node lost, failed to start): how_it_ended
+stacks.py    where a rank is: frames from a traceback or a faulthandler dump, in the learner's
+             words; a process's state; the folders stack dumps go to
 
 The run loop, for local and remote ranks alike:
-cluster.py   Cluster: start ranks, run work, recover after failures
+cluster.py   Cluster: one class; start ranks, run work, recover after failures
+source.py    where ranks come from: the interface local/ and remote/ implement (RankSource)
+handle.py    a rank as the run loop sees it (RankHandle): messages, output, how it ended
+control.py   the authenticated control server ranks (and node agents, over TLS) connect to
 collect.py   the wait loop of one run: results, output, events (capped), failures, hangs
 output.py    a rank's output on its way to the cell: live partial lines, \r, the output cap
 interrupts.py  Ctrl-C during a run, safe to press twice
@@ -22,20 +26,22 @@ context.py   rank(), world_size(), device(), emit() - inside a rank, under torch
 magic.py     the %%ranks cell magic
 
 The rank side, for both sources:
-worker.py    the task loop of a rank (forked by the zygote, spawned, or under torchrun)
+worker.py    the task loop of a rank (forked by the zygote, spawned, or under torchrun):
+             die_with_parent(), prepare(stack_path), serve(conn, owner_alive, on_lost)
 
 local/ - ranks on this machine:
+  source.py    LocalRanks: the source of a Cluster(n) (pool, store, backend, threads)
+  handle.py    LocalRank: a worker process (signals, /proc, its stack file); local stack dumps
   pool.py      spares and every worker process of one Cluster
-  procs.py     worker processes: launching, process groups, output pipes, stack folders, the store
-  control.py   the authenticated control socket and its defences
+  procs.py     starting workers: the launcher thread, environment, threads, the rendezvous store
   zygote.py    one process with torch imported that forks ready workers in ~0.1 s (the notebook
                side; zygote_main.py is the process itself)
 
 remote/ - ranks that torchrun starts on other machines (docs/remote.md):
-  cluster.py   Cluster.remote: the commands, the pool of ranks torchrun started
+  source.py    RemoteRanks: the source of Cluster.remote (the commands, the ranks torchrun started)
+  handle.py    RemoteRank: a rank reached through its node's agent
   link.py      the hub thread: every node agent's link, each remote rank as a socketpair
-  worker.py    the TLS control server; a remote rank as the run loop sees it
   rank.py      the module torchrun runs on each rank (then ../worker.py's task loop)
   agent.py, agent_ranks.py  one node agent per torchrun: signals, stacks, exit statuses, heartbeats
-  tls.py       the per-cluster certificate (pinned) and the 0600 key file
+  tls.py       the per-cluster certificate (pinned), the 0600 key file, the TLS control server
 """

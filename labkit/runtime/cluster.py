@@ -8,6 +8,10 @@ rank's prints into the cell as ``[rank N] ...`` and returns the results by rank.
 back as `RankError` (a traceback per rank) and hangs as `RankTimeout` (where each rank was
 stuck). After a hang, a crash or an interrupt the ranks are replaced by spares (forked from a
 zygote in ~0.1 s, zygote.py), so the next `run` works within a second, failure after failure.
+
+Where ranks come from is the Cluster's *source* (source.py): this machine by default
+(local/source.py), or torchrun on other machines with `Cluster.remote(...)` (remote/source.py).
+Everything else (the run loop, recovery, output, errors) is the same for both.
 """
 import itertools
 import os
@@ -17,12 +21,11 @@ import time
 import weakref
 
 from labkit.runtime import errors, interrupts, protocol, shm, wire
-from labkit.runtime.local import procs
 from labkit.runtime.collect import Event, collect, wait_joined
 from labkit.runtime.context import EVENT_LIMITS
-from labkit.runtime.options import check_env, check_world_size, resolve_backend, seconds
+from labkit.runtime.local.source import LocalRanks
+from labkit.runtime.options import check_env, check_world_size, seconds
 from labkit.runtime.output import Outputs
-from labkit.runtime.local.pool import WorkerPool, shutdown
 
 _current = None        # weakref to the newest open Cluster, for %%ranks
 _open = weakref.WeakSet()   # every open Cluster of this process, for close_all()
@@ -44,13 +47,12 @@ def close_all() -> int:
 
 class Cluster:
     """A pool of `world_size` ranks. See the module docstring; docs/architecture.md has how a run flows."""
-    _local = True                                 # ranks on this machine (shared memory works)
 
     def __init__(self, world_size: int = 4, backend: str = "auto", *, timeout: float = 120.0,
                  spares: int = None, start_timeout: float = 120.0, env: dict = None,
                  pg_timeout: float = None, output_lines: int = 10_000,
                  output_bytes: int = 1_000_000, max_events: int = EVENT_LIMITS[0],
-                 max_event_bytes: int = EVENT_LIMITS[1]):
+                 max_event_bytes: int = EVENT_LIMITS[1], source=None):
         """timeout: default seconds a run may take before RankTimeout.
         spares: standby workers kept ready for recovery (default: world_size; LABKIT_ZYGOTE=0).
         env: extra environment variables for every rank, set when its process starts, so before
@@ -64,7 +66,9 @@ class Cluster:
             them later as ``cluster.output_lines = ...``.
         max_events, max_event_bytes: at most this many `labkit.emit` events (and pickled bytes
             of them) per rank per run reach `cluster.events`; the rest are dropped on the rank
-            and counted ("rank 1: 52,000 events dropped")."""
+            and counted ("rank 1: 52,000 events dropped").
+        source: where the ranks come from (source.py); default this machine, with `spares`
+            standby workers. `Cluster.remote(...)` passes ranks that torchrun starts elsewhere."""
         self.world_size = check_world_size(world_size)
         self.timeout = seconds(timeout, "timeout", none_ok=False)
         start_timeout = seconds(start_timeout, "start_timeout", none_ok=False)
@@ -81,11 +85,17 @@ class Cluster:
         self._gen = 0
         self._task_ids = itertools.count(1)
         self._run_lock = threading.Lock()
-        self._finalizer = lambda: None
-        self._store = []                          # the rendezvous store, once it exists
+        self._source = source if source is not None else LocalRanks(spares)
+        self._finalizer = weakref.finalize(self, self._source.close)
+        self.backend, self.device_type, self.threads_per_rank = "?", "?", None
         t0 = time.perf_counter()
         try:
-            self._start(backend, spares, start_timeout)
+            self._source.start(self.world_size, backend, self.env, start_timeout)
+            self._set_backend(self._source.backend)
+            if self._source.join_at_start:
+                self._promote()
+            else:
+                self._needs_restart = True        # the first run waits for the ranks
         except BaseException as exc:              # leave nothing behind: processes, threads, folders
             self.close()
             if isinstance(exc, (errors.StartError, KeyboardInterrupt, ValueError, TypeError)):
@@ -96,50 +106,69 @@ class Cluster:
         _current = weakref.ref(self)
         others = [c for c in _open if not c.closed]
         if others:
-            procs_held = sum(len(c._pool.workers) for c in others)
+            procs_held = sum(c._source.process_count() for c in others)
             print(f"labkit: {len(others)} other cluster(s) still open in this kernel, holding "
                   f"{procs_held} processes; close them with .close() or labkit.close_all() if "
                   "you no longer need them.", file=sys.stderr)
         _open.add(self)
         errors.install_traceback_filter()
-        self._pool.top_up()
-
-    def _start(self, backend: str, spares, start_timeout: float) -> None:
-        """Local ranks: a pool of workers (zygote.py), a loopback store, ranks promoted."""
-        self.backend = resolve_backend(backend, self.world_size)
-        self.device_type = "cuda" if self.backend == "nccl" else "cpu"
-        self.threads_per_rank = procs.fair_threads(self.world_size)
-        self._pool = WorkerPool(self.threads_per_rank, self.world_size if spares is None
-                                else int(spares), self.env)
-        self._finalizer = weakref.finalize(self, shutdown, self._pool, self._store)
-        store, self._store_address = procs.rendezvous_store(start_timeout)
-        self._store.append(store)
-        self._store_port = self._store_address[1]
-        self._promote(start_timeout)
+        self._source.top_up()
 
     @classmethod
-    def remote(cls, listen: str, nnodes: int, nproc_per_node: int, **kwargs):
+    def remote(cls, listen: str, nnodes: int, nproc_per_node: int, *, advertise: str = None,
+               rdzv_endpoint: str = None, join_file: str = None, tls: bool = True,
+               max_restarts: int = 100, heartbeat_timeout: float = 5.0,
+               start_timeout: float = 600.0, restart_timeout: float = 120.0, **kwargs):
         """Ranks that torchrun (or srun) starts on other machines; prints the command to run
-        on each node. See remote.RemoteCluster and docs/remote.md."""
-        from labkit.runtime.remote.cluster import RemoteCluster
-        return RemoteCluster(listen, nnodes, nproc_per_node, **kwargs)
+        on each node. The arguments: remote/source.RemoteRanks; the rest as `Cluster`
+        (`env` goes on the command line). docs/remote.md has the commands and the security model."""
+        from labkit.runtime.remote.source import RemoteRanks
+        source = RemoteRanks(listen, nnodes, nproc_per_node, advertise=advertise,
+                             rdzv_endpoint=rdzv_endpoint, join_file=join_file, tls=tls,
+                             max_restarts=max_restarts, heartbeat_timeout=heartbeat_timeout,
+                             restart_timeout=restart_timeout)
+        return cls(source.world_size, start_timeout=start_timeout, source=source, **kwargs)
 
-    def _promote(self, timeout: float) -> None:
-        """Turn `world_size` spares into ranks 0..n-1 of a fresh process group."""
-        deadline = time.monotonic() + timeout
-        ranks = self._pool.take(self.world_size, deadline)
+    def __getattr__(self, name):
+        """The source's own public names (`cluster.commands`, `cluster.nodes` of a remote
+        cluster) read as the cluster's."""
+        source = self.__dict__.get("_source")
+        if source is not None and name in source.public:
+            return getattr(source, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _set_backend(self, backend: str) -> None:
+        self.backend = backend
+        self.device_type = "?" if backend == "?" else "cuda" if backend == "nccl" else "cpu"
+        self.threads_per_rank = self._source.threads_per_rank
+
+    def _promote(self) -> None:
+        """Take `world_size` ranks from the source (spares here, torchrun's ranks elsewhere) and
+        have them join a fresh process group as ranks 0..n-1."""
+        first = self._gen == 0
+        deadline = time.monotonic() + (self._source.start_timeout if first else self._source.restart_timeout)
+        ranks = self._source.take(self.world_size, deadline)
+        self._set_backend(self._source.backend_for(ranks))
         self._gen += 1
         sys_path = [p or os.getcwd() for p in sys.path]
         for r, w in enumerate(ranks):
             w.rank = r
             w.conn.send(protocol.Init({
                 "rank": r, "world_size": self.world_size, "backend": self.backend,
-                "store_host": "127.0.0.1", "store_port": self._store_port,
-                "prefix": f"labkit/{self._gen}/", "threads": self.threads_per_rank,
-                "pg_timeout": self.pg_timeout, "sys_path": sys_path}))
+                "pg_timeout": self.pg_timeout, "sys_path": sys_path,
+                **self._source.init_options(w, r, self._gen)}))
         self._ranks = ranks
-        wait_joined(self, deadline, self._kill_ranks)
+        wait_joined(self, deadline + self._source.join_grace, self._kill_ranks)
         self._needs_restart = False
+
+    def wait_for_ranks(self, timeout: float = None) -> None:
+        """Block until every rank has joined (the first run does this anyway; ranks on this
+        machine have joined when the constructor returns)."""
+        with self._run_lock:
+            if self._needs_restart:
+                if timeout:
+                    self._source.start_timeout = timeout
+                self._promote()
 
     def _rejoin(self, timeout: float = 60.0) -> None:
         """All ranks join a new process group, namespaces kept (after destroy_process_group()
@@ -156,7 +185,7 @@ class Cluster:
             w.reap(1.0)
             self.show_output(w, final=True)
             self._outputs.forget(w)
-            self._pool.forget(w)
+            self._source.forget(w)
         self._ranks = []
         self._needs_restart = True
 
@@ -165,7 +194,7 @@ class Cluster:
         """Run ``fn(*args, **kwargs)`` on every rank; return the results, index = rank."""
         __tracebackhide__ = True
         self._check_open()
-        with shm.outbox(self._local) as keep:     # tensors go through shared memory (shm.py)
+        with shm.outbox(self._source.local) as keep:   # tensors go through shared memory (shm.py)
             payload = wire.dumps_call(fn, args, kwargs, keep=keep)
             return self._execute("call", payload, timeout, f"{getattr(fn, '__name__', 'fn')}()")
 
@@ -173,7 +202,7 @@ class Cluster:
         """Set variables in every rank's %%ranks namespace: ``cluster.push(lr=0.1)``."""
         __tracebackhide__ = True
         self._check_open()
-        with shm.outbox(self._local) as keep:
+        with shm.outbox(self._source.local) as keep:
             self._execute("push", wire.dumps_values(values, keep=keep), None, "push")
 
     def pull(self, name: str) -> list:
@@ -207,8 +236,8 @@ class Cluster:
                 if self._in_flight:               # the last run was cut short mid-way
                     self._kill_ranks("the run before was interrupted")
                 if self._needs_restart:
-                    self._promote(120.0)
-                    self._pool.top_up()
+                    self._promote()
+                    self._source.top_up()
                 for w in self._ranks:
                     self.show_output(w)
                     self._outputs.new_run(w, self.output_lines, self.output_bytes)
@@ -224,20 +253,20 @@ class Cluster:
                                        "was running; start a new one with labkit.Cluster(...)")
                 if outcome.needs_new_ranks:
                     self._kill_ranks()
-                    self._pool.top_up()
+                    self._source.top_up()
                 elif outcome.pg_lost:
                     try:
                         self._rejoin()
                     except (RuntimeError, TimeoutError) as exc:
                         print(f"labkit: the ranks could not join a new process group ({exc}); "
                               "starting fresh ranks", file=sys.stderr)
-                        self._pool.top_up()
+                        self._source.top_up()
                 self._in_flight = False
             except KeyboardInterrupt:
                 guard.shield()                     # a second Ctrl-C waits for the clean-up
                 self._kill_ranks("stopped after an interrupt (Ctrl-C)")
                 self._in_flight = False
-                self._pool.top_up()
+                self._source.top_up()
                 raise KeyboardInterrupt(f"interrupted: the {self.world_size} ranks were stopped; "
                                         "the next run starts fresh ones") from None
         return outcome.result(self.world_size, label, timeout)
@@ -245,7 +274,7 @@ class Cluster:
     # -- what collect() uses of the cluster (collect.Host) ---------------------------------
     @property
     def ranks(self) -> list:
-        """The worker processes by rank (procs.Worker), for the run loop."""
+        """The ranks' handles by rank (handle.RankHandle), for the run loop."""
         return list(self._ranks)
 
     def show_output(self, w, final: bool = False) -> None:
@@ -265,7 +294,7 @@ class Cluster:
 
     def dump_stacks(self, ranks: list, which: list) -> dict:
         """Where each of these ranks is now (collect asks, for hangs and stuck peers)."""
-        return procs.dump_stacks(ranks, which)
+        return self._source.dump_stacks(ranks, which)
 
     # -- life cycle -------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -282,11 +311,11 @@ class Cluster:
         self._check_open()
         with self._run_lock:
             self._kill_ranks("restart() was called")
-            self._promote(120.0)
-        self._pool.top_up()
+            self._promote()
+        self._source.top_up()
 
     def wait_for_spares(self, timeout: float = 60.0) -> bool:
-        return self._pool.wait_for_spares(timeout)   # every spare started: recovery is fast
+        return self._source.wait_for_spares(timeout)   # every spare started: recovery is fast
 
     def close(self) -> None:
         """Stop every rank and spare. Safe to call twice."""
@@ -301,6 +330,8 @@ class Cluster:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{len(self._ranks)} ranks ready, {len(self._pool.spares)} spares"
+        state = "closed" if self._closed else f"{len(self._ranks)} ranks ready, {self._source.spare_count()} spares"
+        where = self._source.describe()
         return (f"Cluster(world_size={self.world_size}, backend={self.backend!r}, "
-                f"device={self.device_type!r}, threads_per_rank={self.threads_per_rank}; {state})")
+                f"device={self.device_type!r}, threads_per_rank={self.threads_per_rank}"
+                f"{'; ' + where if where else ''}; {state})")

@@ -8,7 +8,8 @@ are read only as far as their bytes have arrived (`Worker.read_messages`).
 
 `collect` only watches; what to do afterwards (replace ranks, join a new process group) is
 the caller's decision, read from the `Outcome`. It needs from its caller (the Cluster) only
-what `Host` lists.
+what `Host` lists, and of each rank only what `handle.RankHandle` offers, so local and remote
+ranks are waited on alike.
 """
 import selectors
 import time
@@ -25,7 +26,7 @@ PROBE_S = 0.5      # after a rank raises, how often the unfinished ranks' stacks
 class Host(Protocol):
     """What `collect` uses of the Cluster that runs the task."""
     world_size: int
-    ranks: list                     # procs.Worker by rank, for this run
+    ranks: list                     # handle.RankHandle by rank, for this run (local or remote alike)
 
     def show_output(self, worker, final: bool = False) -> None:
         """Move what `worker` printed into the cell (all of it, if final)."""
@@ -35,7 +36,7 @@ class Host(Protocol):
 
     def dump_stacks(self, ranks: list, which: list) -> dict:
         """Where each rank in `which` is now: innermost frame first, or a sentence when it
-        cannot answer (local ranks: procs.dump_stacks; remote ones: through their agents)."""
+        cannot answer (the Cluster asks its source: signals here, node agents elsewhere)."""
 
 
 class Outcome:
@@ -78,18 +79,6 @@ def describe(found: dict) -> dict:
     return {r: s if isinstance(s, str) else stacks.describe_stack(s) for r, s in found.items()}
 
 
-def _death(w, crash_offset: int) -> str:
-    try:
-        w.proc.wait(0.5)
-    except Exception:
-        pass
-    how = w.how_it_died()
-    frames = stacks.parse_dump(w.read_stack(crash_offset), w.main_ident)
-    if frames and w.proc.returncode is not None and w.proc.returncode < 0 and not w.stopped_by:
-        how += "\n" + stacks.describe_stack(frames)
-    return how
-
-
 def _unreadable(r: int, exc: BaseException) -> errors.Failure:
     return errors.Failure(r, "ResultError",
                           f"rank {r} finished, but the notebook cannot read its result "
@@ -110,7 +99,7 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
     ranks = list(host.ranks)
     out = Outcome(len(ranks))
     limits = limits or (float("inf"), float("inf"))
-    out.nodes = {r: w.where for r, w in enumerate(ranks) if getattr(w, "where", None)} or None
+    out.nodes = {r: w.where for r, w in enumerate(ranks) if w.where} or None
     stack_sizes = {r: w.stack_size() for r, w in enumerate(ranks)}
     sel = selectors.DefaultSelector()
     for r, w in enumerate(ranks):
@@ -191,7 +180,7 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
                 elif w.eof:
                     host.show_output(w, final=True)
                     if r in out.pending:
-                        fail(r, how=_death(w, stack_sizes[r]))
+                        fail(r, how=w.death(stack_sizes[r]))
                     else:
                         out.broken.add(r)
             for w in ranks:

@@ -63,9 +63,21 @@ _SIGNALS = {"SIGKILL": "killed (SIGKILL: out of memory, or killed from outside)"
             "SIGTERM": "terminated (SIGTERM)"}
 
 
-def how_it_ended(returncode, what: str = "the process") -> str:
-    """A process's end in words, from its return code (None: it is still running; < 0: the
-    signal that ended it, as subprocess reports it)."""
+UNKNOWN = "unknown"   # an exit status nobody could read (torchrun reaped the rank first)
+
+
+def how_it_ended(returncode, what: str = "the process", *, stopped_by: str = None,
+                 lost: str = None) -> str:
+    """A process's end in words, the same for local and remote ranks, spares and the zygote.
+    returncode: None (still running), < 0 (the signal that ended it, as subprocess reports
+    it), >= 0, or UNKNOWN. stopped_by: why labkit stopped it, if it did; lost: why the node it
+    ran on was lost (a remote rank), if it was."""
+    if stopped_by:
+        return f"was stopped: {stopped_by}"
+    if lost:
+        return f"is gone: {lost}"
+    if returncode == UNKNOWN:
+        return "exited (torchrun collected its exit status before labkit could read it)"
     if returncode is None:
         return "closed its connection but is still running"
     if returncode < 0:

@@ -1,9 +1,13 @@
 """Where a rank is: its Python frames, from a traceback or from a faulthandler dump (SIGUSR1, which
-works while the rank is inside a C++ collective), in the learner's words ("Cell In[7], line 3").
+works while the rank is inside a C++ collective), in the learner's words ("Cell In[7], line 3");
+the kernel's state of its process; the folders the dumps are written to (and those a killed
+notebook or node agent left behind).
 """
 import linecache
 import os
 import re
+import shutil
+import tempfile
 from typing import Optional
 
 _RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -111,3 +115,48 @@ def describe_stack(frames: list, limit: int = 4) -> str:
         return "idle (waiting for work)"
     head = f"in {shown[0][2]}() (most recent call last):"
     return head + "\n" + format_frames(shown, innermost_first=True, limit=limit)
+
+
+# -- processes and the folders their dumps go to ---------------------------------------------
+def proc_state(pid) -> str:
+    """The kernel's one-letter state of a process (R, S, D, T stopped, Z ...), '' if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def make_stack_dir() -> str:
+    """A fresh folder for this process's stack dumps, named after the notebook's pid; folders
+    of notebooks that no longer run (killed without cleaning up) are removed first."""
+    remove_stale_dirs()
+    return tempfile.mkdtemp(prefix=f"labkit-{os.getpid()}-")
+
+
+def remove_stale_dirs(root: str = None, prefix: str = "labkit-") -> list:
+    """Remove <prefix><pid>-* folders of this user whose process <pid> is gone (a notebook's
+    stack folders, "labkit-"; a node agent's, "labkit-agent-"): what a SIGKILL left behind."""
+    root = root or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        m = re.fullmatch(re.escape(prefix) + r"(\d+)-\w+", name)
+        path = os.path.join(root, name)
+        if not m:
+            continue
+        try:
+            if os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(m.group(1)), 0)
+            continue                              # its notebook still runs
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OSError):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed

@@ -1,4 +1,8 @@
-"""The rank side of a Cluster: one fresh interpreter per rank, started by `procs.launch`.
+"""The rank side of a Cluster, for ranks on this machine and under torchrun alike.
+
+What a rank's module uses (local: `start` below, run by a spawned interpreter or a zygote's
+fork; remote: remote/rank.py under torchrun): `die_with_parent()`, `prepare(stack_path)` and
+`serve(conn, owner_alive, on_lost)`.
 
 Life of a worker:
 1. start as a *spare*: import torch, connect to the notebook's control socket, say hello;
@@ -33,7 +37,7 @@ _opts = None                # how this rank joined its process group (to join ag
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when its parent goes, even if it is stopped or holds
     the GIL in C code (when no Python code of ours can run)."""
     if sys.platform.startswith("linux"):
@@ -64,19 +68,19 @@ def _owner_alive_check(owner: int):
     return lambda: not poller.poll(0)
 
 
-def _control_loop(conn, owner: int) -> None:
-    """Read messages from the notebook; exit the process when the notebook goes away."""
+def _control_loop(conn, owner_alive, on_lost) -> None:
+    """Read messages from the notebook; when it goes away (the connection closes, or
+    `owner_alive()` turns false) call `on_lost(eof)`, which ends the process."""
     from labkit.runtime import protocol, wire
-    owner_alive = _owner_alive_check(owner)
     while True:
         try:
             if not conn.poll(1.0):
-                if not owner_alive():          # our kernel is gone
-                    _exit_all()
+                if not owner_alive():          # our kernel (or torchrun) is gone
+                    on_lost(False)
                 continue
             msg = conn.recv()
         except (EOFError, OSError):
-            _exit_all()
+            on_lost(True)
         if isinstance(msg, protocol.Release):  # the notebook has loaded our last result
             wire.release_results()
             continue
@@ -270,21 +274,36 @@ def _serve(conn) -> None:
 
 
 def _after_fork_in_child() -> None:
-    _die_with_parent()                           # a child of a rank dies with the rank
+    die_with_parent()                           # a child of a rank dies with the rank
+
+
+def prepare(stack_path: str) -> None:
+    """Make this process a rank's: it answers for the rank (a child it forks never does, and
+    dies with it), writes every thread's stack to `stack_path` on a crash or on SIGUSR1, and
+    ignores Ctrl-C (the notebook decides what an interrupt does)."""
+    global _PID
+    _PID = os.getpid()                             # the zygote imported this module
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    stack_file = open(stack_path, "w")
+    faulthandler.enable(file=stack_file, all_threads=True)          # crashes: SIGSEGV, SIGABRT ...
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)   # "where are you?"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def serve(conn, owner_alive, on_lost) -> None:
+    """Serve the notebook's tasks on this (main) thread, forever. A second thread reads `conn`
+    (see _control_loop); `on_lost(eof)` must end the process."""
+    threading.Thread(target=_control_loop, args=(conn, owner_alive, on_lost), daemon=True,
+                     name="labkit-control").start()
+    _serve(conn)
 
 
 def start(host: str, port: int, stack_dir: str, authkey: bytes, owner: int) -> None:
     """Become a spare: connect to the notebook's control socket, say hello, serve tasks.
     Run by `main` in a spawned interpreter and by the zygote in each forked child (whose
     parent is the zygote: it watches the notebook, `owner`, by pid instead)."""
-    global _PID
-    _PID = os.getpid()                             # the zygote imported this module
-    os.register_at_fork(after_in_child=_after_fork_in_child)
     stack_path = os.path.join(stack_dir, f"stack-{os.getpid()}.txt")
-    stack_file = open(stack_path, "w")
-    faulthandler.enable(file=stack_file, all_threads=True)          # crashes: SIGSEGV, SIGABRT ...
-    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)   # "where are you?"
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the notebook decides what an interrupt does
+    prepare(stack_path)
 
     import torch                                   # the slow part (~1.7 s): done while a spare
     import torch.distributed                       # noqa: F401
@@ -294,13 +313,11 @@ def start(host: str, port: int, stack_dir: str, authkey: bytes, owner: int) -> N
 
     conn = labkit.runtime.context.Channel(frames.connect((host, port), authkey))
     conn.send(protocol.Hello(os.getpid(), threading.main_thread().ident, stack_path))
-    threading.Thread(target=_control_loop, args=(conn, owner), daemon=True,
-                     name="labkit-control").start()
-    _serve(conn)
+    serve(conn, _owner_alive_check(owner), lambda eof: _exit_all())
 
 
 def main() -> None:
-    _die_with_parent()
+    die_with_parent()
     if os.environ.get("LABKIT_DRIVER_PID") not in (None, str(os.getppid())):
         os._exit(0)                                # the notebook died before we could ask
     host, port, stack_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]

@@ -1,4 +1,5 @@
-"""Ranks on this machine: the pool of spare workers (pool.py), their processes, output pipes,
-stack folders and the rendezvous store (procs.py), the authenticated control socket
-(control.py), and the zygote that forks ready workers (zygote.py, zygote_main.py). The rank
-side of a worker is ../worker.py, shared with ranks that torchrun starts."""
+"""Ranks on this machine: the source of `Cluster(n)` (source.py), each worker as the run loop
+sees it (handle.py), the pool of spare workers (pool.py), starting their processes and the
+rendezvous store (procs.py), and the zygote that forks ready workers (zygote.py,
+zygote_main.py). The rank side of a worker is ../worker.py, shared with ranks that torchrun
+starts."""

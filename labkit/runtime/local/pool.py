@@ -14,8 +14,10 @@ import sys
 import threading
 import time
 
-from labkit.runtime import errors
+from labkit.runtime import errors, stacks
+from labkit.runtime.control import ControlServer
 from labkit.runtime.local import procs
+from labkit.runtime.local.handle import LocalRank
 from labkit.runtime.local import zygote
 
 
@@ -24,12 +26,12 @@ class WorkerPool:
         self.threads = threads                    # torch threads per rank, set before import
         self.spare_target = spare_target
         self.cond = threading.Condition()
-        self.workers = {}                         # pid -> Worker: every live process we started
+        self.workers = {}                         # pid -> LocalRank: every live process we started
         self.spares = []                          # said hello, no rank yet (oldest first)
         self.closed = False
         self.env = dict(env or {})               # extra environment of every worker
-        self.stack_dir = procs.make_stack_dir()
-        self.server = procs.ControlServer(self._on_hello)
+        self.stack_dir = stacks.make_stack_dir()
+        self.server = ControlServer(self._on_hello)
         self.forking = 0                          # asked of the zygote, pid not known yet
         self.forked = 0                           # workers the zygote made (spawned: the rest)
         self._early = {}                          # pid -> a hello that beat the zygote's answer
@@ -57,7 +59,7 @@ class WorkerPool:
 
     def _on_forked(self, proc) -> None:
         """The zygote forked a worker (called from the zygote reader thread)."""
-        w = procs.Worker(proc)
+        w = LocalRank(proc)
         with self.cond:
             self.forking -= 1
             self.forked += 1

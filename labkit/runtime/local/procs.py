@@ -1,180 +1,23 @@
-"""Worker processes: launching, the authenticated control socket, output pipes, killing.
-
-Only this module and worker.py know about processes, ports, pipes and signals.
+"""Starting worker processes on this machine: the launcher thread, their environment, the
+thread policy (a fair share of the cores per rank) and the loopback rendezvous store.
 
 Every worker starts as a *spare* (torch imported, connected, no rank yet). A Cluster promotes
 `world_size` spares to ranks; after a hang or a crash it kills its ranks and promotes the
 next spares, which is why recovery costs a process-group init, not an `import torch`.
+A started worker is a `handle.LocalRank` to the rest of the runtime.
 """
 import fcntl
 import os
 import queue
-import re
-import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
-import time
 
 import labkit
-from labkit.runtime import errors, frames, stacks
-from labkit.runtime.local.control import ControlServer
+from labkit.runtime.local.handle import LocalRank
 
 _LABKIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(labkit.__file__)))
-
-
-def proc_state(pid) -> str:
-    """The kernel's one-letter state of a process (R, S, D, T stopped, Z ...), '' if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
-class Worker:
-    """One worker process as the notebook sees it."""
-
-    def __init__(self, proc: subprocess.Popen):
-        self.proc = proc
-        self.pid = proc.pid
-        self.conn = None             # control Connection, once it said hello
-        self.main_ident = None       # its main thread, to pick it out of a stack dump
-        self.stack_path = None
-        self.rank = None             # None while a spare
-        self.out_fd = proc.stdout.fileno()
-        os.set_blocking(self.out_fd, False)
-        self._partial = b""
-        self._inbox = frames.Inbox()  # messages from the rank, read without blocking
-        self.eof = False             # the control connection closed
-        self.garbled = None          # why a message could not be decoded, once one could not
-        self.stopped_by = None       # why labkit stopped this process, if it did
-
-    # -- messages -----------------------------------------------------------------------
-    def read_messages(self) -> list:
-        """The whole messages that have arrived, without ever blocking (see frames.Inbox);
-        sets `eof` when the connection closed and `garbled` when a message cannot be decoded."""
-        msgs = self._inbox.read(-1 if self.conn.closed else self.conn.fileno())   # closed: EOF
-        self.eof, self.garbled = self._inbox.eof, self._inbox.garbled
-        return msgs
-
-    # -- output -------------------------------------------------------------------------
-    def read_output(self) -> bytes:
-        """Every byte the rank printed since the last call (never blocks)."""
-        chunks = []
-        while True:
-            try:
-                data = os.read(self.out_fd, 65536)
-            except (BlockingIOError, OSError, ValueError):
-                break
-            if not data:
-                break
-            chunks.append(data)
-        return b"".join(chunks)
-
-    def read_lines(self, final: bool = False) -> list:
-        """Complete lines printed so far (all of it, partial last line too, if final)."""
-        buf = self._partial + self.read_output()
-        *lines, self._partial = buf.split(b"\n")
-        if final and self._partial:
-            lines.append(self._partial)
-            self._partial = b""
-        return [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines]
-
-    # -- life and death -----------------------------------------------------------------
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stack_size(self) -> int:
-        try:
-            return os.path.getsize(self.stack_path)
-        except (OSError, TypeError):
-            return 0
-
-    def read_stack(self, since: int = 0) -> str:
-        try:
-            with open(self.stack_path) as f:
-                f.seek(since)
-                return f.read()
-        except (OSError, TypeError):
-            return ""
-
-    def state(self) -> str:
-        """The kernel's one-letter state of the process (R, S, D, T stopped, Z ...), '' if gone."""
-        return proc_state(self.pid)
-
-    def kill(self, why: str = None) -> None:
-        """SIGKILL the worker and every process it started (its own process group), so a
-        rank that forked or started multiprocessing children leaves none behind."""
-        if why and self.stopped_by is None:
-            self.stopped_by = why
-        if self.proc.returncode is None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)   # the worker leads its own group
-            except OSError:
-                pass
-            try:
-                self.proc.kill()
-            except OSError:
-                pass
-
-    def reap(self, timeout: float = 2.0) -> None:
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(self.pid, signal.SIGKILL)       # children left after the worker died
-        except OSError:
-            pass
-        for f in (self.conn, self.proc.stdout, self.proc.stdin):
-            try:
-                if f is not None:
-                    f.close()
-            except OSError:
-                pass
-        if self.stack_path:
-            try:
-                os.unlink(self.stack_path)
-            except OSError:
-                pass
-
-    def how_it_died(self) -> str:
-        if self.stopped_by:
-            return f"was stopped: {self.stopped_by}"
-        return errors.how_it_ended(self.proc.poll(), "the rank's process")
-
-
-def dump_stacks(ranks, which) -> dict:
-    """Where each local rank in `which` is: faulthandler's dump of its main thread (works
-    inside C++ too: SIGUSR1), innermost frame first; a string instead when the rank cannot
-    answer. (Ranks on other machines are asked through their agents: remote/link.Hub.)"""
-    found, asked, sizes = {}, [], {}
-    for r in which:
-        if ranks[r].state() in ("T", "t"):
-            found[r] = (f"stopped (SIGSTOP or a debugger: process {ranks[r].pid} cannot run until "
-                        "it gets SIGCONT)")
-            continue
-        sizes[r] = ranks[r].stack_size()
-        try:
-            os.kill(ranks[r].pid, signal.SIGUSR1)
-            asked.append(r)
-        except OSError:
-            found[r] = "gone (its process has exited)"
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline and any(ranks[r].stack_size() <= sizes[r] for r in asked):
-        time.sleep(0.01)
-    time.sleep(0.02)                           # let a dump that has started finish
-    for r in asked:
-        if ranks[r].stack_size() <= sizes[r]:
-            found[r] = ("did not answer when asked where it was (busy inside C code that holds "
-                        "Python's lock, or stopped)")
-        else:
-            found[r] = stacks.parse_dump(ranks[r].read_stack(sizes[r]), ranks[r].main_ident)
-    return found
 
 
 class _Launcher:
@@ -231,7 +74,7 @@ def worker_env(threads: int, extra_env: dict = None) -> dict:
     return env
 
 
-def launch(server: ControlServer, stack_dir: str, threads: int, extra_env: dict = None) -> Worker:
+def launch(server, stack_dir: str, threads: int, extra_env: dict = None) -> LocalRank:
     """Start one spare worker: a fresh interpreter running labkit.runtime.worker, leading its
     own process group (killed as a group)."""
     host, port = server.address
@@ -242,42 +85,7 @@ def launch(server: ControlServer, stack_dir: str, threads: int, extra_env: dict 
         start_new_session=True))
     proc.stdin.write(server.authkey.hex().encode() + b"\n")   # the key never shows in `ps`
     proc.stdin.flush()
-    return Worker(proc)
-
-
-def make_stack_dir() -> str:
-    """A fresh folder for this process's stack dumps, named after the notebook's pid; folders
-    of notebooks that no longer run (killed without cleaning up) are removed first."""
-    remove_stale_dirs()
-    return tempfile.mkdtemp(prefix=f"labkit-{os.getpid()}-")
-
-
-def remove_stale_dirs(root: str = None, prefix: str = "labkit-") -> list:
-    """Remove <prefix><pid>-* folders of this user whose process <pid> is gone (a notebook's
-    stack folders, "labkit-"; a node agent's, "labkit-agent-"): what a SIGKILL left behind."""
-    root = root or tempfile.gettempdir()
-    removed = []
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return removed
-    for name in names:
-        m = re.fullmatch(re.escape(prefix) + r"(\d+)-\w+", name)
-        path = os.path.join(root, name)
-        if not m:
-            continue
-        try:
-            if os.stat(path).st_uid != os.getuid():
-                continue
-            os.kill(int(m.group(1)), 0)
-            continue                              # its notebook still runs
-        except ProcessLookupError:
-            pass
-        except (PermissionError, OSError):
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
-    return removed
+    return LocalRank(proc)
 
 
 def fair_threads(world_size: int) -> int:
@@ -313,5 +121,4 @@ def loopback_listen_socket() -> socket.socket:
     return s
 
 
-__all__ = ["Worker", "ControlServer", "launch", "fair_threads", "loopback_listen_socket",
-           "make_stack_dir", "remove_stale_dirs"]
+__all__ = ["launch", "worker_env", "fair_threads", "rendezvous_store", "loopback_listen_socket"]

@@ -37,7 +37,7 @@ UNKNOWN_EXIT = 255          # a child's status after its zygote died (no one lef
 
 class ForkedProc:
     """A forked worker as the notebook sees it: the subset of subprocess.Popen that
-    procs.Worker uses (pid, stdout, stdin, poll, wait, kill, returncode)."""
+    handle.LocalRank uses (pid, stdout, stdin, poll, wait, kill, returncode)."""
 
     def __init__(self, pid: int, out_fd: int, zygote: "Zygote"):
         self.pid = pid

@@ -183,7 +183,7 @@ def main(argv=None) -> int:
               "was closed or its address is wrong.", file=sys.stderr, flush=True)
         return 3
     link = frames.Link(sock)
-    from labkit.runtime.local.procs import remove_stale_dirs
+    from labkit.runtime.stacks import remove_stale_dirs
     remove_stale_dirs(prefix="labkit-agent-")    # folders of agents that were SIGKILLed
     folder = tls.private_dir(f"labkit-agent-{os.getpid()}-")
     link.send(protocol.AgentHello({"host": socket.gethostname(), "pid": os.getpid(),

@@ -11,7 +11,7 @@ import struct
 import time
 
 from labkit.runtime import protocol
-from labkit.runtime.local.procs import proc_state
+from labkit.runtime.stacks import proc_state
 
 STACK_WAIT_S = 1.0               # how long a stack dump may take
 

@@ -1,5 +1,5 @@
 """The notebook's side of remote nodes: one thread for every node link (the hub), feeding
-remote ranks (worker.py) that look to the Cluster and `collect` like local workers.
+remote ranks (handle.py) that look to the Cluster and `collect` like local workers.
 
 Each node agent holds one TLS connection (agent.py). A single hub thread reads them all and
 gives every remote rank what a local worker has: a control connection (one end of a
@@ -15,15 +15,15 @@ import socket
 import threading
 import time
 
-from labkit.runtime import errors, frames, protocol, stacks
-from labkit.runtime.remote.worker import RemoteProc, RemoteWorker
+from labkit.runtime import frames, protocol, stacks
+from labkit.runtime.remote.handle import RemoteProc, RemoteRank
 
 
 class NodeLink:
     def __init__(self, hub, sock, info: dict):
         self.hub, self.info = hub, info
         self.link = frames.Link(sock)
-        self.workers = {}                         # slot -> RemoteWorker
+        self.workers = {}                         # slot -> RemoteRank
         self.pipes = {}                           # slot -> [sock end, out fd, pending data, pending out, closing]
         self.group_rank = None
         self.last_seen = time.monotonic()
@@ -169,7 +169,7 @@ class Hub:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         b.setblocking(False)
         os.set_blocking(out_w, False)
-        w = RemoteWorker(RemoteProc(f"{info['host']}:{info['pid']}", out_r, self, n, slot), frames.Conn(a.detach()), n, info)
+        w = RemoteRank(RemoteProc(self, n, slot), out_r, frames.Conn(a.detach()), n, info)
         if info.get("group_rank") is not None:
             n.group_rank = int(info["group_rank"])
         n.workers[slot] = w

@@ -7,12 +7,11 @@
 2. reach the node's agent (agent.py) on its Unix socket, starting it if this is the first rank
    of this torchrun, and hand it this rank's output (a pipe: fd 1 and 2 go there);
 3. import torch, say hello to the notebook (through the agent), then serve tasks exactly as a
-   local worker does (worker._serve); the process group is torchrun's: RANK, WORLD_SIZE and the
+   local worker does (worker.serve); the process group is torchrun's: RANK, WORLD_SIZE and the
    store at MASTER_ADDR:MASTER_PORT that torchrun's rendezvous set up.
 The rank exits with its agent: code 0 when the cluster was closed (torchrun ends), 1 if the
 agent vanished (torchrun restarts the ranks, and the first of them a new agent).
 """
-import faulthandler
 import os
 import pickle
 import signal
@@ -99,24 +98,6 @@ def _register(args, torchrun: int):
         time.sleep(0.1)
 
 
-def _control_loop(conn, torchrun: int, folder: str) -> None:
-    """Messages from the notebook (through the agent); the agent gone ends the rank."""
-    from labkit.runtime import protocol, wire, worker
-    while True:
-        try:
-            if not conn.poll(1.0):
-                if os.getppid() != torchrun:
-                    os._exit(1)
-                continue
-            msg = conn.recv()
-        except (EOFError, OSError):
-            os._exit(0 if os.path.exists(os.path.join(folder, "leave")) else 1)
-        if isinstance(msg, protocol.Release):
-            wire.release_results()
-            continue
-        worker._tasks.put(msg)
-
-
 def main(argv=None) -> None:
     import argparse
     p = argparse.ArgumentParser(prog="python -m labkit.runtime.remote.rank")
@@ -132,13 +113,9 @@ def main(argv=None) -> None:
                  "the notebook printed the command.")
     torchrun = os.getppid()
     from labkit.runtime import worker
-    worker._die_with_parent()                     # torchrun gone (even SIGKILL): so are we
+    worker.die_with_parent()                      # torchrun gone (even SIGKILL): so are we
     sock, stack_path = _register(args, torchrun)
-    os.register_at_fork(after_in_child=worker._after_fork_in_child)
-    stack_file = open(stack_path, "w")
-    faulthandler.enable(file=stack_file, all_threads=True)
-    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the notebook decides what an interrupt does
+    worker.prepare(stack_path)
     os.environ["LABKIT_SHM"] = "0"                # tensors cannot cross machines through memfd
     import torch
     import labkit.runtime.context as context
@@ -152,10 +129,11 @@ def main(argv=None) -> None:
         cores = os.cpu_count() or 1
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     conn.send(protocol.Hello(resources={"gpus": gpus, "threads": max(1, cores // local)}))
-    threading.Thread(target=_control_loop, args=(conn, torchrun, os.path.dirname(stack_path)),
-                     daemon=True, name="labkit-control").start()
-    worker._PID = os.getpid()
-    worker._serve(conn)
+    leave = os.path.join(os.path.dirname(stack_path), "leave")   # the agent's word: the cluster closed
+
+    def on_lost(eof: bool) -> None:               # the agent (or torchrun) is gone
+        os._exit(0 if eof and os.path.exists(leave) else 1)
+    worker.serve(conn, lambda: os.getppid() == torchrun, on_lost)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""TLS for ranks on other machines: a certificate made per cluster, the join file, framed links.
+"""TLS for ranks on other machines: a certificate made per cluster, the join file, and the TLS
+control server that node agents connect to.
 
 The control connection of a remote cluster carries code (pickled functions) to the ranks, so
 when it can leave the machine it is TLS 1.2+ with a certificate made for this one cluster:
@@ -19,7 +20,10 @@ import socket
 import ssl
 import subprocess
 import tempfile
+from multiprocessing.connection import answer_challenge, deliver_challenge
 
+from labkit.runtime import frames, protocol
+from labkit.runtime.control import ControlServer
 
 
 class JoinFileError(RuntimeError):
@@ -146,3 +150,35 @@ def read_join_file(path: str) -> dict:
 
 def private_dir(prefix: str) -> str:
     return tempfile.mkdtemp(prefix=prefix)        # mode 0700
+
+
+# -- the server node agents connect to -----------------------------------------------------------
+class TLSServer(ControlServer):
+    """The control server (../control.py), with TLS and a node agent's hello (same defences:
+    handshake deadline, a cap on pending handshakes, an accept loop that survives EMFILE)."""
+
+    def __init__(self, on_agent, host: str, port: int, context):
+        self.context = context
+        super().__init__(on_agent, host=host, port=port)
+
+    def _handshake(self, s: socket.socket) -> None:
+        try:
+            t = socket.socket(fileno=os.dup(s.fileno()))   # shutting `s` ends a stalled read
+            frames.nodelay(t)                     # small control messages: no 40 ms waits
+            t.settimeout(self.handshake_timeout)
+            if self.context is not None:
+                t = self.context.wrap_socket(t, server_side=True)
+            ch = frames.Blocking(t)
+            deliver_challenge(ch, self.authkey)
+            answer_challenge(ch, self.authkey)
+            hello = ch.recv()
+            assert isinstance(hello, protocol.AgentHello)
+        except Exception:                         # no TLS, wrong key, too slow, not an agent
+            try:
+                t.close()
+            except Exception:
+                pass
+            self._done(s)
+            return
+        self._done(s)
+        self._on_hello(t, hello.info)

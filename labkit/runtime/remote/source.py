@@ -1,4 +1,5 @@
-"""Ranks on other machines: a notebook drives ranks that torchrun (or srun) started elsewhere.
+"""Ranks on other machines, as a source of ranks for the Cluster (see ../source.py): a notebook
+drives ranks that torchrun (or srun) started elsewhere.
 
     cluster = labkit.Cluster.remote("0.0.0.0:29500", nnodes=2, nproc_per_node=4)
     # prints the torchrun command (and the srun line) to run on every node, and the key file
@@ -8,7 +9,7 @@ torchrun's own rendezvous (c10d) forms the job: it gives every rank RANK, WORLD_
 store at MASTER_ADDR:MASTER_PORT through which the process group is joined. By default the
 notebook hosts that rendezvous store itself (`rdzv_endpoint=None`), so no node must be first.
 Each node's agent (agent.py) connects back over TLS (tls.py) and carries its ranks' control
-bytes and output (link.py). After a hang, a death or an interrupt the ranks are killed
+bytes and output (link.py); each rank is a handle.RemoteRank to the run loop. After a hang, a death or an interrupt the ranks are killed
 and torchrun restarts them (`--max-restarts`): the next run waits for them. docs/remote.md
 has the commands and the security model.
 """
@@ -18,13 +19,10 @@ import shlex
 import sys
 import threading
 import time
-import weakref
 
 from labkit.runtime import errors, protocol
 from labkit.runtime.remote import tls
-from labkit.runtime.cluster import Cluster
 from labkit.runtime.remote.link import Hub
-from labkit.runtime.remote.worker import TLSServer
 
 
 def _address(text: str) -> tuple:
@@ -37,10 +35,10 @@ def _address(text: str) -> tuple:
 class RemotePool:
     """The remote ranks that have reached the notebook, by their torchrun RANK."""
 
-    def __init__(self, cluster):
-        self.cluster = cluster
+    def __init__(self, missing_message):
+        self.missing_message = missing_message    # why ranks are missing, in words
         self.cond = threading.Condition()
-        self.workers = {}                         # pid ("host:pid") -> RemoteWorker
+        self.workers = {}                         # pid ("host:pid") -> RemoteRank
         self.spares = []
 
     def add(self, w) -> None:                     # from the hub thread
@@ -63,7 +61,7 @@ class RemotePool:
                 for msg in w.read_messages():
                     if isinstance(msg, protocol.Hello):
                         w.ready = msg.resources
-            if w.proc.poll() is not None or w.eof:
+            if not w.alive() or w.eof:
                 self.workers.pop(w.pid, None)
                 lines = w.read_lines(final=True)
                 if lines and not w.stopped_by:
@@ -88,7 +86,7 @@ class RemotePool:
                 missing = [r for r in range(n) if r not in ready]
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise errors.StartTimeout(self.cluster.missing_message(missing))
+                    raise errors.StartTimeout(self.missing_message(missing))
                 if not said and time.monotonic() - t0 > 3:
                     print(f"labkit: waiting for ranks {missing} (torchrun starts or restarts "
                           "them on their nodes) ...", file=sys.stderr)
@@ -99,8 +97,9 @@ class RemotePool:
         return True
 
 
-class RemoteCluster(Cluster):
-    """`Cluster.remote(listen, nnodes, nproc_per_node, ...)`: see the module docstring.
+class RemoteRanks:
+    """Ranks that torchrun starts on other machines (`Cluster.remote(...)`; see the module
+    docstring). Its public names are reachable on the Cluster too (`cluster.commands`, ...).
 
     listen: 'HOST:PORT' the notebook listens on ('0.0.0.0:29500'; port 0: any free port).
     advertise: the host name the nodes use to reach the notebook (default: this machine's).
@@ -111,44 +110,48 @@ class RemoteCluster(Cluster):
     max_restarts: failures (hangs, deaths, interrupts) torchrun recovers from before its
         command must be run again. heartbeat_timeout: seconds of silence before a node is lost.
     start_timeout: how long the first run waits for every rank; restart_timeout: how long a
-        later run waits for torchrun to restart them. Other arguments as `Cluster`; `env`
-        goes on the command line (``env K=V torchrun ...``)."""
-    _local = False
+        later run waits for torchrun to restart them."""
+    local = False                  # tensors cannot cross machines through shared memory
+    join_at_start = False          # the first run (or wait_for_ranks) waits for torchrun's ranks
+    join_grace = 60.0              # seconds past the promote deadline for the joins
+    public = ("listen", "nnodes", "nproc_per_node", "advertise", "rdzv_endpoint", "join_file",
+              "tls", "max_restarts", "heartbeat_timeout", "restart_timeout", "name", "address",
+              "commands", "instructions", "nodes", "certificate_tool")
 
     def __init__(self, listen: str, nnodes: int, nproc_per_node: int, *, advertise: str = None,
                  rdzv_endpoint: str = None, join_file: str = None, tls: bool = True,
                  max_restarts: int = 100, heartbeat_timeout: float = 5.0,
-                 timeout: float = 120.0, start_timeout: float = 600.0,
-                 restart_timeout: float = 120.0, backend: str = "auto", **kwargs):
+                 restart_timeout: float = 120.0):
         self.listen, self.nnodes, self.nproc_per_node = _address(listen), int(nnodes), int(nproc_per_node)
         self.advertise, self.rdzv_endpoint, self.join_file = advertise, rdzv_endpoint, join_file
         self.tls, self.max_restarts, self.heartbeat_timeout = tls, int(max_restarts), heartbeat_timeout
-        self.start_timeout, self.restart_timeout = start_timeout, restart_timeout
+        self.restart_timeout = restart_timeout
         self.name = f"labkit-{secrets.token_hex(4)}"
-        super().__init__(self.nnodes * self.nproc_per_node, backend, timeout=timeout,
-                         start_timeout=start_timeout, **kwargs)
+        self.backend, self.threads_per_rank = "?", None
+        self.store, self._hub, self._server, self._folder = [], None, None, None
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
 
     # -- start: listen, write the key file, print the commands ---------------------------------
-    def _start(self, backend: str, spares, start_timeout: float) -> None:
+    def start(self, world_size: int, backend: str, env: dict, start_timeout: float) -> None:
         import torch.distributed as dist
         host, port = self.listen
         if not self.tls and not tls.is_loopback(host):
             raise ValueError(f"refusing to listen on {host} without TLS: anyone who can reach that "
                              "address could try to run code in your ranks. Keep tls=True.")
-        self.backend_wanted = backend
-        self.backend, self.device_type, self.threads_per_rank = "?", "?", None
+        self.backend_wanted, self.env, self.start_timeout = backend, env, start_timeout
         self._folder = tls.private_dir("labkit-remote-")
         ctx = None
         if self.tls:
             cert, key, self.certificate_tool = tls.make_certificate(self._folder, self.name)
             ctx = tls.server_context(cert, key)
-        self._pool = RemotePool(self)
-        self._hub = Hub(self._pool.add, self.heartbeat_timeout)
-        self._server = TLSServer(self._hub.add, host, port, ctx)
-        self._store, self.join_file = [], os.path.abspath(os.path.expanduser(
+        self.pool = RemotePool(self.missing_message)
+        self._hub = Hub(self.pool.add, self.heartbeat_timeout)
+        self._server = tls.TLSServer(self._hub.add, host, port, ctx)
+        self.join_file = os.path.abspath(os.path.expanduser(
             self.join_file or os.path.join("~", ".labkit", f"join-{self.name}.json")))
-        self._finalizer = weakref.finalize(self, _shutdown, self._hub, self._server, self._store,
-                                           self._folder, self.join_file)
         self.address = (self.advertise or (host if host not in ("0.0.0.0", "::", "") else
                                            _this_host()), self._server.address[1])
         tls.write_join_file(self.join_file, {
@@ -157,16 +160,15 @@ class RemoteCluster(Cluster):
         if self.rdzv_endpoint is None:            # the notebook hosts torchrun's rendezvous
             import datetime
             sock = _listen(host, port + 1 if port else 0)
-            self._store.append(dist.TCPStore(host, sock.getsockname()[1], None, True,
-                                             timeout=datetime.timedelta(seconds=start_timeout),
-                                             wait_for_workers=False, master_listen_fd=sock.detach(),
-                                             use_libuv=True))   # the finalizer's list: closed with it
-            self.rdzv_endpoint = f"{self.address[0]}:{self._store[0].port}"
+            self.store.append(dist.TCPStore(host, sock.getsockname()[1], None, True,
+                                            timeout=datetime.timedelta(seconds=start_timeout),
+                                            wait_for_workers=False, master_listen_fd=sock.detach(),
+                                            use_libuv=True))   # closed with the list
+            self.rdzv_endpoint = f"{self.address[0]}:{self.store[0].port}"
             self._hosted_rdzv = True
         else:
             self._hosted_rdzv = False
         self.commands = self._commands()
-        self._needs_restart = True                # the first run waits for the ranks
         print(self.instructions(), flush=True)
 
     def _commands(self) -> dict:
@@ -192,40 +194,45 @@ class RemoteCluster(Cluster):
                 f"or from a Slurm allocation, once:\n  {self.commands['srun']}")
 
     # -- ranks --------------------------------------------------------------------------------
-    def _promote(self, timeout: float) -> None:
-        """Take the ranks torchrun started (or restarted) and have them join the process group
-        through torchrun's store, as the ranks torchrun numbered them."""
-        from labkit.runtime.collect import wait_joined
-        first = self._gen == 0
-        deadline = time.monotonic() + (self.start_timeout if first else self.restart_timeout)
-        ranks = self._pool.take(self.world_size, deadline)
-        self.backend = self._choose_backend(ranks)
-        self.device_type = "cuda" if self.backend == "nccl" else "cpu"
-        self._gen += 1
-        sys_path = [p or os.getcwd() for p in sys.path]
-        for w in ranks:
-            w.rank = int(w.info["rank"])
-            w.conn.send(protocol.Init({
-                "rank": w.rank, "world_size": self.world_size, "backend": self.backend,
-                "store_host": w.info["master_addr"], "store_port": int(w.info["master_port"]),
-                "prefix": f"{self.name}/{self._gen}/", "threads": w.ready["threads"],
-                "pg_timeout": self.pg_timeout, "sys_path": sys_path,
-                "local_rank": int(w.info["local_rank"])}))
-        self._ranks = ranks
-        wait_joined(self, deadline + 60, self._kill_ranks)
-        self._needs_restart = False
+    def take(self, n: int, deadline: float) -> list:
+        """The ranks torchrun started (or restarted), by the rank torchrun gave each."""
+        return self.pool.take(n, deadline)
 
-    def dump_stacks(self, ranks: list, which: list) -> dict:
-        """Where each of these ranks is: asked of their node agents."""
-        return self._hub.dump_stacks(ranks, which)
-
-    def _choose_backend(self, ranks) -> str:
+    def backend_for(self, ranks: list) -> str:
         enough = all(w.ready["gpus"] >= int(w.info["local_world_size"]) for w in ranks)
         if self.backend_wanted == "nccl" and not enough:
             raise ValueError("backend='nccl' needs one GPU per rank on every node")
         if self.backend_wanted in ("nccl", "gloo"):
-            return self.backend_wanted
-        return "nccl" if enough else "gloo"
+            self.backend = self.backend_wanted
+        else:
+            self.backend = "nccl" if enough else "gloo"
+        self.threads_per_rank = ranks[0].ready["threads"] if ranks else None
+        return self.backend
+
+    def init_options(self, w, rank: int, gen: int) -> dict:
+        """Rank `rank` joins through torchrun's store, as torchrun numbered it."""
+        return {"store_host": w.info["master_addr"], "store_port": int(w.info["master_port"]),
+                "prefix": f"{self.name}/{gen}/", "threads": w.ready["threads"],
+                "local_rank": int(w.info["local_rank"])}
+
+    def forget(self, w) -> None:
+        self.pool.forget(w)
+
+    def top_up(self) -> None:
+        pass                                      # torchrun restarts ranks, not labkit
+
+    def wait_for_spares(self, timeout: float) -> bool:
+        return True
+
+    def spare_count(self) -> int:
+        return 0
+
+    def process_count(self) -> int:
+        return len(self.pool.workers) if getattr(self, "pool", None) else 0
+
+    def dump_stacks(self, ranks: list, which: list) -> dict:
+        """Where each of these ranks is: asked of their node agents."""
+        return self._hub.dump_stacks(ranks, which)
 
     def missing_message(self, missing: list) -> str:
         nodes = list(self._hub.links)
@@ -243,32 +250,34 @@ class RemoteCluster(Cluster):
         'ranks'}]."""
         return [{"name": n.name, "host": n.info["host"], "agent_pid": n.info["pid"],
                  "torchrun_pid": n.info["torchrun"],
-                 "ranks": sorted(int(w.info["rank"]) for w in n.workers.values()
-                                 if w.proc.poll() is None)}
+                 "ranks": sorted(int(w.info["rank"]) for w in n.workers.values() if w.alive())}
                 for n in list(self._hub.links)]
 
-    def wait_for_ranks(self, timeout: float = None) -> None:
-        """Block until every rank has joined (the first run does this anyway)."""
-        with self._run_lock:
-            if self._needs_restart:
-                self._promote(timeout or self.start_timeout)
+    def describe(self) -> str:
+        where = f"{self.address[0]}:{self.address[1]}" if hasattr(self, "address") else "not listening"
+        return f"{self.nnodes} node(s) x {self.nproc_per_node} at {where}"
 
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{len(self._ranks)} ranks joined"
-        return (f"RemoteCluster(nnodes={self.nnodes}, nproc_per_node={self.nproc_per_node}, "
-                f"backend={self.backend!r}, at {self.address[0]}:{self.address[1]}; {state})")
+    def close(self) -> None:
+        """The agents are told, so their ranks exit with code 0 and torchrun ends on every node;
+        the key file and certificate are removed (also at exit)."""
+        _shutdown(self._hub, self._server, self.store, self._folder,
+                  self.join_file if self._server is not None else None)
 
 
 def _shutdown(hub, server, store, folder, join_file) -> None:
     """Close a remote cluster (also at exit): the agents are told, so their ranks exit with
     code 0 and torchrun ends on every node; the key file and certificate are removed."""
     import shutil
-    hub.close()
-    server.close()
+    if hub is not None:
+        hub.close()
+    if server is not None:
+        server.close()
     store.clear()
-    shutil.rmtree(folder, ignore_errors=True)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
     try:
-        os.unlink(os.path.expanduser(join_file))
+        if join_file:
+            os.unlink(os.path.expanduser(join_file))
     except OSError:
         pass
 

@@ -1,0 +1,73 @@
+"""Ranks on this machine, as a source of ranks for the Cluster (see ../source.py).
+
+The pool keeps spares ready (forked by the zygote in ~0.1 s, else spawned); the ranks meet in a
+TCPStore on a loopback port that this source hosts; the backend is decided at start (NCCL with
+one GPU per rank, else gloo) and each rank gets a fair share of the cores as torch threads.
+"""
+from labkit.runtime.local import procs
+from labkit.runtime.local.handle import dump_stacks
+from labkit.runtime.local.pool import WorkerPool, shutdown
+from labkit.runtime.options import resolve_backend
+
+
+class LocalRanks:
+    """Ranks forked or spawned on this machine (`Cluster(world_size)`)."""
+    local = True                   # ranks share this machine's memory: tensors travel by shm
+    join_at_start = True           # the Cluster's first ranks join before the constructor returns
+    join_grace = 0.0               # seconds past the promote deadline for the joins
+    public = ()                    # no names of its own on the Cluster
+
+    def __init__(self, spares: int = None):
+        self.spares_wanted = spares
+        self.pool = None
+        self.store, self.store_address = [], None   # the store, once it exists (closed with the list)
+        self.backend = "?"
+        self.threads_per_rank = None
+
+    def start(self, world_size: int, backend: str, env: dict, start_timeout: float) -> None:
+        self.backend = resolve_backend(backend, world_size)
+        self.threads_per_rank = procs.fair_threads(world_size)
+        self.start_timeout, self.restart_timeout = start_timeout, 120.0
+        self.pool = WorkerPool(self.threads_per_rank, world_size if self.spares_wanted is None
+                               else int(self.spares_wanted), env)
+        store, self.store_address = procs.rendezvous_store(start_timeout)
+        self.store.append(store)
+
+    # -- ranks --------------------------------------------------------------------------------
+    def take(self, n: int, deadline: float) -> list:
+        return self.pool.take(n, deadline)
+
+    def backend_for(self, ranks: list) -> str:
+        return self.backend
+
+    def init_options(self, w, rank: int, gen: int) -> dict:
+        """Where rank `rank` (handle `w`) meets the others for the process group `gen`."""
+        return {"store_host": "127.0.0.1", "store_port": self.store_address[1],
+                "prefix": f"labkit/{gen}/", "threads": self.threads_per_rank}
+
+    def forget(self, w) -> None:
+        self.pool.forget(w)
+
+    def top_up(self) -> None:
+        self.pool.top_up()
+
+    def wait_for_spares(self, timeout: float) -> bool:
+        return self.pool.wait_for_spares(timeout)
+
+    def spare_count(self) -> int:
+        return len(self.pool.spares) if self.pool else 0
+
+    def process_count(self) -> int:
+        return len(self.pool.workers) if self.pool else 0
+
+    def dump_stacks(self, ranks: list, which: list) -> dict:
+        return dump_stacks(ranks, which)
+
+    def describe(self) -> str:
+        return ""
+
+    def close(self) -> None:
+        """Every process of the pool killed, its sockets, store and folders freed (also at exit)."""
+        if self.pool is not None:
+            shutdown(self.pool, self.store)
+        self.store.clear()
