@@ -8,7 +8,17 @@ its outputs are read: a checker's ``name: FAIL (...)`` or a ``MISS: ...`` verdic
 
 This file sits at the repository's root so that it applies to notebooks/ and build/learner as
 well as tests/ (pytest asks a conftest only about the items under its own folder).
+
+It also splits CI into two phases (`scripts/test`): `--phase parallel` runs every item except
+the SERIAL files on pytest-xdist workers (`--dist loadfile`: each notebook and each test file
+runs in order on one worker; tests/deck_build.py locks each deck, so the two files that use the
+built decks execute each deck once between them); `--phase serial` then runs the SERIAL files alone, because they
+assert wall-clock times (a recovery within 1 s, a round trip against a pipe, a pipeline's
+bubble) that a second worker beside them would blur. The default, `--phase all`, runs
+everything, as a plain `pytest` does.
 """
+import pathlib
+
 import pytest
 
 from labkit.verdict import EXPECT_FAIL_TAG, failing_lines
@@ -17,6 +27,37 @@ from labkit.verdict import EXPECT_FAIL_TAG, failing_lines
 # the tag: notebook -> a piece of that cell's source. A listed cell that has the tag fails (so
 # the entry goes once the tag is there).
 UNTAGGED_EXPECT_FAIL = {}
+
+
+SERIAL = {                                  # test files that assert times: run alone (see above)
+    "test_runtime.py", "test_runtime_failures.py", "test_runtime_process.py", "test_runtime_abuse.py",
+    "test_runtime_io.py", "test_runtime_remote.py", "test_runtime_speed.py", "test_runtime_limits.py",
+    "test_runtime_data.py", "test_check_guard.py", "test_zero_check.py", "test_pipeline_run.py",
+    "test_browser_lab.py", "test_ddp.py",
+}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--phase", default="all", choices=("all", "parallel", "serial"),
+                     help="labkit's CI phases: 'parallel' runs all but the tests that assert times "
+                          "(conftest.SERIAL), 'serial' only those; 'all' (default) everything")
+
+
+def _file(item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+def pytest_collection_modifyitems(config, items):
+    phase = config.getoption("--phase")
+    if phase == "all":
+        return
+    keep, drop = [], []
+    for item in items:
+        serial = pathlib.Path(_file(item)).name in SERIAL
+        (keep if serial == (phase == "serial") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def _text(outputs) -> str:
