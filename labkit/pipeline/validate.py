@@ -36,8 +36,9 @@ def _parse(a) -> Action:
 
 
 def as_schedule(actions, stages: int = None, microbatches: int = None, chunks: int = 1,
-                name: str = "yours") -> Schedule:
-    """A Schedule from per-stage lists of actions (or strings 'F0', 'B1', ...)."""
+                name: str = "yours", layout: str = "loop") -> Schedule:
+    """A Schedule from per-stage lists of actions (or strings 'F0', 'B1', ...); layout "v" puts
+    parts r and 2p-1-r on rank r (chunks=2), as ZB-V does."""
     if isinstance(actions, Schedule):
         return actions
     acts = [[_parse(a) for a in stage] for stage in actions]
@@ -45,7 +46,7 @@ def as_schedule(actions, stages: int = None, microbatches: int = None, chunks: i
         stages = len(acts)
     if microbatches is None:
         microbatches = 1 + max((a.mb for s in acts for a in s), default=0)
-    return Schedule(name, stages, microbatches, chunks, acts)
+    return Schedule(name, stages, microbatches, chunks, acts, layout)
 
 
 def _structure(s: Schedule) -> list:
