@@ -78,3 +78,16 @@ def test_v_schedules_gradients_equal_one_process(cluster, name):
     assert t.extra["grad_mismatch"] == [] and t.extra["grad_diff"] < 1e-5
     assert t.extra["sizes"] == [[8 // (2 * p)] * 2] * p                    # 8 layers in 2p parts
     assert [len(ivs) for ivs in t.intervals] == [len(a) for a in s.actions]
+
+
+def test_comparison_table_simulation_on_the_formulas():
+    from labkit.pipeline.compare import compare_schedules
+    for f, i, w in [(1, 1, 1), (1, 2, 1)]:
+        rows = {r[0]: r for r in compare_schedules(4, 8, f, i, w).rows}
+        for name in ("GPipe", "1F1B", "interleaved 1F1B (v=2)", "ZB-H1"):
+            assert rows[name][1] == rows[name][2], rows[name]            # idle: simulated = formula
+        for name, row in rows.items():
+            assert row[5] in (row[6], "-"), row                          # held: counted = formula
+        assert float(rows["DualPipeV"][1]) <= float(rows["DualPipeV"][2])
+        assert [rows[n][7] for n in ("ZB-V", "DualPipeV", "DualPipe (2 copies; formulas only)")] == ["1x", "1x", "2x"]
+    assert compare_schedules(4, 8).rows[4][4] == "0.000"                # ZB-V, F = I = W, own span
