@@ -130,7 +130,8 @@ class live_gantt(LiveFigure):
         t0 = min((a for ivs in self.intervals for a, _, _ in ivs), default=0.0)
         ivs = [[(a - t0, b - t0, act) for a, b, act in sorted(row, key=lambda x: x[0])]
                for row in self.intervals]
-        return Timeline(s.name, s.stages, s.microbatches, s.chunks, ivs, measured=True)
+        return Timeline(s.name, s.stages, s.microbatches, s.chunks, ivs, measured=True,
+                        layout=s.layout)
 
     def _take(self, event) -> bool:
         d = event.data
