@@ -91,3 +91,28 @@ def test_comparison_table_simulation_on_the_formulas():
         assert float(rows["DualPipeV"][1]) <= float(rows["DualPipeV"][2])
         assert [rows[n][7] for n in ("ZB-V", "DualPipeV", "DualPipe (2 copies; formulas only)")] == ["1x", "1x", "2x"]
     assert compare_schedules(4, 8).rows[4][4] == "0.000"                # ZB-V, F = I = W, own span
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (2, 6), (4, 8), (4, 12), (8, 16)])
+def test_same_order_as_torch(p, m):
+    """labkit's lists are the order torch's ScheduleZBVZeroBubble and ScheduleDualPipeV compute
+    (their per-rank planners called without a process group)."""
+    from types import SimpleNamespace
+    from torch.distributed.pipelining import schedules as ts
+    kinds = {"F": "F", "I": "I", "W": "W", "B": "B", "FULL_BACKWARD": "B", "BACKWARD_INPUT": "I",
+             "BACKWARD_WEIGHT": "W", "FORWARD": "F"}
+
+    def ours(a, s):
+        return (a.kind, a.mb, s.vstage(r, a.chunk))
+
+    def theirs(x):
+        subs = x.sub_actions if getattr(x, "sub_actions", None) else [x]
+        return [(kinds[str(getattr(y.computation_type, "name", y.computation_type))], y.microbatch_index,
+                 y.stage_index) for y in subs]
+    if not hasattr(getattr(ts, "ScheduleDualPipeV", None), "_calculate_single_rank_operations"):
+        pytest.skip("this torch has no ScheduleDualPipeV planner to compare with")
+    for cls, s in ((ts.ScheduleZBVZeroBubble, zb_v(p, m)), (ts.ScheduleDualPipeV, dualpipe_v(p, m))):
+        fake = SimpleNamespace(pp_group_size=p, _n_microbatches=m, num_stages=2 * p)
+        for r in range(p):
+            order = [y for x in cls._calculate_single_rank_operations(fake, r) if x is not None for y in theirs(x)]
+            assert [ours(a, s) for a in s.actions[r]] == order, (cls.__name__, r)
