@@ -12,9 +12,10 @@ ScheduleZBVZeroBubble and ScheduleDualPipeV), written again here as plain lists 
 validate() and simulate() can read them and the executor can run them.
 
 DeepSeek-V3's DualPipe itself (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", sec. 3.2.1)
-runs on p ranks two copies of a p-stage model, one fed from each end; rank r holds stages r and
-p-1-r of both. DualPipeV is what the DualPipe repository gets by cutting that picture in half:
-the same per-rank work on p/2 ranks with one copy of the parameters. Where DualPipeV
+feeds micro-batches into a p-stage model from both ends at once: rank r holds stages r and
+p-1-r, so every stage sits on two ranks (twice 1F1B's parameters). DualPipeV, in the DualPipe
+repository, cuts that picture in half: the V layout on half as many ranks, with one copy of the
+parameters. Where DualPipeV
 overlaps one micro-batch's forward with another's backward (F&B, on two GPU streams) a rank
 here runs the two one after the other: F, then B.
 """
