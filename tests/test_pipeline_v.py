@@ -4,7 +4,7 @@ import pytest
 from labkit.pipeline import (build, first_stage_activations, held_in_order, simulate, validate, with_comms)
 from labkit.pipeline.formulas import idle_per_rank
 from labkit.pipeline.schedules import Schedule
-from labkit.pipeline.schedules_v import dualpipe_v, zb_v
+from labkit.pipeline.schedules_v import dualpipe, dualpipe_v, zb_v
 
 CASES = [(2, 4), (2, 8), (3, 7), (4, 8), (4, 16), (8, 16)]
 
@@ -89,7 +89,8 @@ def test_comparison_table_simulation_on_the_formulas():
         for name, row in rows.items():
             assert row[5] in (row[6], "-"), row                          # held: counted = formula
         assert float(rows["DualPipeV"][1]) <= float(rows["DualPipeV"][2])
-        assert [rows[n][7] for n in ("ZB-V", "DualPipeV", "DualPipe (2 copies; formulas only)")] == ["1x", "1x", "2x"]
+        assert [rows[n][7] for n in ("ZB-V", "DualPipeV", "DualPipe")] == ["1x", "1x", "2x"]
+        assert float(rows["DualPipe"][1]) <= float(rows["DualPipe"][2])
     assert compare_schedules(4, 8).rows[4][4] == "0.000"                # ZB-V, F = I = W, own span
 
 
@@ -116,3 +117,25 @@ def test_same_order_as_torch(p, m):
         for r in range(p):
             order = [y for x in cls._calculate_single_rank_operations(fake, r) if x is not None for y in theirs(x)]
             assert [ours(a, s) for a in s.actions[r]] == order, (cls.__name__, r)
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 12), (8, 16)])
+def test_dualpipe_both_ends_valid_memory_and_cut_in_half(p, m):
+    s = dualpipe(p, m)                                   # m/2 micro-batches fed at each end
+    assert s.microbatches == m // 2 and validate(s) == [] and validate(with_comms(s)) == []
+    assert [(s.vstage(r, 0), s.vstage(r, 1)) for r in range(p)] == [(r, p - 1 - r) for r in range(p)]
+    assert simulate(s).peak_activations == [p + 1] * p                # DeepSeek-V3 Table 2: PP + 1
+    assert [2 * h for h in held_in_order(s)] == [first_stage_activations("dualpipe", p, m)] * p
+    for f, i, w in [(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 0.5)]:
+        t = simulate(s, forward=f, backward=i, weight=w)               # a chunk is a whole stage here
+        assert max(t.idle) <= idle_per_rank("dualpipe", p, f, i + w, w) + 1e-9
+        if p >= 4:   # cut in half: DualPipeV on p/2 ranks, its chunks a stage of p each, idles as much
+            assert t.idle == pytest.approx(simulate(dualpipe_v(p // 2, m // 2), f, i, w).idle[:1] * p)
+    with pytest.raises(ValueError, match="even number of stages"):
+        dualpipe(3, 6)
+
+
+def test_dualpipe_is_not_run_by_the_executor():
+    from labkit.pipeline.executor import run_schedule
+    with pytest.raises(ValueError, match="dualpipe_v"):
+        run_schedule(dualpipe(4, 8))

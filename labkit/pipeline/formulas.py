@@ -65,7 +65,9 @@ def first_stage_activations(name: str, stages: int, microbatches: int, chunks: i
     """Peak activations on the first stage, in micro-batches' worth (one micro-batch through all
     of the stage's layers), for m >= p: GPipe m; 1F1B, ZB-H1 and ZB-V p (Qi et al. 2024: ZB-V
     holds 2p chunk sets of half a stage); interleaved p(1 + (p-1)/(pv)); DualPipeV p + 1/2
-    (DeepSeek-V3 Table 2: PP + 1 chunk sets for PP = 2p parts; needs m >= 2p)."""
+    (DeepSeek-V3 Table 2: PP + 1 chunk sets for PP = 2p parts; needs m >= 2p); DualPipe p + 1
+    (PP + 1 stage sets of 1/p of the model; a DualPipe rank holds two stages, so this unit is
+    1F1B's stage, half of the rank's layers)."""
     _check(stages, microbatches, chunks)
     p, m = stages, microbatches
     key = name.lower().replace("_", "-").split(" ")[0]
@@ -75,9 +77,12 @@ def first_stage_activations(name: str, stages: int, microbatches: int, chunks: i
         return float(min(p, m))
     if key == "dualpipe-v":
         return p + 0.5
+    if key == "dualpipe":                     # PP + 1 sets of one stage (1/p of the model) each
+        return p + 1.0
     if key == "interleaved":
         return min(p * interleaved_memory_factor(p, chunks), float(m))
-    raise ValueError(f"no formula for {name!r}: choose gpipe, 1f1b, interleaved, zb-h1, zb-v or dualpipe-v")
+    raise ValueError(f"no formula for {name!r}: choose gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipe-v or "
+                     "dualpipe")
 
 
 def idle_per_rank(name: str, stages: int, forward: float = 1.0, backward: float = 2.0, weight: float = 1.0,
@@ -91,6 +96,7 @@ def idle_per_rank(name: str, stages: int, forward: float = 1.0, backward: float 
     - DualPipeV (p-1)(F&B + B - 3W)             same table, DualPipe's (PP/2-1)(F&B + B - 3W) with its
                 PP ranks cut in half onto p = PP/2; F&B is the time of a forward and a backward
                 overlapped (`overlapped`, default F + B: one after the other, as here)
+    - DualPipe  (p/2-1)(F&B + B - 3W)           same table, p even, F, B, W per stage (a rank holds two)
     - ZB-V      0 between a rank's first and last action when F = I = W (Qi et al. 2024, arXiv
                 2401.10241 sec. 6); None for other times (the paper gives no closed form).
 
@@ -104,9 +110,11 @@ def idle_per_rank(name: str, stages: int, forward: float = 1.0, backward: float 
         return max(0.0, (p - 1) * (f + b - 2 * w))
     if key == "dualpipe-v":
         return (p - 1) * ((f + b if overlapped is None else overlapped) + b - 3 * w)
+    if key == "dualpipe":
+        return (p / 2 - 1) * ((f + b if overlapped is None else overlapped) + b - 3 * w)
     if key == "zb-v":
         return 0.0 if f == b - w == w else None
-    raise ValueError(f"no idle formula for {name!r}: choose 1f1b, zb-h1, zb-v or dualpipe-v")
+    raise ValueError(f"no idle formula for {name!r}: choose 1f1b, zb-h1, zb-v, dualpipe-v or dualpipe")
 
 
 # parameters each rank holds, as a multiple of 1F1B's (1/p of the model): DeepSeek-V3, Table 2

@@ -19,9 +19,9 @@ parameters. Where DualPipeV
 overlaps one micro-batch's forward with another's backward (F&B, on two GPU streams) a rank
 here runs the two one after the other: F, then B.
 """
-from labkit.pipeline.schedules import B, F, I, Schedule, W, _args
+from labkit.pipeline.schedules import Action, B, F, I, Schedule, W, _args
 
-__all__ = ["zb_v", "dualpipe_v"]
+__all__ = ["zb_v", "dualpipe_v", "dualpipe"]
 
 
 def zb_v(stages: int, microbatches: int) -> Schedule:
@@ -86,6 +86,29 @@ def dualpipe_v(stages: int, microbatches: int) -> Schedule:
                          f"chunks of every rank): microbatches={m} < 2 x {p}")
     acts = [_dualpipe_v_rank(p, m, r) for r in range(p)]
     return Schedule("DualPipeV", p, m, 2, acts, layout="v")
+
+
+def dualpipe(stages: int, microbatches: int) -> Schedule:
+    """DualPipe (DeepSeek-V3 Technical Report 2024, sec. 3.2.1; deepseek-ai/DualPipe, dualpipe.py):
+    m micro-batches, m/2 fed at rank 0 (chunk 0, stage r on rank r) and m/2 at rank p-1 (chunk 1,
+    stage p-1-r on rank r), so every stage is on two ranks. Rank r runs DualPipeV's order for
+    rank min(r, p-1-r) of p/2 with m/2 micro-batches, its chunks swapped on the second half of
+    the ranks (the repository's step() is written that way). Needs p even and m/2 >= p; the
+    Schedule counts m/2 micro-batches per chunk.
+
+    DeepSeek-V3 Table 2: bubble (PP/2 - 1)(F&B + B - 3W), parameters 2x, activations PP + 1
+    stage sets (F, B, W: one stage's forward, full backward and weight-gradient times). Data,
+    validation and simulation only: the executor does not sum the two copies' gradients."""
+    _args(stages, microbatches)
+    p, m = stages, microbatches
+    if p % 2 or m % 2 or m // 2 < p:
+        raise ValueError(f"DualPipe needs an even number of stages and of micro-batches, half of them at least "
+                         f"the stages: stages={p}, microbatches={m}")
+    acts = []
+    for r in range(p):
+        swap = int(r >= p // 2)
+        acts.append([Action(a.kind, a.mb, a.chunk ^ swap) for a in _dualpipe_v_rank(p // 2, m // 2, min(r, p - 1 - r))])
+    return Schedule("DualPipe", p, m // 2, 2, acts, layout="dual")
 
 
 def _dualpipe_v_rank(p: int, m: int, r: int) -> list:
