@@ -76,7 +76,8 @@ def v_schedules(c, pad, ms=(8, 16)) -> list:
             twin, equal = simulated_twin(t, s), simulate(s, 1, 1, 1)      # padding makes F = I = W
             _, mem = _run(c, name, m, frozen=None, check=False)
             rows.append(f"| {s.name} | {m} | {t.bubble:.3f} | {twin.bubble:.3f} | {equal.bubble:.3f} | "
-                        f"{t.span_bubble:.3f} | {twin.span_bubble:.3f} | {equal.span_bubble:.3f} | {held_measured(mem)[0]:.2f} | "
+                        f"{t.span_bubble:.3f} | {twin.span_bubble:.3f} | {equal.span_bubble:.3f} | "
+                        f"{held_measured(mem)[0]:.2f} | "
                         f"{first_stage_activations(name, 4, m):g} | {t.extra['grad_diff']:.1e} |")
     rows.append("(own span: 1 - busy / the longest rank's first-to-last span, the zero-bubble papers' convention; "
                 "holds: micro-batches' worth through a rank's layers)")
