@@ -32,6 +32,8 @@ PURE = [
     "labkit.pipeline.schedules",
     "labkit.pipeline.validate",
     "labkit.pipeline.simulate",
+    "labkit.pipeline.schedules_v",
+    "labkit.pipeline.compare",
     "labkit.diagnose",
     "labkit.diagnose.verdict",
     "labkit.diagnose.knobs",

@@ -1,9 +1,10 @@
-"""python -m labkit.bench pipeline [--pad 0.01] [--ms 4 8 16] [--skip-torch]
+"""python -m labkit.bench pipeline [--pad 0.01] [--ms 4 8 16] [--skip-torch] [--v-only]
 
 On 4 gloo ranks, in one run: the bubble of each schedule measured with compute padded to
 `pad` seconds per layer (forward; backward twice), against the formula (p-1)/(vm+p-1) and
 against simulate() with this run's measured times; the same unpadded; peak saved activations
-per stage for GPipe and 1F1B; one slow stage and its rebalancing; and the same model under
+per stage for GPipe and 1F1B; one slow stage and its rebalancing; ZB-V and DualPipeV (--v-only: only
+them); and the same model under
 torch.distributed.pipelining (same loss, step time side by side, median of the slowest rank's).
 """
 import argparse
@@ -11,9 +12,9 @@ import statistics
 import time
 
 import labkit
-from labkit.pipeline import bubble_ratio, build
+from labkit.pipeline import bubble_ratio, build, first_stage_activations, simulate
 from labkit.pipeline.executor import run_schedule
-from labkit.pipeline.timeline import simulated_twin, timeline_of
+from labkit.pipeline.timeline import held_measured, simulated_twin, timeline_of
 from labkit.pipeline.torch_pp import torch_step
 
 NAMES = ["gpipe", "1f1b", "interleaved", "zb-h1"]
@@ -63,6 +64,26 @@ def imbalance(c, pad) -> list:
     return rows
 
 
+def v_schedules(c, pad, ms=(8, 16)) -> list:
+    """ZB-V and DualPipeV: the bubble measured (whole step and within each rank's span) against
+    the simulated twin, activations held on rank 0 (every layer trains) against the formula."""
+    rows = ["| schedule | m | measured bubble | simulated (measured times) | simulated F = I = W | own span: measured "
+            "| own span: sim | own span: F = I = W | rank 0 holds, measured | formula | grad max diff |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name in ("zb-v", "dualpipe-v"):
+        for m in ms:
+            s, t = _run(c, name, m, pad=pad)
+            twin, equal = simulated_twin(t, s), simulate(s, 1, 1, 1)      # padding makes F = I = W
+            _, mem = _run(c, name, m, frozen=None, check=False)
+            rows.append(f"| {s.name} | {m} | {t.bubble:.3f} | {twin.bubble:.3f} | {equal.bubble:.3f} | "
+                        f"{t.span_bubble:.3f} | {twin.span_bubble:.3f} | {equal.span_bubble:.3f} | "
+                        f"{held_measured(mem)[0]:.2f} | "
+                        f"{first_stage_activations(name, 4, m):g} | {t.extra['grad_diff']:.1e} |")
+    rows.append("(own span: 1 - busy / the longest rank's first-to-last span, the zero-bubble papers' convention; "
+                "holds: micro-batches' worth through a rank's layers)")
+    return rows
+
+
 def torch_compare(c, m=8, repeats=5) -> list:
     rows = ["| schedule | labkit step ms | torch step ms | labkit / torch | labkit loss | torch loss |",
             "| --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -80,13 +101,19 @@ def main(argv=None) -> int:
     ap.add_argument("--pad", type=float, default=0.01, help="padded compute, seconds per layer")
     ap.add_argument("--ms", type=int, nargs="+", default=[4, 8, 16], help="micro-batch counts")
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--v-only", action="store_true", help="only the ZB-V and DualPipeV table")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     with labkit.Cluster(4, backend="gloo", spares=0, timeout=300) as c:
         print(f"p=4 gloo ranks, mlp 8 layers x 64, 4 rows per micro-batch, {c.threads_per_rank} thread(s) per rank\n")
+        if args.v_only:
+            print("\n".join(v_schedules(c, args.pad)), "\n")
+            print(f"(bench took {time.perf_counter() - t0:.0f} s)")
+            return 0
         print("\n".join(bubbles(c, args.ms, args.pad)), "\n")
         print("\n".join(memory(c, args.pad)), "\n")
         print("\n".join(imbalance(c, args.pad)), "\n")
+        print("\n".join(v_schedules(c, args.pad)), "\n")
         if not args.skip_torch:
             print("\n".join(torch_compare(c)), "\n")
     print(f"(bench took {time.perf_counter() - t0:.0f} s)")

@@ -75,7 +75,9 @@ def gantt(t: Timeline, ax=None, title: str = None, unit: str = None, formula: bo
     head = title or f"{t.name}: " + ("measured" if t.measured else
                                      "simulated with the measured times" if seconds else "simulated")
     line = f"bubble {t.bubble:.1%}"
-    if formula and t.name.split(" (")[0] != "ZB-H1":
+    if t.layout != "loop":
+        line += f", {t.span_bubble:.1%} within each rank's own span"
+    if formula and t.name.split(" (")[0] not in ("ZB-H1", "ZB-V", "DualPipeV", "DualPipe"):
         line += (f", formula (p-1)/({'vm' if t.chunks > 1 else 'm'}+p-1) = "
                  f"{bubble_ratio(t.stages, t.microbatches, t.chunks):.1%}")
     ax.set_title(f"{head} (p={t.stages}, m={t.microbatches}" + (f", v={t.chunks}" if t.chunks > 1 else "")
@@ -128,7 +130,8 @@ class live_gantt(LiveFigure):
         t0 = min((a for ivs in self.intervals for a, _, _ in ivs), default=0.0)
         ivs = [[(a - t0, b - t0, act) for a, b, act in sorted(row, key=lambda x: x[0])]
                for row in self.intervals]
-        return Timeline(s.name, s.stages, s.microbatches, s.chunks, ivs, measured=True)
+        return Timeline(s.name, s.stages, s.microbatches, s.chunks, ivs, measured=True,
+                        layout=s.layout)
 
     def _take(self, event) -> bool:
         d = event.data

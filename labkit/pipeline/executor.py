@@ -186,6 +186,9 @@ def run_schedule(schedule, layers: int = 8, width: int = 64, microbatch_size: in
     import torch
     import torch.distributed as dist
     s = compute_only(ensure_valid(schedule))
+    if s.layout == "dual":
+        raise ValueError(f"{s.name} holds every stage on two ranks, whose gradients would need summing, "
+                         "which this executor does not do: run its one-copy form, dualpipe_v, instead")
     rank, n = dist.get_rank(), dist.get_world_size()
     if n != s.stages:
         raise ValueError(f"the schedule has {s.stages} stages but the cluster has {n} ranks: build it "

@@ -11,7 +11,7 @@ same bubble: 1F1B only reorders the work, it saves memory, not time.
 """
 
 __all__ = ["bubble_ratio", "bubble_over_ideal", "ideal_time", "pipeline_time", "interleaved_memory_factor",
-           "first_stage_activations"]
+           "first_stage_activations", "idle_per_rank", "WEIGHT_COPIES"]
 
 
 def _check(stages, microbatches, chunks) -> None:
@@ -63,14 +63,59 @@ def interleaved_memory_factor(stages: int, chunks: int) -> float:
 
 def first_stage_activations(name: str, stages: int, microbatches: int, chunks: int = 2) -> float:
     """Peak activations on the first stage, in micro-batches' worth (one micro-batch through all
-    of the stage's layers), for m >= p: GPipe m; 1F1B and ZB-H1 p; interleaved p(1 + (p-1)/(pv))."""
+    of the stage's layers), for m >= p: GPipe m; 1F1B, ZB-H1 and ZB-V p (Qi et al. 2024: ZB-V
+    holds 2p chunk sets of half a stage); interleaved p(1 + (p-1)/(pv)); DualPipeV p + 1/2
+    (DeepSeek-V3 Table 2: PP + 1 chunk sets for PP = 2p parts; needs m >= 2p); DualPipe p + 1
+    (PP + 1 stage sets of 1/p of the model; a DualPipe rank holds two stages, so this unit is
+    1F1B's stage, half of the rank's layers)."""
     _check(stages, microbatches, chunks)
     p, m = stages, microbatches
     key = name.lower().replace("_", "-").split(" ")[0]
     if key == "gpipe":
         return float(m)
-    if key in ("1f1b", "zb-h1"):
+    if key in ("1f1b", "zb-h1", "zb-v"):
         return float(min(p, m))
+    if key == "dualpipe-v":
+        return p + 0.5
+    if key == "dualpipe":                     # PP + 1 sets of one stage (1/p of the model) each
+        return p + 1.0
     if key == "interleaved":
         return min(p * interleaved_memory_factor(p, chunks), float(m))
-    raise ValueError(f"no formula for {name!r}: choose gpipe, 1f1b, interleaved or zb-h1")
+    raise ValueError(f"no formula for {name!r}: choose gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipe-v or "
+                     "dualpipe")
+
+
+def idle_per_rank(name: str, stages: int, forward: float = 1.0, backward: float = 2.0, weight: float = 1.0,
+                  overlapped: float = None) -> float:
+    """Idle time of a rank over one step, from the papers' tables (m >= 2p, free sends), with
+    F = forward, B = backward (the FULL backward: input and weight gradients), W = weight
+    (its weight-gradient half), all per chunk:
+
+    - 1F1B      (p-1)(F + B)                    DeepSeek-AI 2024, DeepSeek-V3 Technical Report, Table 2
+    - ZB-H1     (p-1)(F + B - 2W)  ("ZB1P")     same table; Qi et al. 2023 write it (p-1)(F + I - W)
+    - DualPipeV (p-1)(F&B + B - 3W)             same table, DualPipe's (PP/2-1)(F&B + B - 3W) with its
+                PP ranks cut in half onto p = PP/2; F&B is the time of a forward and a backward
+                overlapped (`overlapped`, default F + B: one after the other, as here)
+    - DualPipe  (p/2-1)(F&B + B - 3W)           same table, p even, F, B, W per stage (a rank holds two)
+    - ZB-V      0 between a rank's first and last action when F = I = W (Qi et al. 2024, arXiv
+                2401.10241 sec. 6); None for other times (the paper gives no closed form).
+
+    ZB-H1's value holds while W <= I, the paper's setting (a larger W cannot all be deferred)."""
+    _check(stages, 1, 1)
+    p, f, b, w = stages, forward, backward, weight
+    key = name.lower().replace("_", "-").split(" ")[0]
+    if key in ("1f1b", "gpipe"):
+        return (p - 1) * (f + b)
+    if key == "zb-h1":
+        return max(0.0, (p - 1) * (f + b - 2 * w))
+    if key == "dualpipe-v":
+        return (p - 1) * ((f + b if overlapped is None else overlapped) + b - 3 * w)
+    if key == "dualpipe":
+        return (p / 2 - 1) * ((f + b if overlapped is None else overlapped) + b - 3 * w)
+    if key == "zb-v":
+        return 0.0 if f == b - w == w else None
+    raise ValueError(f"no idle formula for {name!r}: choose 1f1b, zb-h1, zb-v, dualpipe-v or dualpipe")
+
+
+# parameters each rank holds, as a multiple of 1F1B's (1/p of the model): DeepSeek-V3, Table 2
+WEIGHT_COPIES = {"gpipe": 1, "1f1b": 1, "interleaved": 1, "zb-h1": 1, "zb-v": 1, "dualpipe-v": 1, "dualpipe": 2}

@@ -14,7 +14,7 @@ With v chunks per rank (interleaved 1F1B) rank r holds virtual stages r, p+r, 2p
 """
 from dataclasses import dataclass, field
 
-__all__ = ["Action", "Schedule", "F", "B", "I", "W", "gpipe", "one_f_one_b", "interleaved_1f1b",
+__all__ = ["Action", "Schedule", "LAYOUTS", "vstage_of", "F", "B", "I", "W", "gpipe", "one_f_one_b", "interleaved_1f1b",
            "zb_h1", "SCHEDULES", "build", "with_comms", "compute_only"]
 
 COMPUTE = ("F", "B", "I", "W")
@@ -22,6 +22,23 @@ COMMS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
 NAMES = {"F": "forward", "B": "backward", "I": "input-gradient backward", "W": "weight-gradient backward",
          "SEND_F": "send of activations", "RECV_F": "receive of activations",
          "SEND_B": "send of gradients", "RECV_B": "receive of gradients"}
+
+
+LAYOUTS = ("loop", "v", "dual")
+
+
+def vstage_of(stages: int, rank: int, chunk: int, layout: str = "loop") -> int:
+    """The model part a rank runs as one of its chunks. "loop" (Megatron's interleaving): chunk c
+    of rank r is part c*p + r, the data loops round the ranks v times. "v" (ZB-V, DualPipeV): chunk 0
+    of rank r is part r, chunk 1 is part 2p-1-r, so the data goes down the ranks and back up, and
+    rank 0 holds both the first and the last part. "dual" (DualPipe): p stages, each on two ranks;
+    chunk 0 carries the micro-batches fed at rank 0 (stage r on rank r), chunk 1 those fed at
+    rank p-1 (stage p-1-r on rank r): the number is the stage along that chunk's path."""
+    if layout == "v":
+        return rank if chunk == 0 else 2 * stages - 1 - rank
+    if layout == "dual":
+        return rank if chunk == 0 else stages - 1 - rank
+    return chunk * stages + rank
 
 
 @dataclass(frozen=True, order=True)
@@ -68,18 +85,32 @@ class Schedule:
     microbatches: int
     chunks: int = 1
     actions: list = field(default_factory=list)
+    layout: str = "loop"     # "loop": chunk c of rank r is part c*p + r; "v": parts r and 2p-1-r;
+    #                          "dual": stages r and p-1-r, one per direction (vstage_of)
+
+    def __post_init__(self):
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.layout != "loop" and self.chunks != 2:
+            raise ValueError(f"the {self.layout} layout puts exactly 2 chunks on each rank, got chunks={self.chunks}")
 
     @property
     def virtual_stages(self) -> int:
-        return self.stages * self.chunks
+        """Model parts along one micro-batch's path (p for "dual": each direction runs all p stages)."""
+        return self.stages if self.layout == "dual" else self.stages * self.chunks
 
     def vstage(self, rank: int, chunk: int) -> int:
         """The model part (0..p*v-1) that rank `rank` runs as its chunk `chunk`."""
-        return chunk * self.stages + rank
+        return vstage_of(self.stages, rank, chunk, self.layout)
 
-    def place(self, vstage: int) -> tuple:
-        """(rank, chunk) holding virtual stage `vstage`."""
-        return vstage % self.stages, vstage // self.stages
+    def place(self, vstage: int, chunk: int = 0) -> tuple:
+        """(rank, chunk) holding virtual stage `vstage` (on the path of `chunk`: "dual" only)."""
+        p = self.stages
+        if self.layout == "dual":
+            return (vstage, 0) if chunk == 0 else (p - 1 - vstage, 1)
+        if self.layout == "v":
+            return (vstage, 0) if vstage < p else (2 * p - 1 - vstage, 1)
+        return vstage % p, vstage // p
 
     def __repr__(self) -> str:
         rows = "\n".join(f"  stage {r}: " + " ".join(map(repr, a)) for r, a in enumerate(self.actions))
@@ -176,11 +207,20 @@ def zb_h1(stages: int, microbatches: int) -> Schedule:
 SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved_1f1b, "zb-h1": zb_h1}
 
 
+V_SCHEDULES = ("zb-v", "dualpipe-v", "dualpipe")      # labkit.pipeline.schedules_v: two chunks per rank in a V
+
+
 def build(name: str, stages: int, microbatches: int, chunks: int = 2) -> Schedule:
-    """A schedule by name: 'gpipe', '1f1b', 'interleaved' (uses chunks) or 'zb-h1'."""
-    key = name.lower().replace("_", "-").replace("zbh1", "zb-h1")
+    """A schedule by name: 'gpipe', '1f1b', 'interleaved' (uses chunks), 'zb-h1', 'zb-v',
+    'dualpipe-v' or 'dualpipe' (these three always hold 2 chunks per rank)."""
+    key = name.lower().replace("_", "-").replace("zbh1", "zb-h1").replace("zbv", "zb-v")
+    key = key.replace("dualpipev", "dualpipe-v")
+    if key in V_SCHEDULES:
+        from labkit.pipeline import schedules_v
+        return {"zb-v": schedules_v.zb_v, "dualpipe-v": schedules_v.dualpipe_v,
+                "dualpipe": schedules_v.dualpipe}[key](stages, microbatches)
     if key not in SCHEDULES:
-        raise ValueError(f"unknown schedule {name!r}; choose one of {sorted(SCHEDULES)}")
+        raise ValueError(f"unknown schedule {name!r}; choose one of {sorted(SCHEDULES) + list(V_SCHEDULES)}")
     if key == "interleaved":
         return interleaved_1f1b(stages, microbatches, chunks)
     return SCHEDULES[key](stages, microbatches)
@@ -189,7 +229,7 @@ def build(name: str, stages: int, microbatches: int, chunks: int = 2) -> Schedul
 def compute_only(schedule: Schedule) -> Schedule:
     """The same schedule without its explicit SEND/RECV steps."""
     return Schedule(schedule.name, schedule.stages, schedule.microbatches, schedule.chunks,
-                    [[a for a in acts if a.is_compute] for acts in schedule.actions])
+                    [[a for a in acts if a.is_compute] for acts in schedule.actions], schedule.layout)
 
 
 def with_comms(schedule: Schedule) -> Schedule:
@@ -204,14 +244,14 @@ def with_comms(schedule: Schedule) -> Schedule:
         lowered = []
         for a in acts:
             vs = s.vstage(r, a.chunk)
-            if a.kind == "F" and vs > 0 and s.place(vs - 1)[0] != r:
+            if a.kind == "F" and vs > 0 and s.place(vs - 1, a.chunk)[0] != r:
                 lowered.append(Action("RECV_F", a.mb, a.chunk))
-            if a.kind in ("B", "I") and vs < last and s.place(vs + 1)[0] != r:
+            if a.kind in ("B", "I") and vs < last and s.place(vs + 1, a.chunk)[0] != r:
                 lowered.append(Action("RECV_B", a.mb, a.chunk))
             lowered.append(a)
-            if a.kind == "F" and vs < last and s.place(vs + 1)[0] != r:
+            if a.kind == "F" and vs < last and s.place(vs + 1, a.chunk)[0] != r:
                 lowered.append(Action("SEND_F", a.mb, a.chunk))
-            if a.kind in ("B", "I") and vs > 0 and s.place(vs - 1)[0] != r:
+            if a.kind in ("B", "I") and vs > 0 and s.place(vs - 1, a.chunk)[0] != r:
                 lowered.append(Action("SEND_B", a.mb, a.chunk))
         out.append(lowered)
-    return Schedule(s.name + " (with sends/receives)", s.stages, s.microbatches, s.chunks, out)
+    return Schedule(s.name + " (with sends/receives)", s.stages, s.microbatches, s.chunks, out, s.layout)

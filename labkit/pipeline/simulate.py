@@ -27,6 +27,7 @@ class Timeline:
     intervals: list
     measured: bool = False          # True for an executor's time stamps, False for simulate()
     extra: dict = field(default_factory=dict)
+    layout: str = "loop"            # where each chunk's part sits (Schedule.layout)
 
     @property
     def makespan(self) -> float:
@@ -42,6 +43,19 @@ class Timeline:
     def bubble(self) -> float:
         """1 - (sum of busy time) / (p x makespan): idle over total, as bubble_ratio."""
         return bubble_of(self.busy, self.makespan)
+
+    @property
+    def idle(self) -> list:
+        """Per rank, the makespan minus its busy time: what the papers' bubble formulas give."""
+        return [self.makespan - b for b in self.busy]
+
+    @property
+    def span_bubble(self) -> float:
+        """The zero-bubble papers' convention (Qi et al.): 1 - busy / the longest rank's span, a
+        rank's span running from its own first start to its own last end, so the wait of the
+        last ranks for their first input is not counted."""
+        spans = [max(e for _, e, _ in ivs) - min(s for s, _, _ in ivs) for ivs in self.intervals if ivs]
+        return 1.0 - max(self.busy) / max(spans) if spans and max(spans) > 0 else 0.0
 
     @property
     def peak_activations(self) -> list:
@@ -125,4 +139,4 @@ def simulate(schedule, forward=1.0, backward=1.0, weight=1.0, send=0.0) -> Timel
     if stuck:                                   # cannot happen after ensure_valid, but say so
         raise ScheduleError(f"stages {sorted(stuck)} got stuck")
     intervals = [[iv for iv in ivs if iv[2].is_compute] for ivs in intervals]
-    return Timeline(s.name, s.stages, s.microbatches, s.chunks, intervals)
+    return Timeline(s.name, s.stages, s.microbatches, s.chunks, intervals, layout=s.layout)

@@ -7,7 +7,7 @@
 """
 import statistics
 
-from labkit.pipeline.schedules import Action
+from labkit.pipeline.schedules import Action, vstage_of
 from labkit.pipeline.simulate import Timeline, simulate
 from labkit.pipeline.validate import as_schedule
 
@@ -27,7 +27,8 @@ def timeline_of(results: list, schedule) -> Timeline:
              "grad_diff": max(r["grad_diff"] for r in results),
              "grad_mismatch": [n for r in results for n in r["grad_mismatch"]],
              "pad": results[0]["pad"], "sizes": [r["sizes"] for r in results]}
-    return Timeline(s.name, s.stages, s.microbatches, s.chunks, intervals, measured=True, extra=extra)
+    return Timeline(s.name, s.stages, s.microbatches, s.chunks, intervals, measured=True, extra=extra,
+                    layout=s.layout)
 
 
 def held_measured(t: Timeline) -> list:
@@ -45,7 +46,7 @@ def _transfers(t: Timeline) -> tuple:
     for r, ivs in enumerate(t.intervals):
         for s, e, a in ivs:
             if a.kind in ("F", "B", "I"):
-                key = ("F" if a.kind == "F" else "B", a.mb, a.chunk * t.stages + r)
+                key = ("F" if a.kind == "F" else "B", a.mb, vstage_of(t.stages, r, a.chunk, t.layout))
                 ends[key], who[key] = e, (r, a)
     seen = {}
     for ws in t.extra.get("waits", []):

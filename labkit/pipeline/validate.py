@@ -36,8 +36,9 @@ def _parse(a) -> Action:
 
 
 def as_schedule(actions, stages: int = None, microbatches: int = None, chunks: int = 1,
-                name: str = "yours") -> Schedule:
-    """A Schedule from per-stage lists of actions (or strings 'F0', 'B1', ...)."""
+                name: str = "yours", layout: str = "loop") -> Schedule:
+    """A Schedule from per-stage lists of actions (or strings 'F0', 'B1', ...); layout "v" puts
+    parts r and 2p-1-r on rank r (chunks=2), as ZB-V does."""
     if isinstance(actions, Schedule):
         return actions
     acts = [[_parse(a) for a in stage] for stage in actions]
@@ -45,7 +46,7 @@ def as_schedule(actions, stages: int = None, microbatches: int = None, chunks: i
         stages = len(acts)
     if microbatches is None:
         microbatches = 1 + max((a.mb for s in acts for a in s), default=0)
-    return Schedule(name, stages, microbatches, chunks, acts)
+    return Schedule(name, stages, microbatches, chunks, acts, layout)
 
 
 def _structure(s: Schedule) -> list:
@@ -99,10 +100,10 @@ def _structure(s: Schedule) -> list:
 def _comm_structure(s, r, c, vs, i, where, gkind) -> list:
     out, last = [], s.virtual_stages - 1
     need = []
-    if vs > 0 and s.place(vs - 1)[0] != r:
+    if vs > 0 and s.place(vs - 1, c)[0] != r:
         need += [(Action("RECV_F", i, c), Action("F", i, c), True),
                  (Action("SEND_B", i, c), Action(gkind, i, c), False)]
-    if vs < last and s.place(vs + 1)[0] != r:
+    if vs < last and s.place(vs + 1, c)[0] != r:
         need += [(Action("SEND_F", i, c), Action("F", i, c), False),
                  (Action("RECV_B", i, c), Action(gkind, i, c), True)]
     for comm, compute, before in need:
@@ -125,7 +126,7 @@ def _needs(s: Schedule, r: int, a: Action, explicit: bool, split: set) -> list:
     if a.kind == "F":
         if vs == 0:
             return []
-        pr, pc = s.place(vs - 1)
+        pr, pc = s.place(vs - 1, a.chunk)
         if explicit and pr != r:
             return [(r, Action("RECV_F", a.mb, a.chunk), False)]
         return [(pr, Action("F", a.mb, pc), pr != r)]
@@ -133,7 +134,7 @@ def _needs(s: Schedule, r: int, a: Action, explicit: bool, split: set) -> list:
         own = [(r, Action("F", a.mb, a.chunk), False)]
         if vs == last:
             return own
-        nr, nc = s.place(vs + 1)
+        nr, nc = s.place(vs + 1, a.chunk)
         if explicit and nr != r:
             return own + [(r, Action("RECV_B", a.mb, a.chunk), False)]
         return own + [(nr, grad(nr, nc), nr != r)]
@@ -146,7 +147,7 @@ def _needs(s: Schedule, r: int, a: Action, explicit: bool, split: set) -> list:
 
 def _peer_send(s: Schedule, r: int, a: Action) -> tuple:
     vs = s.vstage(r, a.chunk)
-    pr, pc = s.place(vs - 1 if a.kind == "RECV_F" else vs + 1)
+    pr, pc = s.place(vs - 1 if a.kind == "RECV_F" else vs + 1, a.chunk)
     return pr, Action("SEND_F" if a.kind == "RECV_F" else "SEND_B", a.mb, pc)
 
 
@@ -205,7 +206,7 @@ def play(s: Schedule, cost=lambda r, a: 1.0, send: float = 0.0, blocking_sends: 
 
 def _peer_recv(s, r, a):
     vs = s.vstage(r, a.chunk)
-    pr, pc = s.place(vs + 1 if a.kind == "SEND_F" else vs - 1)
+    pr, pc = s.place(vs + 1 if a.kind == "SEND_F" else vs - 1, a.chunk)
     return pr, Action("RECV_F" if a.kind == "SEND_F" else "RECV_B", a.mb, pc)
 
 
