@@ -140,3 +140,24 @@ def torch_loss_parallel(tokens_=64, vocab=256) -> dict:
             "labkit loss diff": (ours - F.cross_entropy(full, tgt)).abs().item(),
             "labkit grad diff": (mine.grad - want).abs().max().item(),
             "torch collectives": counts}
+
+
+def memory_figure(measured: dict, formula: dict, title: str = ""):
+    """Bars per way of computing the loss: logits held and bytes the loss keeps for backward
+    (measured), the formula as a black tick on each bar; one scale for all."""
+    import matplotlib.pyplot as plt
+    ways = list(formula)
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    width = 0.38
+    for j, (what, color) in enumerate((("logits", "tab:blue"), ("saved by the loss", "tab:orange"))):
+        xs = [i + (j - 0.5) * width for i in range(len(ways))]
+        ax.bar(xs, [measured[w][what] / 2**20 for w in ways], width, color=color,
+               label=f"{what} (measured)")
+        ax.scatter(xs, [formula[w][what] / 2**20 for w in ways], marker="_", s=400, color="k", zorder=3,
+                   label="formula" if j == 0 else None)
+    ax.set_xticks(range(len(ways)), ways)
+    ax.set_ylabel("MiB on this rank")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
