@@ -120,17 +120,20 @@ def clip_parity(dp=2, pp=1, tp=2, n_layer=2, n_embd=32, n_head=4, b=4, s=8) -> d
             "elements": int(sum(p.numel() for p in params))}
 
 
-def norms_figure(res: dict, title: str = ""):
-    """Bars: each norm a rank computed, beside one process's (a dashed line)."""
+def norms_figure(results: dict, title: str = ""):
+    """One panel per layout ({name: a rank's clip_parity result}), one x scale: each norm that
+    rank computed, green where it equals one process's (dashed line), red where it does not."""
     import matplotlib.pyplot as plt
-    norms = res["norms"]
     names = ["right", *WRONG]
-    fig, ax = plt.subplots(figsize=(7, 3))
-    colors = ["tab:green"] + ["tab:red"] * len(WRONG)
-    ax.barh(names[::-1], [norms[n] for n in names][::-1], color=colors[::-1])
-    ax.axvline(norms["one process"], ls="--", color="k", label=f"one process: {norms['one process']:.4f}")
-    ax.set_xlabel("gradient norm (computed on rank %d)" % res["rank"])
-    ax.set_title(title or "global gradient norm on this layout")
-    ax.legend(loc="lower right")
+    fig, axes = plt.subplots(1, len(results), figsize=(3.3 * len(results), 3.0), sharex=True, sharey=True)
+    for ax, (layout, res) in zip(list(getattr(axes, "flat", [axes])), results.items()):
+        norms, want = res["norms"], res["norms"]["one process"]
+        vals = [norms[n] for n in names][::-1]
+        ax.barh(names[::-1], vals, color=["tab:green" if abs(v / want - 1) < 1e-6 else "tab:red" for v in vals])
+        ax.axvline(want, ls="--", color="k")
+        ax.set_title(f"{layout} (rank {res['rank']})")
+        ax.set_xlabel("gradient norm")
+    fig.suptitle(title or "the global gradient norm, right and with one piece missing "
+                 "(dashed: one process; green: equal to it, red: not)")
     fig.tight_layout()
     return fig
