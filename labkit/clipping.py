@@ -50,7 +50,7 @@ def _flat(tensors, n):
     return torch.cat([flat, flat.new_zeros(-len(flat) % n)])        # padded to a multiple of n
 
 
-def _run_stage(stage, x, w, layout, me, pp_group, dp):
+def _run_stage(stage, x, w, layout, me, dp):
     """One micro-batch through this rank's pipeline stage; the last stage makes the loss."""
     c = layout.coords(me)
     if c.pp > 0:
@@ -89,7 +89,7 @@ def clip_parity(dp=2, pp=1, tp=2, n_layer=2, n_embd=32, n_head=4, b=4, s=8) -> d
     stage = parallelize_blocks([ref[i] for i in mine], groups["tp"])
     _mark_replicated(stage)
     rows = slice(c.dp * b // dp, (c.dp + 1) * b // dp)
-    _run_stage(stage, x[rows].clone(), w[rows], layout, me, groups["pp"], dp)
+    _run_stage(stage, x[rows].clone(), w[rows], layout, me, dp)
     names = [n for n, _ in stage.named_parameters()]
     params = [p for _, p in stage.named_parameters()]
     full = dict(ref.named_parameters())
