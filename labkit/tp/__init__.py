@@ -6,7 +6,9 @@
 
 comms.py (f, g and the sequence-parallel pair), layers.py (column / row linears),
 blocks.py (MLP, attention, block), parity.py (runs on ranks), dtensor_tp.py (PyTorch's
-`parallelize_module`), two_d.py (FSDP2 x TP on a 2-D mesh), formulas.py (pure).
+`parallelize_module`), two_d.py (FSDP2 x TP on a 2-D mesh), vocab.py (vocabulary-parallel embedding and
+loss-parallel cross-entropy; vocab_parity.py runs them against one device and torch's
+loss_parallel), gqa.py (grouped-query attention with K/V heads replicated when t > kv).
 """
 from labkit._lazy import lazy
 
@@ -20,6 +22,8 @@ _LAZY = {
     "dtensor_blocks": "dtensor_tp", "dtensor_parity": "dtensor_tp", "dtensor_sp_traffic": "dtensor_tp",
     "dtensor_comm_counts": "dtensor_tp",
     "two_d_parity": "two_d",
+    "VocabParallelEmbedding": "vocab", "vocab_parallel_cross_entropy": "vocab",
+    "GQAttention": "gqa", "TPGQAttention": "gqa", "sync_kv_replica_grads": "gqa",
 }
 __all__ = list(_LAZY)
 
