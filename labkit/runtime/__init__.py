@@ -28,6 +28,7 @@ magic.py     the %%ranks cell magic
 The rank side, for both sources:
 worker.py    the task loop of a rank (forked by the zygote, spawned, or under torchrun):
              die_with_parent(), prepare(stack_path), serve(conn, owner_alive, on_lost)
+tasks.py     one task on a rank: run it in the namespace, its result on CPU, a failure's report
 
 local/ - ranks on this machine:
   source.py    LocalRanks: the source of a Cluster(n) (pool, store, backend, threads)

@@ -58,7 +58,7 @@ class Ready(NamedTuple):
 
 
 class InitFailed(NamedTuple):
-    report: dict                    # worker._failure(exc)
+    report: dict                    # tasks.failure_report(exc)
 
 
 class Task(NamedTuple):

@@ -18,7 +18,6 @@ Output goes to fd 1/2, a pipe that the notebook reads and prefixes with ``[rank 
 Where a rank is stuck (even inside C++), the notebook sends SIGUSR1 and faulthandler writes
 every thread's Python stack to this worker's stack file.
 """
-import ast
 import ctypes
 import datetime
 import faulthandler
@@ -27,10 +26,9 @@ import queue
 import signal
 import sys
 import threading
-import traceback
 
 # Workers never re-import the learner's __main__: this module is __main__ here.
-_tasks: "queue.Queue" = queue.Queue()
+_inbox: "queue.Queue" = queue.Queue()
 _libc = ctypes.CDLL(None)
 _PID = os.getpid()          # a forked child sees another pid: it must never answer for the rank
 _opts = None                # how this rank joined its process group (to join again)
@@ -84,7 +82,7 @@ def _control_loop(conn, owner_alive, on_lost) -> None:
         if isinstance(msg, protocol.Release):  # the notebook has loaded our last result
             wire.release_results()
             continue
-        _tasks.put(msg)
+        _inbox.put(msg)
 
 
 def _flush() -> None:
@@ -135,111 +133,23 @@ def _init(conn, opts: dict) -> None:
     context._set_worker(rank, world_size, device, backend, conn)
 
 
-def _pg_suspect(exc) -> bool:
-    """After this task, is the process group unusable? (destroyed by the learner, or an error
-    raised inside a collective: a timeout or a mismatch leaves the ranks out of step)."""
-    import torch.distributed as dist
-    if not dist.is_initialized():
-        return True
-    if exc is None:
-        return False
-    frames = traceback.extract_tb(exc.__traceback__)
-    return any(f"torch{os.sep}distributed{os.sep}" in f.filename for f in frames)
-
-
-def _namespace() -> dict:
-    import torch
-    import torch.distributed as dist
-    import labkit
-    from labkit.runtime import context
-    return {"rank": context.rank(), "world_size": context.world_size(),
-            "device": context.device(), "torch": torch, "dist": dist, "labkit": labkit,
-            "__name__": "__ranks__", "__builtins__": __builtins__}
-
-
-def _exec_cell(ns: dict, source: str, filename: str):
-    """Run a %%ranks cell; return the value of a final expression, like IPython does."""
-    tree = ast.parse(source, filename, "exec")
-    last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
-    exec(compile(tree, filename, "exec"), ns)
-    if last is not None:
-        return eval(compile(last, filename, "eval"), ns)
-    return None
-
-
-def _to_cpu(obj):
-    """Results cross to the notebook on CPU: the kernel never has to initialise CUDA."""
-    import torch
-    if isinstance(obj, torch.Tensor) and obj.device.type != "cpu":
-        return obj.cpu()
-    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
-        return type(obj)(_to_cpu(o) for o in obj)
-    if type(obj) is dict:
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    return obj
-
-
-def _failure(exc: BaseException) -> dict:
-    """What the notebook needs of an exception, its text capped (errors.cap_text): a 50 MB
-    message must not travel, nor the exception object that carries it."""
-    import cloudpickle
-    from labkit.runtime import errors
-    frames = [(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_tb(exc.__traceback__)]
-    message = errors.safe_str(exc)
-    try:
-        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    except BaseException:                     # noqa: B902 - a __str__ that fails, even oddly
-        text = f"{type(exc).__name__}: {message}"
-    pickled = None
-    if len(message) <= errors.MAX_ERROR_CHARS:
-        try:
-            pickled = cloudpickle.dumps(exc)
-        except BaseException:                 # noqa: B902
-            pickled = None
-        if pickled is not None and len(pickled) > 4 * errors.MAX_ERROR_CHARS:
-            pickled = None                    # a huge payload on the exception: text only
-    return {"type": type(exc).__name__, "message": errors.cap_text(message),
-            "frames": frames[-200:], "text": errors.cap_text(text), "pickled": pickled}
-
-
-def _run_task(kind: str, payload, ns: dict):
-    import cloudpickle
-    if kind == "call":
-        fn, args, kwargs = cloudpickle.loads(payload)
-        return fn(*args, **kwargs)
-    if kind == "exec":
-        source, filename = payload
-        return _exec_cell(ns, source, filename)
-    if kind == "push":
-        ns.update(cloudpickle.loads(payload))
-        return None
-    if kind == "pull":
-        if payload not in ns:
-            raise NameError(f"rank {ns['rank']} has no variable {payload!r} "
-                            "(define it in a %%ranks cell or with cluster.push)")
-        return ns[payload]
-    raise ValueError(f"unknown task kind {kind!r}")
-
-
 def _serve(conn) -> None:
-    from labkit.runtime import context, learner, protocol, wire
+    from labkit.runtime import context, learner, protocol, tasks, wire
     ns = None
     while True:
-        msg = _tasks.get()
+        msg = _inbox.get()
         if isinstance(msg, (protocol.Init, protocol.Rejoin)):
             try:
                 if isinstance(msg, protocol.Init):
                     _init(conn, msg.opts)
-                    ns = _namespace()
+                    ns = tasks.namespace()
                 else:
                     _join(_opts, msg.prefix)
                 _flush()
                 conn.send(protocol.Ready(_opts["rank"]))
             except BaseException as exc:      # noqa: B902 - reported to the notebook
                 _flush()
-                conn.send(protocol.InitFailed(_failure(exc)))
+                conn.send(protocol.InitFailed(tasks.failure_report(exc)))
             continue
         task_id, kind, payload = msg.task_id, msg.kind, msg.payload
         wire.release_results()                # the notebook has long loaded the last result
@@ -247,7 +157,7 @@ def _serve(conn) -> None:
         error = None
         try:
             learner.apply(msg.learner)        # the notebook's folder, path, modules
-            value = _to_cpu(_run_task(kind, payload, ns))
+            value = tasks.to_cpu(tasks.run(kind, payload, ns))
             learner.note_imports()
             try:
                 data = wire.dumps_result(value)   # tensors through shared memory
@@ -259,14 +169,14 @@ def _serve(conn) -> None:
                                 "dicts or tensors instead.") from None
         except BaseException as exc:          # noqa: B902 - a KeyboardInterrupt/SystemExit too
             error = exc
-            out = protocol.Result(task_id, False, _failure(exc))
+            out = protocol.Result(task_id, False, tasks.failure_report(exc))
         finally:
             dropped = context.events_dropped()
             context.new_task(None)
         _flush()                              # output first: it is in the pipe before the result
         if os.getpid() != _PID:               # a child forked by the task came back here
             os._exit(0)
-        if _pg_suspect(error):
+        if tasks.pg_suspect(error):
             conn.send(protocol.PgLost(task_id))   # the notebook has the ranks join a new group
         if dropped:
             conn.send(protocol.EventsDropped(task_id, dropped))
