@@ -29,7 +29,7 @@ def test_outputs_and_grads_equal_one_device(cluster, k, cf):
 
 
 def test_hand_written_all_to_all_and_empty_rank(cluster4):
-    res = cluster4.run(ep_parity, k=2, capacity_factor=0.5, tokens=(0, 3, 11, 1), impl="p2p")
+    res = cluster4.run(ep_parity, k=2, capacity_factor=0.5, tokens=(0, 3, 11, 1), experts=8, impl="p2p")
     _assert_parity(res)
 
 
