@@ -160,8 +160,10 @@ def diagnose(res: dict) -> str:
         plain, unit = out / g[:, None], res["all_unit"]           # before the gates; every rank's rows
         match = [[k for k in range(len(unit)) if _close(plain[i], unit[k])] for i in range(len(out))]
         if all(match):
-            src, k = res["whose"][match[0][0]]
-            return (f"rank {r}: every row is a right result but in the wrong place (row 0 holds the result "
+            own = [j for j, (src, _) in enumerate(res["whose"]) if src == r][0]
+            i = next(i for i in range(len(out)) if own + i not in match[i])
+            src, k = res["whose"][match[i][0]]
+            return (f"rank {r}: every row is a right result but in the wrong place (row {i} holds the result "
                     f"of rank {src}'s row {k}): put the expert outputs back in arrival order (undo the "
                     "regrouping by expert) before the combine")
         which = [[k for k in range(len(every)) if _close(out[i], g[i] * every[k, i])] for i in range(len(out))]
