@@ -33,6 +33,7 @@ def routing_figure(steps: list, experts: int):
     ax.set_title("routing: each token's first choice; arrows coloured by the rank that holds the expert",
                  fontsize=_fs(9))
     fig.tight_layout()
+    plt.close(fig)                    # shown once, as the cell's value
     return fig
 
 
