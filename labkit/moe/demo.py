@@ -67,3 +67,26 @@ def train_load(steps=30, aux_loss_weight=0.0, capacity_factor=None, tokens=64, h
         if emit:
             labkit.emit(**row)
     return history
+
+
+def step_times(skew=0.0, tokens=512, hidden=128, ffn_hidden=1024, experts=8, k=2, repeats=5) -> dict:
+    """One forward of an expert-parallel layer, timed (median of `repeats`): the whole forward,
+    and this rank's expert compute alone (forward hooks on its experts), with the rows it got."""
+    n, r = dist.get_world_size(), dist.get_rank()
+    moe = expert_parallel(skewed(build(hidden, ffn_hidden, experts, k), skew, experts // n))
+    spent = [0.0]
+    for e in moe.experts:
+        e.register_forward_pre_hook(lambda m, a: m.__dict__.__setitem__("_t0", time.perf_counter()))
+        e.register_forward_hook(lambda m, a, o: spent.__setitem__(0, spent[0] + time.perf_counter() - m._t0))
+    x = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(r)) + (1.0 if skew else 0.0)
+    fwd, comp = [], []
+    with torch.no_grad():
+        for _ in range(repeats + 1):
+            dist.barrier()
+            spent[0] = 0.0
+            t0 = time.perf_counter()
+            moe(x)
+            fwd.append(time.perf_counter() - t0)
+            comp.append(spent[0])
+    med = lambda v: sorted(v[1:])[len(v[1:]) // 2]
+    return {"rows": int(moe.received.sum()), "expert seconds": med(comp), "forward seconds": med(fwd)}

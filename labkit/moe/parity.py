@@ -126,7 +126,7 @@ def ep_traffic(tokens=128, hidden=64, ffn_hidden=32, experts=4, k=2, skew=0.0, i
     n, me = dist.get_world_size(), dist.get_rank()
     moe = expert_parallel(skewed(build(hidden, ffn_hidden, experts, k), skew, experts // n), impl=impl)
     g = torch.Generator().manual_seed(10 + me)
-    x = torch.randn(tokens, hidden, generator=g) + 1.0
+    x = torch.randn(tokens, hidden, generator=g) + (1.0 if skew else 0.0)   # skewed: mean +1
     sent = []
     real = alltoall._exchange
 
