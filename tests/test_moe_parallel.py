@@ -40,7 +40,7 @@ def test_ep_inside_dp_reduces_experts_over_their_replicas(cluster4):
 
 
 @pytest.mark.parametrize("impl", ["torch", "p2p"])
-@pytest.mark.parametrize("skew", [0.0, 4.0], ids=["spread", "skewed"])
+@pytest.mark.parametrize("skew", [0.0, 4.0], ids=["random", "skewed"])
 def test_bytes_on_the_wire_equal_the_formula(cluster4, impl, skew):
     """gloo: 96 B header per message sent, 48 B notice per message received. torch's
     all_to_all_single sends one message to each other rank, empty ones too; the hand-written
