@@ -39,7 +39,7 @@ def main(argv=None) -> int:
                           f"  payload formula {r[way + ' formula']:>9,} B  headers {r[way + ' sent'] - r[way + ' formula']:>5} B")
         measured, want = c.run(_param_bytes, a.hidden, 4 * a.hidden, E)[0]
         print(f"parameters per rank ({E // n} of {E} experts + router): measured {measured:,} B, formula "
-              f"{want['parameters']:,} B; with Adam: {sum(want.values()):,} B per rank")
+              f"{want['params']:,} B; with Adam: {sum(want.values()):,} B per rank")
         print("load after 30 steps (tokens computed per expert, all ranks):")
         for aux in (0.0, 0.01, 1.0):
             h = c.run(train_load, aux_loss_weight=aux, experts=E, emit=False)[0]

@@ -81,7 +81,11 @@ def params_per_rank(hidden: int, ffn_hidden: int, experts: int, n: int = 1) -> i
 def state_bytes_per_rank(hidden: int, ffn_hidden: int, experts: int, n: int = 1,
                          optimizer: str = "adam", bytes_per_value: int = 4) -> dict:
     """Bytes of parameters, gradients and optimizer state on one rank, fp32 (module 01's
-    categories): Adam keeps two values per parameter, SGD without momentum none."""
+    categories): Adam keeps m and v per parameter and one 4-byte step counter per parameter
+    tensor (4 per expert, 1 for the router); SGD without momentum keeps nothing."""
+    if optimizer not in ("adam", "sgd"):
+        raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
     p = params_per_rank(hidden, ffn_hidden, experts, n) * bytes_per_value
-    states = {"adam": 2, "sgd": 0}[optimizer]
-    return {"parameters": p, "gradients": p, "optimizer": states * p}
+    adam = optimizer == "adam"
+    return {"params": p, "grads": p, "momentum": p if adam else 0, "variance": p if adam else 0,
+            "other": 4 * (4 * (experts // n) + 1) if adam else 0}
