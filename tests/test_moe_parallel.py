@@ -1,7 +1,7 @@
 """Expert parallelism on real gloo ranks against the one-device MoE in one process."""
 import pytest
 
-from labkit.moe.parity import ep_dp_parity, ep_parity, ep_traffic
+from labkit.moe.parity import ep_dp_parity, ep_parity, ep_traffic, state_bytes
 
 pytestmark = pytest.mark.cluster   # starts ranks
 
@@ -85,27 +85,6 @@ def test_bad_input_names_the_rank(cluster4):
                "rank 2 has hidden size 6" in msg, msg
 
 
-def _state_bytes(experts):
-    """Parameters, gradients and Adam's state on this rank after one step, measured by module
-    01's accounting, and the formula."""
-    import torch
-    import torch.distributed as dist
-    from labkit.memory.accounting import measure
-    from labkit.moe import formulas
-    from labkit.moe.parallel import expert_parallel, reduce_gradients
-    from labkit.moe.parity import build
-    m = expert_parallel(build(16, 32, experts))
-    opt = torch.optim.Adam(m.parameters())
-    m(torch.randn(64, 16)).sum().backward()
-    reduce_gradients(m)
-    for p in m.parameters():                     # an expert no token reached has no gradient yet
-        p.grad = torch.zeros_like(p) if p.grad is None else p.grad
-    opt.step()
-    got = measure(m, opt)
-    return ({k: getattr(got, k) for k in ("params", "grads", "momentum", "variance", "other")},
-            formulas.state_bytes_per_rank(16, 32, experts, dist.get_world_size()))
-
-
 def test_parameters_and_adam_state_per_rank_to_the_byte(cluster4):
-    for measured, formula in cluster4.run(_state_bytes, 8):
+    for measured, formula in cluster4.run(state_bytes, 8):
         assert measured == formula

@@ -151,3 +151,19 @@ def ep_traffic(tokens=128, hidden=64, ffn_hidden=32, experts=4, k=2, skew=0.0, i
             "combine formula": formulas.combine_bytes(matrix, me, hidden),
             "uniform formula": formulas.uniform_dispatch_bytes(tokens, hidden, k, n),
             "matrix": matrix, "messages": n - 1}
+
+
+def state_bytes(experts=8, hidden=16, ffn_hidden=32) -> tuple:
+    """(measured, formula): parameters, gradients and Adam's state on this rank after one step
+    of an expert-parallel layer, by module 01's accounting, and `formulas.state_bytes_per_rank`."""
+    from labkit.memory.accounting import measure
+    m = expert_parallel(build(hidden, ffn_hidden, experts))
+    opt = torch.optim.Adam(m.parameters())
+    m(torch.randn(64, hidden)).sum().backward()
+    reduce_gradients(m)
+    for p in m.parameters():                     # an expert no token reached has no gradient yet
+        p.grad = torch.zeros_like(p) if p.grad is None else p.grad
+    opt.step()
+    got = measure(m, opt)
+    return ({k: getattr(got, k) for k in ("params", "grads", "momentum", "variance", "other")},
+            formulas.state_bytes_per_rank(hidden, ffn_hidden, experts, dist.get_world_size()))
