@@ -41,6 +41,7 @@ PURE = [
     "labkit.doctor.pitfalls",
     "labkit.tricks",
     "labkit.tricks.formulas",
+    "labkit.moe.formulas",
     "labkit.tricks.quant8_math",
     "labkit.verdict",
     "labkit._lazy",
