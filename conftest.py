@@ -33,7 +33,7 @@ SERIAL = {                                  # test files that assert times: run 
     "test_runtime.py", "test_runtime_failures.py", "test_runtime_process.py", "test_runtime_abuse.py",
     "test_runtime_io.py", "test_runtime_remote.py", "test_runtime_speed.py", "test_runtime_limits.py",
     "test_runtime_data.py", "test_check_guard.py", "test_zero_check.py", "test_pipeline_run.py",
-    "test_browser_lab.py", "test_ddp.py",
+    "test_browser_lab.py", "test_ddp.py", "test_moe_check.py",
 }
 
 
