@@ -115,7 +115,7 @@ def beside_gradscaler(steps: int = 12, init_scale: float = 2.0 ** 40, growth_int
     return out
 
 
-def agree_on_skip(kind: str = "labkit", steps: int = 6, init_scale: float = 2.0 ** 8, seed: int = 0) -> dict:
+def agree_on_skip(kind: str = "labkit", steps: int = 8, init_scale: float = 2.0 ** 8, seed: int = 0) -> dict:
     """Inside a rank: the MLP trained data parallel with sharded gradients and weights (ZeRO-2 by
     hand: the gradients are reduce-scattered, each rank keeps and updates its part of the flat
     weights, then all-gathers them), under fp16 autocast with a dynamic loss scaler that doubles S
