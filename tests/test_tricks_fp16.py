@@ -80,3 +80,14 @@ def test_ranks_deciding_alone_drift_apart(cluster2):
     alone = _by_step(cluster2.run(fp16.agree_on_skip, "labkit-alone", 8))
     assert any(a["stepped"] != b["stepped"] for a, b in alone)
     assert any(a["scale"] != b["scale"] for a, b in alone)        # and their scales part
+
+
+def test_fp16_in_the_tricks_table_holds_what_bf16_holds():
+    from labkit.tricks import Config, Shape, predict
+    shape = Shape(n_layer=2, n_embd=64, n_head=4, vocab_size=256, seq=64, batch=4)
+    a, b = predict(Config(precision="fp16"), 1000, shape), predict(Config(precision="mixed"), 1000, shape)
+    assert (a.params, a.grads, a.master, a.momentum, a.variance) == (2000, 2000, 4000, 4000, 4000)
+    assert a.activations == b.activations < predict(Config(), 1000, shape).activations
+    assert Config(precision="fp16").code == "H" and "fp16" in Config(precision="fp16").describe()
+    with pytest.raises(ValueError, match="fp16"):
+        Config(precision="fp16", zero=1)

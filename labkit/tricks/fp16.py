@@ -18,7 +18,7 @@ from labkit.tricks.loss_scale import LossScaler
 D, H, BATCH = 16, 32, 256
 X_SCALE = 1e-2                     # small inputs ...
 OUT_SCALE = 1e-2                   # ... and a small fixed output layer: tiny first-layer gradients
-LR = 1e-2                          # Adam: any nonzero gradient moves its weight; a zero one does not
+LR = 2e-3                          # Adam: any nonzero gradient moves its weight; a zero one does not
 
 
 def problem(seed: int = 0, batch: int = BATCH):
@@ -52,7 +52,8 @@ def underflow(scaler: LossScaler = None, steps: int = 20, fp16: bool = True, see
     """Train `steps` Adam steps in fp16 with fp32 masters (or in fp32), with `scaler` or none.
     Each step also takes the fp32 gradient at the same weights, to count the elements nonzero
     there and exactly 0 in fp16 ('flushed'). {'loss', 'flushed', 'skipped', 'scale': per step,
-    'n': trainable elements, 'smallest': smallest nonzero fp32 |gradient| at step 0}."""
+    'n': trainable elements, 'smallest': smallest nonzero fp32 |gradient| at step 0, 'grads0':
+    the fp32 gradients at step 0, flat}."""
     from labkit.zero.masters import MasterOptimizer
     x, y, model = problem(seed)
     ref = problem(seed)[2]
@@ -69,6 +70,7 @@ def underflow(scaler: LossScaler = None, steps: int = 20, fp16: bool = True, see
         _loss(ref, x, y).backward()
         if step == 0:
             out["smallest"] = min(float(r.grad.abs()[r.grad != 0].min()) for r in trainable)
+            out["grads0"] = torch.cat([r.grad.reshape(-1) for r in trainable]).clone()
         model.zero_grad()
         loss = _loss(model, x, y)
         out["loss"].append(loss.item())
