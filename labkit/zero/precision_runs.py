@@ -99,3 +99,15 @@ def policy_report(param_dtype=torch.bfloat16, layout: str = "sharded", reduce_dt
                 memory=held, expected=exp, sent=m.sent, expected_sent=sum(sent.values()), by_collective=sent,
                 collectives=collectives, max_diff=diff if optimizer == "sgd" else None,
                 max_param=max(float(p.detach().abs().max()) for p in mine.values()))
+
+
+def tolerance(row: dict, reduce_dtype=None) -> float:
+    """How far `policy_report`'s parameters may be from one process's after its 2 SGD steps (lr
+    0.1, parameters about 1): 16-bit shards are rounded to 16 bits after each step (half a unit in
+    the last place of the largest parameter); fp32 shards reduced in 16 bits round each summed
+    gradient once (2^-8 relative in bf16, times lr: under 2e-4); reduced in fp32, only the order of
+    a sum differs (1e-6)."""
+    if row["layout"] == "masters":
+        half_ulp = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}[row["param_dtype"]]
+        return half_ulp * row["max_param"] * 1.01
+    return 1e-6 if reduce_dtype == torch.float32 else 2e-4
