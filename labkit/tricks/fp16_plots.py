@@ -40,11 +40,11 @@ def ranges_figure(grads: dict = None, lo: int = -155, hi: int = 235):
             a = g.detach().abs().flatten().double()
             a = a[a > 0]
             hx.hist(torch.log2(a).numpy(), bins=40, alpha=0.6, label=f"{label} ({a.numel():,} nonzero values)")
-        for x, what, y in ((-24, "fp16's smallest (2^-24)", 0.95), (math.log2(65504), "fp16's largest", 0.75)):
+        for x, what, ha in ((-24, "fp16's smallest (2^-24) ", "right"), (math.log2(65504), " fp16's largest", "left")):
             hx.axvline(x, color="#c44e52", ls="--")
-            hx.text(x + 1, hx.get_ylim()[1] * y, what, color="#c44e52", fontsize=figtext.size(8), va="top")
+            hx.text(x, hx.get_ylim()[1] * 0.95, what, color="#c44e52", fontsize=figtext.size(8), va="top", ha=ha)
         hx.set_ylabel("elements")
-        hx.legend(fontsize=figtext.size(8), loc="upper left")
+        hx.legend(fontsize=figtext.size(8), loc="upper right")
         hx.set_title("|gradient| measured in fp32: what lies left of fp16's smallest becomes 0 in fp16",
                      fontsize=figtext.size(9))
     axes[-1, 0].set_xlim(lo, hi)
@@ -56,7 +56,7 @@ def ranges_figure(grads: dict = None, lo: int = -155, hi: int = 235):
 def underflow_figure(runs: dict):
     """Left: loss per step of each run (log scale); right: gradient elements flushed to zero."""
     import matplotlib.pyplot as plt
-    fig, (a, b) = plt.subplots(1, 2, figsize=figtext.figsize((10, 3.6)))
+    fig, (a, b) = plt.subplots(1, 2, figsize=figtext.figsize((10, 4.2)))
     for k, (name, r) in enumerate(runs.items()):
         steps = range(len(r["loss"]))
         style = dict(marker="o", ms=3, lw=3 - k * 0.6, label=name, alpha=0.85)
@@ -73,6 +73,6 @@ def underflow_figure(runs: dict):
     b.set_ylabel("elements exactly 0 in fp16, nonzero in fp32")
     b.set_title(f"gradient elements flushed to zero (of {next(iter(runs.values()))['n']})",
                 fontsize=figtext.size(9))
-    a.legend(fontsize=figtext.size(8))
-    fig.tight_layout()
+    fig.legend(*a.get_legend_handles_labels(), fontsize=figtext.size(8), loc="lower center", ncol=2)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     return fig
