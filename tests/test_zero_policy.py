@@ -80,8 +80,8 @@ def test_sharded_layout_gives_fsdp2s_gradients_and_bytes(cluster2, dtype, reduce
     from labkit.zero.precision_runs import beside_fsdp2
     for r in cluster2.run(beside_fsdp2, dtype, reduce):
         assert r["names"]
-        # bf16: the same arithmetic, bit for bit; fp16: FSDP2 divides by N before the fp16 reduction
-        # (against overflow), labkit after: one fp16 rounding apart (2^-11 relative)
+        # bf16: the same arithmetic, bit for bit; fp16: FSDP2 divides by part of N before the fp16
+        # reduction and the rest after (against overflow), labkit after: one fp16 rounding apart
         assert r["max_grad_diff"] <= (0.0 if dtype == BF16 else 2.0 ** -11 * r["max_grad"]), r["max_grad_diff"]
         assert r["grad_dtypes"] == r["param_dtypes"] == {"fsdp2": ["torch.float32"], "labkit": ["torch.float32"]}
         gd, rd = (str(d).replace("torch.", "") for d in (dtype, reduce or dtype))
