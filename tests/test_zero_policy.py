@@ -4,10 +4,10 @@ to the byte against the formula, the dtype of every collective, and parity with 
 keeps fp32 weights and gradients and casts every parameter for compute.
 
 Tolerances (2 SGD steps, lr 0.1, parameters up to about 1 in size):
-- fp32 shards, fp32 reduction: the same arithmetic as one process but for the order of a sum of two
-  fp32 numbers: 1e-6.
-- fp32 shards, 16-bit reduction: each summed gradient is rounded once to 16 bits (relative 2^-8 in
-  bf16), times lr: 2e-4.
+- fp32 shards: each rank's gradient leaves backward rounded to 16 bits (one process rounds the
+  global batch's gradient once) and a 16-bit reduction rounds the sum again: 2^-8 relative in
+  bf16 on gradients below about 0.2, times lr, twice: 2e-4 (measured on 2 ranks: 1e-7 reduced in
+  fp32, 7e-5 in bf16; on 4 ranks 2e-5 for fp16 reduced in fp32).
 - 16-bit shards: the parameters themselves are rounded to 16 bits after each step: half a unit in the
   last place of the largest parameter (2^-8 relative in bf16, 2^-11 in fp16)."""
 import pytest
@@ -44,7 +44,7 @@ def _check(rows, policy, tol):
 
 
 @pytest.mark.parametrize("dtype,reduce,tol", [
-    (BF16, FP32, lambda r: 1e-6), (FP16, None, lambda r: 2e-4), (BF16, None, lambda r: 2e-4)],
+    (BF16, FP32, lambda r: 2e-4), (FP16, None, lambda r: 2e-4), (BF16, None, lambda r: 2e-4)],
     ids=["bf16-reduce-fp32", "fp16", "bf16"])
 def test_sharded_layout_fp32_masters_in_the_shards(cluster2, dtype, reduce, tol):
     _check(cluster2.run(policy_report, dtype, "sharded", reduce), Policy(dtype, reduce, "sharded"), tol)
@@ -80,8 +80,10 @@ def test_sharded_layout_gives_fsdp2s_gradients_and_bytes(cluster2, dtype, reduce
     from labkit.zero.precision_runs import beside_fsdp2
     for r in cluster2.run(beside_fsdp2, dtype, reduce):
         assert r["names"]
-        # bf16: the same arithmetic, bit for bit; fp16: FSDP2 divides by part of N before the fp16
-        # reduction and the rest after (against overflow), labkit after: one fp16 rounding apart
+        # bf16 on 2 ranks: the same arithmetic, bit for bit (a sum of two numbers has one order; on 4
+        # ranks the two rings add in other orders, their shards being cut differently); fp16: FSDP2
+        # divides by part of N before the fp16 reduction and the rest after (against overflow),
+        # labkit after: one fp16 rounding apart
         assert r["max_grad_diff"] <= (0.0 if dtype == BF16 else 2.0 ** -11 * r["max_grad"]), r["max_grad_diff"]
         assert r["grad_dtypes"] == r["param_dtypes"] == {"fsdp2": ["torch.float32"], "labkit": ["torch.float32"]}
         gd, rd = (str(d).replace("torch.", "") for d in (dtype, reduce or dtype))
