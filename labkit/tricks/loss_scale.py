@@ -32,12 +32,14 @@ class LossScaler:
     """Static (`dynamic=False`: S never changes) or dynamic loss scaling; `group`: the ranks
     that agree on skipping (all of them by default, when torch.distributed is running)."""
 
-    def __init__(self, init_scale: float = 2.0 ** 16, *, dynamic: bool = True, growth_factor: float = 2.0,
-                 backoff_factor: float = 0.5, growth_interval: int = 2000, group=None, agree: bool = True):
+    def __init__(self, init_scale: float = 2.0 ** 16, *, dynamic: bool = True,
+                 growth_factor: float = 2.0, backoff_factor: float = 0.5, growth_interval: int = 2000,
+                 group=None, agree: bool = True):
         if not init_scale > 0:
             raise ValueError(f"init_scale must be > 0, got {init_scale!r}")
         if not (growth_factor > 1 and 0 < backoff_factor < 1):
-            raise ValueError(f"need growth_factor > 1 and 0 < backoff_factor < 1, got {growth_factor}, {backoff_factor}")
+            raise ValueError(f"need growth_factor > 1 and 0 < backoff_factor < 1, "
+                             f"got {growth_factor}, {backoff_factor}")
         if not isinstance(growth_interval, int) or growth_interval < 1:
             raise ValueError(f"growth_interval must be a whole number >= 1, got {growth_interval!r}")
         self._scale = torch.full((1,), float(init_scale), dtype=torch.float32)
@@ -57,7 +59,7 @@ class LossScaler:
     @staticmethod
     def _pairs(optimizer) -> list:
         """[(gradient the optimizer reads, where it comes from)] for every parameter with one."""
-        if getattr(optimizer, "mixed", False) and hasattr(optimizer, "work"):       # MasterOptimizer
+        if getattr(optimizer, "mixed", False) and hasattr(optimizer, "work"):     # MasterOptimizer
             return [(w, p) for w, p in zip(optimizer.work, optimizer.params) if p.grad is not None]
         out = []
         for g in optimizer.param_groups:
@@ -66,7 +68,8 @@ class LossScaler:
                     if p.grad.dtype == torch.float16:
                         raise ValueError("these gradients are fp16: dividing them by the scale in fp16 would flush "
                                          "the small ones to zero again. Keep fp32 masters (labkit.zero.masters."
-                                         "MasterOptimizer) or fp32 parameters under torch.autocast(dtype=torch.float16)")
+                                         "MasterOptimizer) or fp32 parameters under "
+                                         "torch.autocast(dtype=torch.float16)")
                     out.append((p, p))
         return out
 

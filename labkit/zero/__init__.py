@@ -11,7 +11,8 @@ stage 3  + parameters sharded: each layer gathered before its forward and its
          backward, freed after; `model.parameters()` are this rank's shards     (stage3.py)
 mixed_precision=True: bfloat16 parameters and gradients, fp32 masters and moments
 (masters.py for stage 3). Stage 3 also takes policy=Policy(...) (policy.py): bf16 or fp16, with
-the fp32 masters in the optimizer (DeepSpeed) or as the sharded parameters themselves (FSDP2). `flat.py` holds the flat buffers and the collectives (labkit's ring
+the fp32 masters in the optimizer (DeepSpeed) or as the sharded parameters themselves (FSDP2).
+`flat.py` holds the flat buffers and the collectives (labkit's ring
 reduce-scatter on gloo, so the bytes are NCCL's); `accounting.py` the bytes each rank should
 hold and send; `reference.py` one process on the global batch, for parity.
 """
