@@ -14,13 +14,14 @@ from labkit.memory.breakdown import Breakdown
 from labkit.memory.formulas import model_states
 from labkit.tricks import quant8_math
 
-PRECISIONS = ("fp32", "mixed", "autocast")
+PRECISIONS = ("fp32", "mixed", "autocast", "fp16")
 CHECKPOINTING = ("none", "selective", "full")
 OPTIMIZERS = ("adam", "adam8bit")
 # one letter per trick, for labels on the summary figure
-LETTERS = {"mixed": "M", "autocast": "a", "full": "C", "selective": "S", "accumulate": "A",
+LETTERS = {"mixed": "M", "autocast": "a", "fp16": "H", "full": "C", "selective": "S", "accumulate": "A",
            "adam8bit": "8", "offload": "O", "zero": "Z"}
 WORDS = {"M": "mixed precision (bf16 + fp32 masters)", "a": "bf16 autocast",
+         "H": "fp16 mixed precision (fp32 masters, loss scaled)",
          "C": "full checkpointing", "S": "selective checkpointing (attention core)",
          "A": "gradient accumulation", "8": "8-bit Adam", "O": "optimizer offload",
          "Z": "ZeRO-1 (optimizer state sharded)"}
@@ -42,6 +43,7 @@ NOTES_PRIORITY_EN = (("mixed", "mixed precision → activations cut in half"),
 class Config:
     """One combination of the tricks (every rank runs the same one)."""
     precision: str = "fp32"      # 'fp32' | 'mixed' (bf16 params and grads, fp32 masters) | 'autocast'
+    #                              | 'fp16' (as 'mixed' in fp16, with a dynamic loss scaler)
     checkpointing: str = "none"  # 'none' | 'selective' (attention core recomputed) | 'full' (per block)
     micro: int = 1               # micro-batches per step: gradient accumulation when > 1
     optimizer: str = "adam"      # 'adam' (fp32 moments) | 'adam8bit' (block-wise 8-bit moments)
@@ -58,8 +60,11 @@ class Config:
             raise ValueError(f"micro (micro-batches per step) must be a whole number >= 1, got {self.micro!r}")
         if self.zero not in (0, 1, 2):
             raise ValueError(f"zero must be 0, 1 or 2 here, got {self.zero!r}")
-        if self.zero and (self.offload or self.precision == "autocast"):
-            raise ValueError("ZeRO is measured alone or with mixed precision here, not with offload/autocast")
+        if self.zero and (self.offload or self.precision in ("autocast", "fp16")):
+            raise ValueError("ZeRO is measured alone or with mixed precision (bf16) here, not with offload, "
+                             "autocast or fp16")
+        if self.offload and self.precision == "fp16":
+            raise ValueError("offload is measured in fp32 or bf16 here, not fp16")
 
     @property
     def code(self) -> str:
@@ -128,7 +133,7 @@ def predicted_activations(config: Config, shape: Shape) -> float:
     no dropout): layers x per-layer + output layer (inputs of the final norm and head, fp32
     log-probabilities for the loss). Autocast is not predicted by the formula (mixed dtypes):
     it gets the fp32 number."""
-    d = 2 if config.precision == "mixed" else 4
+    d = 2 if config.precision in ("mixed", "fp16") else 4
     act = activations(shape.n_layer, shape.n_embd, shape.n_head, shape.seq, shape.batch // config.micro,
                       checkpointing=config.checkpointing, vocab=shape.vocab_size, bytes_per_value=d,
                       dropout=False)
@@ -137,9 +142,11 @@ def predicted_activations(config: Config, shape: Shape) -> float:
 
 def predict(config: Config, n_params: int, shape: Shape, sizes=None, world_size: int = 1) -> Breakdown:
     """Bytes per rank by category: model state (params, grads, master, m, v, 8-bit scales in
-    'other') and the activations stored at the end of one micro-batch's forward. `sizes`: the
+    'other') and the activations stored at the end of one micro-batch's forward. fp16 holds what
+    bf16 'mixed' holds (2-byte copies, fp32 masters); its loss scaler's scale (4 bytes, a tensor
+    outside model and optimizer) is not counted. `sizes`: the
     numel of each trainable tensor, needed for the exact 8-bit state (small tensors stay fp32)."""
-    precision = {"fp32": "fp32", "autocast": "fp32", "mixed": "mixed"}[config.precision]
+    precision = {"fp32": "fp32", "autocast": "fp32", "mixed": "mixed", "fp16": "mixed"}[config.precision]
     b = model_states(n_params, precision=precision, optimizer="adam", zero_stage=config.zero,
                      world_size=world_size)
     master = b.master

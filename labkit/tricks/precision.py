@@ -19,11 +19,17 @@ import torch
 HALF = torch.bfloat16
 
 
-def to_mixed(model: torch.nn.Module, optimizer_class, **optimizer_kwargs):
-    """(model in bf16, optimizer on fp32 masters of its parameters): the notes' mixed precision."""
+def to_mixed(model: torch.nn.Module, optimizer_class, dtype=HALF, **optimizer_kwargs):
+    """(model in bf16 (or `dtype`), optimizer on fp32 masters of its parameters): the notes'
+    mixed precision. With dtype=torch.float16 the optimizer gets a dynamic loss scaler
+    (`opt.loss_scaler`, labkit.tricks.loss_scale.LossScaler): the training loop scales the loss
+    and steps through it."""
     from labkit.zero.masters import MasterOptimizer
     opt = MasterOptimizer(model.parameters(), optimizer_class, mixed_precision=True, **optimizer_kwargs)
-    model.to(HALF)
+    if dtype == torch.float16:
+        from labkit.tricks.loss_scale import LossScaler
+        opt.loss_scaler = LossScaler()
+    model.to(dtype)
     return model, opt
 
 

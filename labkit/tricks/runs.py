@@ -48,6 +48,8 @@ def build(config: Config, shape: Shape = Shape(), seed: int = 0):
         return (model.to(precision.HALF) if mixed else model), opt
     if mixed:
         return precision.to_mixed(model, cls, **kw)
+    if config.precision == "fp16":
+        return precision.to_mixed(model, cls, dtype=torch.float16, **kw)
     return model, cls(model.parameters(), **kw)
 
 
@@ -58,6 +60,7 @@ def train_step(model, opt, x, y, config: Config, after_forward=None, next_micro=
     each later one's (for the memory tracker)."""
     t0 = time.perf_counter()
     loss_sum = 0.0
+    scaler = getattr(opt, "loss_scaler", None)          # fp16: the loss is scaled
     for i, (xs, ys) in enumerate(zip(x.chunk(config.micro), y.chunk(config.micro))):
         if i and next_micro is not None:
             next_micro()
@@ -67,7 +70,7 @@ def train_step(model, opt, x, y, config: Config, after_forward=None, next_micro=
         del logits
         if i == 0 and after_forward is not None:
             after_forward()
-        loss.backward()
+        (scaler.scale(loss) if scaler is not None else loss).backward()
         loss_sum += loss.item()
     t1 = time.perf_counter()
     if sync and not config.zero and dist.is_initialized() and dist.get_world_size() > 1:
@@ -77,7 +80,11 @@ def train_step(model, opt, x, y, config: Config, after_forward=None, next_micro=
                 dist.all_reduce(p.grad)
                 p.grad /= n
     t2 = time.perf_counter()
-    opt.step()
+    if scaler is not None:
+        scaler.step(opt)                     # skipped (weights untouched) if a gradient is inf/NaN
+        scaler.update()
+    else:
+        opt.step()
     if config.zero:
         opt.zero_grad()
     else:

@@ -10,7 +10,9 @@ stage 2  + gradients sharded: reduce-scattered in backward, bucket by bucket    
 stage 3  + parameters sharded: each layer gathered before its forward and its
          backward, freed after; `model.parameters()` are this rank's shards     (stage3.py)
 mixed_precision=True: bfloat16 parameters and gradients, fp32 masters and moments
-(masters.py for stage 3). `flat.py` holds the flat buffers and the collectives (labkit's ring
+(masters.py for stage 3). Stage 3 also takes policy=Policy(...) (policy.py): bf16 or fp16, with
+the fp32 masters in the optimizer (DeepSpeed) or as the sharded parameters themselves (FSDP2).
+`flat.py` holds the flat buffers and the collectives (labkit's ring
 reduce-scatter on gloo, so the bytes are NCCL's); `accounting.py` the bytes each rank should
 hold and send; `reference.py` one process on the global batch, for parity.
 """
@@ -25,13 +27,15 @@ __all__ = ["wrap", "ZeroOptimizer", "STAGES"]
 
 def wrap(model: torch.nn.Module, optimizer_class, *, stage: int, mixed_precision: bool = False,
          group=None, bucket_mb: float = 25, reduce_dtype=None, prefetch: bool = False,
-         **optimizer_kwargs):
+         policy=None, **optimizer_kwargs):
     """(model, optimizer) for ZeRO `stage` over `group` (every rank must call it).
 
     stage 0-2 return the same model object (its parameters now live in flat buffers) and a
     `ZeroOptimizer`; stage 3 returns a `Stage3` module whose parameters() are this rank's shards
     and a `MasterOptimizer`. reduce_dtype=torch.float32 reduces 16-bit gradients in fp32
     (twice the bytes); prefetch (stage 3) starts the next layer's all-gather early.
+    policy (stage 3): a `labkit.zero.policy.Policy` (param_dtype bf16 or fp16, reduce_dtype, and
+    the layout: 'masters', DeepSpeed's, or 'sharded', FSDP2's), instead of mixed_precision.
     """
     if isinstance(stage, bool) or stage not in STAGES:
         raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r} (0 = DDP, 1 = shard the "
@@ -46,6 +50,9 @@ def wrap(model: torch.nn.Module, optimizer_class, *, stage: int, mixed_precision
     if not dist.is_initialized():
         raise RuntimeError("labkit.zero.wrap runs inside a rank (cluster.run or %%ranks), where "
                            "the process group is ready")
+    if policy is not None and (stage != 3 or mixed_precision or reduce_dtype is not None):
+        raise ValueError("policy is for stage 3 and replaces mixed_precision and reduce_dtype: give "
+                         "stage=3 and policy=Policy(param_dtype=..., reduce_dtype=..., layout=...) alone")
     if mixed_precision:
         with torch.no_grad():
             for p in model.parameters():
@@ -54,10 +61,11 @@ def wrap(model: torch.nn.Module, optimizer_class, *, stage: int, mixed_precision
     if stage == 3:
         from labkit.zero.masters import MasterOptimizer
         from labkit.zero.stage3 import Stage3
-        wrapped = Stage3(model, group, mixed_precision, prefetch=prefetch, reduce_dtype=reduce_dtype)
+        wrapped = Stage3(model, group, mixed_precision, prefetch=prefetch, reduce_dtype=reduce_dtype,
+                         policy=policy)
         trainable = [g for g in wrapped.groups() if g.trainable]
         opt = MasterOptimizer([g.shard for g in trainable], optimizer_class,
-                              mixed_precision=mixed_precision, owner=wrapped,
+                              mixed_precision=wrapped.mixed, owner=wrapped,
                               masters=[g.master_init for g in trainable], **optimizer_kwargs)
         for g in wrapped.groups():
             del g.master_init

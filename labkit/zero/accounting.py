@@ -67,6 +67,7 @@ def expected_memory(opt) -> Expected:
     """Formula for this rank's model state, and each named extra, in bytes."""
     s, stage, n, mixed = sizes(opt), opt.stage, _world(opt), opt.mixed
     name = _optimizer_name(opt)
+    # a policy's 'sharded' layout (FSDP2): fp32 shards are the masters: fp32's formula (mixed False)
     formula = model_states(s["psi"], precision="mixed" if mixed else "fp32", optimizer=name,
                            zero_stage=stage, world_size=n)
     ep = 2 if mixed else 4
@@ -97,6 +98,8 @@ def expected_traffic(opt, micro_batches: int = 1) -> dict:
     """Bytes this rank should send per optimizer step, by collective, on the padded buffers."""
     s, stage, n, k = sizes(opt), opt.stage, _world(opt), micro_batches
     ep = 2 if opt.mixed else 4
+    if stage == 3:                        # what is gathered (a policy's 'sharded' layout: 16-bit of fp32 shards)
+        ep = torch.empty(0, dtype=opt.model.dtype).element_size()
     rd = opt.model.reduce_dtype if stage == 3 else (opt.buckets[0].grad_dtype if opt.buckets else None)
     eg = torch.empty(0, dtype=rd).element_size() if rd is not None else ep
     f = (n - 1) / n

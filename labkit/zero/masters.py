@@ -5,7 +5,8 @@
 fp32: the inner torch optimizer works on the shards themselves (nothing added: any torch
 optimizer built on `model.parameters()` would do the same). Mixed precision: it works on fp32
 master copies of the 16-bit shards and writes them back, rounded, after each update; the fp32
-gradient it reads is made inside `step()` and dropped after it. Either way `step()` before a
+gradient it reads is made inside `step()` and dropped after it (or made, divided by the loss
+scale, by `labkit.tricks.loss_scale.LossScaler.unscale_`). Either way `step()` before a
 backward says so instead of silently doing nothing.
 """
 import torch
@@ -18,6 +19,7 @@ class MasterOptimizer(InnerOptimizer):
                  masters=None, **optimizer_kwargs):
         check_optimizer_class(optimizer_class)
         self.params = [p for p in params if p.requires_grad]
+        self.grads_prepared = False     # a loss scaler already wrote the fp32 gradients (unscaled)
         self.mixed, self.owner = mixed_precision, owner
         if mixed_precision:
             init = masters or [p.detach().float() for p in self.params]
@@ -42,9 +44,10 @@ class MasterOptimizer(InnerOptimizer):
             raise RuntimeError(f"rank {dist.get_rank()}: optimizer.step() was called before any "
                                "loss.backward() since the last zero_grad(): there are no gradients. "
                                "Call loss.backward() first, then step(), then zero_grad().")
-        if self.mixed:
+        if self.mixed and not self.grads_prepared:
             for w, p in zip(self.work, self.params):
                 w.grad = p.grad.float() if p.grad is not None else None
+        self.grads_prepared = False
         self.inner.step()
         if self.mixed:
             for w, p in zip(self.work, self.params):

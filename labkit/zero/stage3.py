@@ -50,13 +50,13 @@ def default_units(model: nn.Module) -> list:
 class Group:
     """The trainable (or frozen) parameters of one unit: layout, shard, full buffer, views."""
 
-    def __init__(self, named, refs, trainable, dtype, world, rank):
+    def __init__(self, named, refs, trainable, dtype, world, rank, shard_dtype=None):
         self.layout = F.Flat(named, world, rank)
         self.trainable = trainable
         full32 = self.layout.flatten({n: p.detach() for n, p in named}, dtype=torch.float32)
         self.master_init = full32[self.layout.lo:self.layout.hi].clone()
         self.full = full32.to(dtype)
-        self.shard = nn.Parameter(self.full[self.layout.lo:self.layout.hi].clone(),
+        self.shard = nn.Parameter(full32[self.layout.lo:self.layout.hi].to(shard_dtype or dtype).clone(),
                                   requires_grad=trainable)
         self.views = self.layout.views(self.full)
         for name, v in self.views.items():
@@ -79,12 +79,20 @@ class Stage3(nn.Module):
     """The wrapped model: forward runs the original module with per-unit gather and free."""
 
     def __init__(self, module: nn.Module, group=None, mixed_precision: bool = False,
-                 units=None, prefetch: bool = False, reduce_dtype=None):
+                 units=None, prefetch: bool = False, reduce_dtype=None, policy=None):
         super().__init__()
-        self.module, self.group, self.mixed, self.prefetch = module, group, mixed_precision, prefetch
+        if policy is not None and (mixed_precision or reduce_dtype is not None):
+            raise ValueError("give either policy (labkit.zero.policy.Policy) or mixed_precision/reduce_dtype, not both")
+        self.module, self.group, self.prefetch, self.policy = module, group, prefetch, policy
         self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
-        self.dtype = HALF if mixed_precision else torch.float32
-        self.reduce_dtype = reduce_dtype or self.dtype
+        if policy is not None:       # dtype: what is gathered and computed in; shard_dtype: parameters()
+            self.mixed = policy.layout == "masters"
+            self.dtype, self.shard_dtype, self.reduce_dtype = policy.param_dtype, policy.shard_dtype, policy.reduce
+            module.register_forward_pre_hook(self._cast_inputs, with_kwargs=True)
+        else:
+            self.mixed = mixed_precision
+            self.dtype = self.shard_dtype = HALF if mixed_precision else torch.float32
+            self.reduce_dtype = reduce_dtype or self.dtype
         src = dist.get_global_rank(group, 0) if group is not None else 0
         with torch.no_grad():
             for t in [*module.parameters(), *module.buffers()]:
@@ -124,7 +132,7 @@ class Stage3(nn.Module):
                 named = [(n, p) for n, p in mine if p.requires_grad == trainable]
                 if named:
                     g = Group(named, {n: refs[id(p)] for n, p in named}, trainable, self.dtype,
-                              self.world, self.rank)
+                              self.world, self.rank, self.shard_dtype)
                     groups.append(g)
                     for n, v in g.views.items():
                         if trainable:
@@ -136,6 +144,11 @@ class Stage3(nn.Module):
         return out
 
     # -- the hooks ---------------------------------------------------------------------------
+    def _cast_inputs(self, module, args, kwargs):
+        """A policy's forward takes its floating inputs in param_dtype (FSDP2's cast_forward_inputs)."""
+        cast = lambda t: t.to(self.dtype) if torch.is_tensor(t) and t.is_floating_point() else t  # noqa: E731
+        return tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
+
     def _note(self, unit, kind, t0) -> None:
         if self.recording:
             self.events.append(dict(unit=unit.name, kind=kind, t0=t0, t1=time.perf_counter(),
@@ -157,7 +170,7 @@ class Stage3(nn.Module):
             g.full.untyped_storage().resize_(g.nbytes)
             version = g.full._version
             with _preserve(g.full):
-                h = F.all_gather(g.full, g.shard.detach(), self.group, async_op=prefetched)
+                h = F.all_gather(g.full, g.shard.detach().to(g.full.dtype), self.group, async_op=prefetched)
             handles.append((h, version))
         u.gathered = True
         if prefetched:
@@ -254,7 +267,8 @@ class Stage3(nn.Module):
 
     @torch.no_grad()
     def full_parameters(self) -> dict:
-        """{name: full parameter} gathered from the shards (a collective: every rank calls it)."""
+        """{name: full parameter} gathered from the shards (a collective: every rank calls it),
+        in the shards' dtype (fp32 for a policy's 'sharded' layout)."""
         out = {}
         for g in self.groups():
             full = g.shard.new_empty(g.layout.size)
