@@ -40,6 +40,9 @@ PURE = [
     "labkit.tricks",
     "labkit.tricks.formulas",
     "labkit.tricks.quant8_math",
+    "labkit.cp",
+    "labkit.cp.layout",
+    "labkit.cp.formulas",
     "labkit.verdict",
     "labkit._lazy",
 ]

@@ -18,11 +18,20 @@ import time
 
 import torch
 
-STATS = {"score entries": 0, "compute seconds": 0.0, "blocks": 0}   # this rank, since reset
+# this rank, since reset: score entries computed (per batch and head), seconds in attend and
+# attend_backward, blocks, and the largest score block held at once (entries per batch and head)
+STATS = {"score entries": 0, "compute seconds": 0.0, "blocks": 0, "largest block": 0}
 
 
 def reset_stats() -> None:
-    STATS.update({"score entries": 0, "compute seconds": 0.0, "blocks": 0})
+    STATS.update({"score entries": 0, "compute seconds": 0.0, "blocks": 0, "largest block": 0})
+
+
+def _count(s, t0) -> None:
+    STATS["score entries"] += s.shape[-1] * s.shape[-2]
+    STATS["largest block"] = max(STATS["largest block"], s.shape[-1] * s.shape[-2])
+    STATS["compute seconds"] += time.perf_counter() - t0
+    STATS["blocks"] += 1
 
 
 def expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -60,9 +69,7 @@ def attend(q, k, v, qpos, kpos, causal: bool):
         s = s.masked_fill(m, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     o = torch.exp(s - _safe(lse)[..., None]) @ v
-    STATS["score entries"] += s.shape[-1] * s.shape[-2]
-    STATS["compute seconds"] += time.perf_counter() - t0
-    STATS["blocks"] += 1
+    _count(s, t0)
     return o, lse
 
 
@@ -94,7 +101,5 @@ def attend_backward(q, k, v, do, lse, delta, qpos, kpos, causal: bool):
     ds = p * (do @ ve.transpose(-1, -2) - delta[..., None])
     dq = ds @ ke * scale
     dk = ds.transpose(-1, -2) @ q * scale
-    STATS["score entries"] += s.shape[-1] * s.shape[-2]
-    STATS["compute seconds"] += time.perf_counter() - t0
-    STATS["blocks"] += 1
+    _count(s, t0)
     return dq, fold_kv(dk, kv_heads), fold_kv(dv, kv_heads)
