@@ -3,7 +3,7 @@
 Context parallelism on gloo ranks: outputs and gradients against one process, bytes on the wire
 per rank against labkit.cp.formulas (ring and all-gather, forward and backward), score entries
 computed per rank under a causal mask (contiguous against zigzag) against labkit.cp.layout, the
-largest score block against the CP degree, and PyTorch's own context_parallel where it runs."""
+largest score block against the CP degree, and (--torch) PyTorch's own context_parallel beside it."""
 import argparse
 
 
@@ -13,6 +13,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--head-dim", type=int, default=16)
+    ap.add_argument("--torch", action="store_true", help="also try torch's context_parallel (minutes: imports DTensor)")
     a = ap.parse_args(argv)
     import labkit
     from labkit.cp import formulas as F
@@ -54,6 +55,8 @@ def main(argv=None) -> int:
             for d in degrees:
                 rows.append([method, d, f"{got[d]:,}", f"{F.score_entries(s, d, method=method, heads=1):,}"])
         print(Table(["method", "CP degree", "largest score block (measured)", "formula"], rows))
-        r = c.run(try_torch_cp, causal=True)[0]
-        print("torch context_parallel on gloo/CPU:", r)
+        if a.torch:
+            for causal in (False, True):
+                r = c.run(try_torch_cp, causal=causal, seq=s, heads=a.heads, head_dim=a.head_dim)[0]
+                print(f"torch context_parallel on gloo/CPU, causal={causal}, rank 0:", r)
     return 0
