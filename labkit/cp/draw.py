@@ -6,7 +6,8 @@ from labkit.cp import layout as L
 from labkit.figtext import size as fs
 
 
-def ring_steps(n: int = 4, seq: int = 16, layout: str = "contiguous", causal: bool = True, ax=None):
+def ring_steps(n: int = 4, seq: int = 16, layout: str = "contiguous", causal: bool = True, ax=None,
+               title: str = None, legend: bool = True):
     """Rows: ranks; columns: ring steps. Each cell names the K/V block the rank holds and is
     grey when the causal mask hides all of it from the rank's queries (skipped)."""
     ax = ax or plt.subplots(figsize=(1.4 * n + 1.5, 0.55 * n + 1.2))[1]
@@ -30,12 +31,28 @@ def ring_steps(n: int = 4, seq: int = 16, layout: str = "contiguous", causal: bo
     ax.tick_params(length=0)
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ("#7fb3d5", "#f6c86b", "#dddddd")]
-    ax.legend(handles, ["all keys visible", "part masked", "skipped (all masked)"],
-              loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, fontsize=fs(8), frameon=False)
-    ax.set_title(f"ring attention, {layout} layout{', causal' if causal else ''}\nthe K/V block each "
-                 f"rank holds; arrows: sent on (rank {n - 1}'s to rank 0)", fontsize=fs(10))
+    if legend:
+        ax.legend(*_ring_legend(), loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3,
+                  fontsize=fs(8), frameon=False)
+    ax.set_title(title or (f"ring attention, {layout} layout{', causal' if causal else ''}\nthe K/V block "
+                           f"each rank holds; arrows: sent on (rank {n - 1}'s to rank 0)"), fontsize=fs(10))
     return ax
+
+
+def _ring_legend():
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ("#7fb3d5", "#f6c86b", "#dddddd")]
+    return handles, ["all keys visible", "part masked", "skipped (all masked)"]
+
+
+def ring_steps_pair(n: int = 4, seq: int = 16, causal: bool = True, figsize=(12.4, 4.6)):
+    """Contiguous beside zig-zag, one legend below both."""
+    fig, axes = plt.subplots(1, 2, figsize=figsize)
+    for ax, lay, name in zip(axes, L.LAYOUTS, ("contiguous", "zig-zag")):
+        ring_steps(n, seq, lay, causal, ax=ax, legend=False,
+                   title=f"{name}{', causal' if causal else ''}: K/V block held per step")
+    fig.legend(*_ring_legend(), loc="lower center", ncol=3, fontsize=fs(8), frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
 
 
 def work_bars(measured: dict, formula: dict, ax=None, ylabel="score entries computed per rank"):
