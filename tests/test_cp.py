@@ -81,3 +81,12 @@ def test_bad_input_same_clear_error_on_every_rank(cluster2):
     msgs = cluster2.run(_bad, "uneven")
     assert msgs[0] == msgs[1] and "rank 0 holds 1 positions but the contiguous layout of 3 positions " \
         "on 2 ranks gives it 2: split the sequence with labkit.cp.shard_sequence" in msgs[0]
+
+
+def test_saved_for_backward_equals_the_formula(cluster2):
+    """Ring keeps its own K/V block; all-gather keeps every block; neither keeps scores."""
+    from labkit.cp.parity import saved_for_backward
+    for method in ("ring", "allgather"):
+        for rank, r in enumerate(cluster2.run(saved_for_backward, seq=61, method=method,
+                                              layout="zigzag", kv_heads=2)):
+            assert r["measured"] == r["formula"], (method, rank, r)

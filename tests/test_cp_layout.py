@@ -73,3 +73,11 @@ def test_score_memory_falls_with_the_degree():
     full = F.score_entries(4096, 1, method="full", heads=8)
     assert F.score_entries(4096, 4, method="allgather", heads=8) == full // 4
     assert F.score_entries(4096, 4, method="ring", heads=8) == full // 16
+
+
+def test_saved_bytes():
+    kw = dict(batch=1, heads=4, kv_heads=2, head_dim=8, itemsize=4)
+    ring = F.saved_bytes(64, 4, 0, method="ring", **kw)
+    ag = F.saved_bytes(64, 4, 0, method="allgather", **kw)
+    assert ring == (2 * 4 * 16 * 8 + 4 * 16 + 2 * 2 * 16 * 8) * 4      # q, out, lse, own K/V
+    assert ag - ring == 2 * 2 * (64 - 16) * 8 * 4                       # every other K/V block

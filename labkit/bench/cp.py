@@ -55,6 +55,10 @@ def main(argv=None) -> int:
             for d in degrees:
                 rows.append([method, d, f"{got[d]:,}", f"{F.score_entries(s, d, method=method, heads=1):,}"])
         print(Table(["method", "CP degree", "largest score block (measured)", "formula"], rows))
+        from labkit.cp.parity import saved_for_backward
+        rows = [[m, f"{r['measured']:,}", f"{r['formula']:,}"] for m in F.METHODS
+                for r in [c.run(saved_for_backward, seq=s, method=m, heads=a.heads, head_dim=a.head_dim)[0]]]
+        print(Table(["method", "kept for backward by rank 0, bytes", "formula"], rows))
         if a.torch:
             for causal in (False, True):
                 r = c.run(try_torch_cp, causal=causal, seq=s, heads=a.heads, head_dim=a.head_dim)[0]

@@ -66,3 +66,13 @@ def score_entries(seq_len: int, n: int, *, method: str, heads: int, batch: int =
     if method == "ring":
         return batch * heads * blk * blk
     raise ValueError(f"method={method!r} is not one of ('full', 'allgather', 'ring')")
+
+
+def saved_bytes(seq_len: int, n: int, rank: int, *, method: str, batch: int, heads: int,
+                kv_heads: int, head_dim: int, itemsize: int = 4, layout: str = "contiguous") -> int:
+    """Bytes one attention call keeps for backward on rank `rank`: its Q block and output
+    (b a L_r d each), the log-sum-exp (b a L_r), and K/V: its own block for ring attention
+    (2 b h_kv L_r d), every block for all-gather (2 b h_kv S d). No score matrix is kept."""
+    lr = local_len(seq_len, n, rank, layout)
+    kv = 2 * batch * kv_heads * (lr if method == "ring" else seq_len) * head_dim
+    return (2 * batch * heads * lr * head_dim + batch * heads * lr + kv) * itemsize

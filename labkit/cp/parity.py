@@ -79,3 +79,22 @@ def attention_work(seq=64, causal=True, method="ring", layout="contiguous", batc
         best = secs if best is None else min(best, secs)
     return {"score entries": B.STATS["score entries"],
             "compute seconds": best}
+
+
+def saved_for_backward(seq=64, method="ring", layout="contiguous", causal=True, batch=1, heads=4,
+                       kv_heads=None, head_dim=16, group=None) -> dict:
+    """Bytes of the tensors attention keeps for backward on this rank (autograd's saved-tensor
+    hooks see every one), beside `labkit.cp.formulas.saved_bytes`."""
+    from labkit.cp.formulas import saved_bytes
+    q, k, v = qkv(batch, heads, kv_heads, seq, head_dim)
+    parts = [shard_sequence(t, 2, group=group, layout=layout).requires_grad_() for t in (q, k, v)]
+    kept = []
+
+    def pack(t):
+        kept.append(t.numel() * t.element_size())
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        attention(*parts, group=group, causal=causal, method=method, layout=layout)
+    n, r = dist.get_world_size(group), dist.get_rank(group)
+    return {"measured": sum(kept), "formula": saved_bytes(seq, n, r, method=method, batch=batch,
+            heads=heads, kv_heads=kv_heads or heads, head_dim=head_dim, layout=layout)}
