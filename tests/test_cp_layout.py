@@ -81,3 +81,10 @@ def test_saved_bytes():
     ag = F.saved_bytes(64, 4, 0, method="allgather", **kw)
     assert ring == (2 * 4 * 16 * 8 + 4 * 16 + 2 * 2 * 16 * 8) * 4      # q, out, lse, own K/V
     assert ag - ring == 2 * 2 * (64 - 16) * 8 * 4                       # every other K/V block
+
+
+def test_crossover_block_size_solves_compute_equal_transfer():
+    from labkit.cp.runs import crossover
+    # transfer 1 ms + 0.01 ms per position, compute 1e-4 ms x L^2: L^2 = 100 L + 10^4, L = 50 (1 + sqrt 5)
+    rows = [{"block": L, "transfer s": 1e-3 + 1e-5 * L, "compute s": 1e-7 * L * L} for L in (32, 64, 128, 256)]
+    assert abs(crossover(rows) - 50 * (1 + 5 ** 0.5)) < 1e-6
