@@ -43,6 +43,9 @@ PURE = [
     "labkit.tricks.formulas",
     "labkit.moe.formulas",
     "labkit.tricks.quant8_math",
+    "labkit.cp",
+    "labkit.cp.layout",
+    "labkit.cp.formulas",
     "labkit.verdict",
     "labkit._lazy",
 ]

@@ -1,0 +1,94 @@
+"""Pictures of context parallelism: which K/V block each rank holds at each ring step, the work
+per rank under a causal mask (contiguous against zigzag), and a ring step's timeline per rank."""
+import matplotlib.pyplot as plt
+
+from labkit.cp import layout as L
+from labkit.figtext import size as fs
+
+
+def ring_steps(n: int = 4, seq: int = 16, layout: str = "contiguous", causal: bool = True, ax=None,
+               title: str = None, legend: bool = True):
+    """Rows: ranks; columns: ring steps. Each cell names the K/V block the rank holds and is
+    grey when the causal mask hides all of it from the rank's queries (skipped)."""
+    ax = ax or plt.subplots(figsize=(1.4 * n + 1.5, 0.55 * n + 1.2))[1]
+    for r in range(n):
+        mine = L.ranges(seq, n, r, layout)
+        for t in range(n):
+            src = (r - t) % n
+            kinds = {L.pair_kind(q, k, causal) for q in mine for k in L.ranges(seq, n, src, layout)}
+            colour = "#dddddd" if kinds == {"skip"} else ("#f6c86b" if "diagonal" in kinds or "skip" in kinds
+                                                          else "#7fb3d5")
+            ax.add_patch(plt.Rectangle((t, n - 1 - r), 0.95, 0.9, color=colour))
+            ax.text(t + 0.47, n - 0.55 - r, f"K/V {src}", ha="center", va="center", fontsize=fs(9))
+            if t < n - 1 and r < n - 1:
+                ax.annotate("", xy=(t + 1.0, n - 1.55 - r),
+                            xytext=(t + 0.8, n - 0.85 - r), arrowprops=dict(arrowstyle="->", lw=0.6,
+                                                                         color="#555555"))
+    ax.set_xlim(0, n)
+    ax.set_ylim(0, n)
+    ax.set_xticks([t + 0.47 for t in range(n)], [f"step {t}" for t in range(n)], fontsize=fs(9))
+    ax.set_yticks([n - 0.55 - r for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=fs(9))
+    ax.tick_params(length=0)
+    for side in ("top", "right", "bottom", "left"):
+        ax.spines[side].set_visible(False)
+    if legend:
+        ax.legend(*_ring_legend(), loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3,
+                  fontsize=fs(8), frameon=False)
+    ax.set_title(title or (f"ring attention, {layout} layout{', causal' if causal else ''}\nthe K/V block "
+                           f"each rank holds; arrows: sent on (rank {n - 1}'s to rank 0)"), fontsize=fs(10))
+    return ax
+
+
+def _ring_legend():
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ("#7fb3d5", "#f6c86b", "#dddddd")]
+    return handles, ["all keys visible", "part masked", "skipped (all masked)"]
+
+
+def ring_steps_pair(n: int = 4, seq: int = 16, causal: bool = True, figsize=(12.4, 4.6)):
+    """Contiguous beside zig-zag, one legend below both."""
+    fig, axes = plt.subplots(1, 2, figsize=figsize)
+    for ax, lay, name in zip(axes, L.LAYOUTS, ("contiguous", "zig-zag")):
+        ring_steps(n, seq, lay, causal, ax=ax, legend=False,
+                   title=f"{name}{', causal' if causal else ''}: K/V block held per step")
+    fig.legend(*_ring_legend(), loc="lower center", ncol=3, fontsize=fs(8), frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+def work_bars(measured: dict, formula: dict, ax=None, ylabel="score entries computed per rank"):
+    """measured, formula: layout -> per-rank numbers. Bars measured, dots the formula."""
+    ax = ax or plt.subplots(figsize=(7, 3.2))[1]
+    layouts = list(measured)
+    n = len(measured[layouts[0]])
+    width = 0.8 / len(layouts)
+    for i, lay in enumerate(layouts):
+        xs = [r + (i - (len(layouts) - 1) / 2) * width for r in range(n)]
+        ax.bar(xs, measured[lay], width * 0.95, label=f"{lay}: measured")
+        ax.plot(xs, formula[lay], "k_", markersize=14, mew=2,
+                label="formula (labkit.cp.layout)" if i == 0 else None)
+    ax.set_xticks(range(n), [f"rank {r}" for r in range(n)], fontsize=fs(9))
+    ax.set_ylabel(ylabel, fontsize=fs(9))
+    ax.legend(fontsize=fs(8), loc="upper left")
+    ax.set_title("causal attention: work per rank", fontsize=fs(10))
+    return ax
+
+
+def timeline(per_rank: list, ax=None, title="one ring-attention step per rank"):
+    """per_rank: each rank's events (phase, step, "compute" | "wait", start, end), wall seconds."""
+    ax = ax or plt.subplots(figsize=(9, 0.5 * len(per_rank) + 1.4))[1]
+    t0 = min(e[3] for ev in per_rank for e in ev)
+    colours = {("forward", "compute"): "#2e86c1", ("backward", "compute"): "#e67e22",
+               ("forward", "wait"): "#c0392b", ("backward", "wait"): "#c0392b"}
+    n = len(per_rank)
+    for r, ev in enumerate(per_rank):
+        for phase, step, kind, a, b in ev:
+            y = n - 1 - r + (0.1 if kind == "compute" else 0.55)
+            ax.broken_barh([((a - t0) * 1e3, (b - a) * 1e3)], (y, 0.35), color=colours[(phase, kind)])
+    ax.set_yticks([n - 1 - r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=fs(9))
+    ax.set_xlabel("milliseconds", fontsize=fs(9))
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ("#2e86c1", "#e67e22", "#c0392b")]
+    ax.legend(handles, ["forward: attention on a block", "backward: gradients of a block",
+                        "waiting for a transfer (exposed)"], fontsize=fs(8), loc="upper center",
+              bbox_to_anchor=(0.5, -0.28), ncol=3, frameon=False)
+    ax.set_title(title, fontsize=fs(10))
+    return ax

@@ -1,0 +1,78 @@
+"""Bytes on the wire and memory of context parallelism, per rank. Pure: no torch, no processes.
+
+Notation: S positions split over N ranks (`labkit.cp.layout`), batch b, K/V heads h_kv (fewer
+than the query heads a under grouped-query attention), head size d, e bytes per value. The block
+of rank j holds L_j positions; its K and V travel as one message of 2 b h_kv L_j d e bytes.
+
+Ring attention (labkit.cp.ring), rank r:
+- forward: N - 1 steps; at step t it sends the K/V block it holds (that of rank r - t) to r + 1.
+  Sent: sum over t = 0..N-2 of 2 b h_kv L_(r-t) d e, about 2 b h_kv S d e (N - 1) / N.
+- backward: the K/V blocks travel the ring again (the same N - 1 messages), and each block's
+  dK/dV accumulator travels with it and takes one step more to come home: N messages, one per
+  block, so rank r sends 2 b h_kv S d e of gradients. Backward = forward + 2 b h_kv S d e.
+
+All-gather attention (labkit.cp.allgather, Llama 3's choice), rank r:
+- forward: all-gather K/V on a ring: the same N - 1 messages as ring attention's forward.
+- backward: the gathered K/V are kept, so no second gather; dK/dV, computed for every position,
+  are reduce-scattered back to their owners on a ring: N - 1 messages, every block but r's own,
+  2 b h_kv (S - L_r) d e bytes.
+
+gloo adds headers: a rank's socket carries payload + 96 B per message sent + 48 B per message
+received (labkit.comm.traffic). Received messages equal sent messages on a ring.
+
+Memory: full attention materialises the a S x S score matrix; all-gather attention an
+a (S/N) x S slab per rank; ring attention one a (S/N) x (S/N) block at a time.
+"""
+from labkit.cp.layout import local_len
+
+SEND_HEADER, RECV_NOTICE = 96, 48        # gloo, torch 2.13 (labkit.comm.traffic)
+METHODS = ("ring", "allgather")
+
+
+def block_bytes(seq_len: int, n: int, src: int, *, batch: int, kv_heads: int, head_dim: int,
+                itemsize: int = 4, layout: str = "contiguous") -> int:
+    """Bytes of one K/V message: rank src's K and V together."""
+    return 2 * batch * kv_heads * local_len(seq_len, n, src, layout) * head_dim * itemsize
+
+
+def wire(seq_len: int, n: int, rank: int, *, method: str = "ring", batch: int, kv_heads: int,
+         head_dim: int, itemsize: int = 4, layout: str = "contiguous") -> dict:
+    """Payload and messages rank `rank` sends in one attention call, forward and backward, and
+    the bytes its sockets carry with gloo's headers: {"forward": {...}, "backward": {...}}."""
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} is not one of {METHODS}")
+    blk = [block_bytes(seq_len, n, j, batch=batch, kv_heads=kv_heads, head_dim=head_dim,
+                       itemsize=itemsize, layout=layout) for j in range(n)]
+    kv = [blk[(rank - t) % n] for t in range(n - 1)]               # K/V around the ring
+    if method == "ring":
+        grads = [blk[(rank - t) % n] for t in range(n)] if n > 1 else []   # dK/dV, every block
+    else:
+        grads = [blk[(rank - t - 1) % n] for t in range(n - 1)]    # reduce-scatter
+    out = {}
+    for phase, msgs in (("forward", kv), ("backward", kv + grads if method == "ring" else grads)):
+        payload = sum(msgs)
+        out[phase] = {"payload": payload, "messages": len(msgs),
+                      "on the wire": payload + (SEND_HEADER + RECV_NOTICE) * len(msgs)}
+    return out
+
+
+def score_entries(seq_len: int, n: int, *, method: str, heads: int, batch: int = 1) -> int:
+    """The largest attention-score matrix one rank holds at once (entries), ceil for uneven N."""
+    blk = -(-seq_len // n)
+    if method == "full":
+        return batch * heads * seq_len * seq_len
+    if method == "allgather":
+        return batch * heads * blk * seq_len
+    if method == "ring":
+        return batch * heads * blk * blk
+    raise ValueError(f"method={method!r} is not one of ('full', 'allgather', 'ring')")
+
+
+def saved_bytes(seq_len: int, n: int, rank: int, *, method: str, batch: int, heads: int,
+                kv_heads: int, head_dim: int, itemsize: int = 4, layout: str = "contiguous") -> int:
+    """Bytes one attention call keeps for backward on rank `rank`: its Q block and output
+    (b a L_r d each), the log-sum-exp (b a L_r), and K/V: its own block for ring attention
+    (2 b h_kv L_r d), every block for all-gather (2 b h_kv S d). No score matrix is kept."""
+    lr = local_len(seq_len, n, rank, layout)
+    kv = 2 * batch * kv_heads * (lr if method == "ring" else seq_len) * head_dim
+    return (2 * batch * heads * lr * head_dim + batch * heads * lr + kv) * itemsize

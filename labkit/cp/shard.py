@@ -1,0 +1,119 @@
+"""A full sequence split into this rank's part and put back, and the checks every rank agrees on
+before attention (shapes, options), so a bad input gives the same clear error on every rank
+instead of a hang in the ring.
+
+    part = shard_sequence(x, dim=2, layout="zigzag")     # this rank's positions of x
+    full = gather_sequence(part, dim=2, layout="zigzag") # every rank's parts, in global order
+"""
+import torch
+import torch.distributed as dist
+
+from labkit.cp import layout as L
+
+_METHODS = ("ring", "allgather")
+
+
+def group_info(group=None):
+    """(this rank in the group, group size, global rank of the next one, of the previous one)."""
+    n, r = dist.get_world_size(group), dist.get_rank(group)
+    glob = (lambda i: i) if group is None else (lambda i: dist.get_global_rank(group, i))
+    return r, n, glob((r + 1) % n), glob((r - 1) % n)
+
+
+def shard_sequence(x: torch.Tensor, dim: int, *, group=None, layout: str = "contiguous"):
+    """This rank's part of the full tensor x along `dim` (a copy), in the given layout."""
+    r, n = dist.get_rank(group), dist.get_world_size(group)
+    parts = [x.narrow(dim, a, b - a) for a, b in L.ranges(x.shape[dim], n, r, layout)]
+    return torch.cat(parts, dim=dim).contiguous()
+
+
+class _Gather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, part, dim, group, layout):
+        r, n = dist.get_rank(group), dist.get_world_size(group)
+        lens = torch.zeros(n, dtype=torch.int64)
+        lens[r] = part.shape[dim]
+        dist.all_reduce(lens, group=group)
+        seq = int(lens.sum())
+        longest = int(lens.max())
+        pad = list(part.shape)
+        pad[dim] = longest
+        buf = part.new_zeros(pad)
+        buf.narrow(dim, 0, part.shape[dim]).copy_(part)
+        bufs = [torch.empty_like(buf) for _ in range(n)]
+        dist.all_gather(bufs, buf.contiguous(), group=group)
+        shape = list(part.shape)
+        shape[dim] = seq
+        full = part.new_empty(shape)
+        for src in range(n):
+            off = 0
+            for a, b in L.ranges(seq, n, src, layout):
+                full.narrow(dim, a, b - a).copy_(bufs[src].narrow(dim, off, b - a))
+                off += b - a
+        ctx.dim, ctx.group, ctx.layout = dim, group, layout
+        return full
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.group)       # every rank's use of the full tensor
+        return shard_sequence(grad, ctx.dim, group=ctx.group, layout=ctx.layout), None, None, None
+
+
+def gather_sequence(part: torch.Tensor, dim: int, *, group=None, layout: str = "contiguous"):
+    """The full tensor from every rank's part (differentiable; parts may differ in length by
+    the layout's rounding)."""
+    return _Gather.apply(part, dim, group, layout)
+
+
+_FIELDS = ("batch", "query heads", "query positions", "head size",
+           "K batch", "K heads", "K positions", "K head size",
+           "V batch", "V heads", "V positions", "V head size", "causal", "method", "layout")
+
+
+def agree(q, k, v, *, group=None, causal: bool, method: str, layout: str) -> int:
+    """Check q, k, v and the options on every rank against rank 0's and against each other;
+    return the full sequence length. Raises the same ValueError on every rank."""
+    r, n = dist.get_rank(group), dist.get_world_size(group)
+    mine = [*(q.shape if q.dim() == 4 else (-1,) * 4), *(k.shape if k.dim() == 4 else (-1,) * 4),
+            *(v.shape if v.dim() == 4 else (-1,) * 4), int(bool(causal)),
+            _METHODS.index(method) if method in _METHODS else -1,
+            L.LAYOUTS.index(layout) if layout in L.LAYOUTS else -1]
+    table = torch.zeros(n, len(mine), dtype=torch.int64)
+    table[r] = torch.tensor(mine, dtype=torch.int64)
+    dist.all_reduce(table, group=group)
+    rows = table.tolist()
+    if method not in _METHODS:
+        raise ValueError(f"rank {r}: method={method!r} is not one of {_METHODS}")
+    if layout not in L.LAYOUTS:
+        raise ValueError(f"rank {r}: layout={layout!r} is not one of {L.LAYOUTS}")
+    for j, row in enumerate(rows):
+        if -1 in row[:12]:
+            raise ValueError(f"rank {j}: q, k and v must be 4-D (batch, heads, sequence, head_dim); "
+                             f"got shapes {row[0:4]}, {row[4:8]}, {row[8:12]} (-1: not 4-D)")
+        for i, (a, b) in enumerate(zip(row, rows[0])):
+            if a != b and i not in (2, 6, 10):
+                raise ValueError(f"rank {j} has {_FIELDS[i]} = {a} but rank 0 has {b}: every rank "
+                                 f"must call attention with the same shapes and options; only the "
+                                 f"number of positions differs (its part of the sequence)")
+        if not row[2] == row[6] == row[10]:
+            raise ValueError(f"rank {j}: q, k and v hold {row[2]}, {row[6]} and {row[10]} positions; "
+                             f"give each rank the same positions of q, k and v (shard_sequence)")
+        if row[8:10] != row[4:6] or row[7] != row[3] or row[11] != row[3]:
+            raise ValueError(f"rank {j}: k {row[4:8]} and v {row[8:12]} must match each other and q's "
+                             f"head size {row[3]}")
+        if row[1] % row[5]:
+            raise ValueError(f"rank {j}: {row[1]} query heads do not divide into groups of the "
+                             f"{row[5]} K/V heads (grouped-query attention needs a multiple)")
+    seq = sum(row[2] for row in rows)
+    try:
+        L.ranges(seq, n, 0, layout)                   # raises if the sequence is too short
+    except ValueError as exc:
+        raise ValueError(f"rank {r}: {exc}") from None
+    for j, row in enumerate(rows):
+        want = L.local_len(seq, n, j, layout)
+        if row[2] != want:
+            raise ValueError(f"rank {j} holds {row[2]} positions but the {layout} layout of {seq} "
+                             f"positions on {n} ranks gives it {want}: split the sequence with "
+                             f"labkit.cp.shard_sequence(x, dim=2, layout={layout!r})")
+    return seq
