@@ -12,8 +12,10 @@ The committed notebooks hold each exercise's reference solution between
 replaces each such block with ``raise NotImplementedError(...)`` at the same indentation, so
 the learner copy still runs top to bottom.
 
-nbval's markers are for the tests, not the learner: a ``# NBVAL_...`` comment line is taken out
-of the learner's cell and kept as the cell's metadata tag (``# NBVAL_SKIP`` -> ``nbval-skip``,
+nbval's markers are for the tests, not the learner: the committed notebooks carry them as cell
+metadata tags (``raises-exception``, ``nbval-skip``, ``nbval-check-output``), which the learner
+does not see; the copy keeps them. A ``# NBVAL_...`` comment line, should one come back, is taken
+out of the learner's cell and kept as its tag (``# NBVAL_SKIP`` -> ``nbval-skip``,
 ``# NBVAL_RAISES_EXCEPTION`` -> ``raises-exception``), which nbval reads the same way. The check
 of output is dropped (comment and tag): a learner's checker line says "not implemented yet",
 not "pass".

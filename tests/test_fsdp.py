@@ -132,6 +132,18 @@ def test_a_local_shard_norm_is_wrong_and_the_global_one_is_right(cluster):
         assert r["local_shard_norm"] < 0.9 * r["one_process_norm"], r
 
 
+def test_clip_norms_with_a_frozen_parameter_matches_one_process(cluster2):
+    """A frozen parameter has no gradient on any rank: the norms skip it, as one process does."""
+    from labkit.fsdp import pitfalls
+    frozen = ("pos.weight", "blocks.0.fc.weight")
+    for r in cluster2.run(pitfalls.clip_norms, frozen=frozen, timeout=120):
+        assert r["with_grad"] == 28 - len(frozen), r           # TinyGPT's 28 tensors less the frozen
+        assert abs(r["global_norm"] - r["one_process_norm"]) < 1e-4 * r["one_process_norm"], r
+        assert r["local_shard_norm"] < 0.9 * r["one_process_norm"], r
+    everything = cluster2.run(pitfalls.clip_norms, timeout=120)[0]
+    assert everything["one_process_norm"] > r["one_process_norm"] * (1 + 1e-3), (everything, r)
+
+
 def test_a_sharded_checkpoint_resumes_on_the_same_and_another_world_size(cluster4, cluster2, tmp_path):
     from labkit.fsdp import checkpoint as ck
     path = str(tmp_path / "ck")

@@ -20,19 +20,24 @@ def test_committed_stripped_with_the_course_kernel(path):
 
 @pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
 def test_every_exercise_has_a_checked_verdict(path):
-    cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
-    exercises = sum(src.count("### BEGIN SOLUTION") for src in cells)
-    checks = sum(1 for src in cells if src.startswith("# NBVAL_CHECK_OUTPUT") and "labkit.check." in src)
+    code = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    exercises = sum("".join(c["source"]).count("### BEGIN SOLUTION") for c in code)
+    checks = sum(1 for c in code if "nbval-check-output" in c["metadata"].get("tags", [])
+                 and "labkit.check." in "".join(c["source"]))
     assert checks >= min(exercises, 1), f"{path.name}: an exercise without a labkit.check cell"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_deliberate_errors_do_not_stop_run_all(path):
-    """A cell that fails on purpose carries the `raises-exception` tag, so JupyterLab's Run All
-    (and nbconvert) go on past it as nbval does."""
+def test_nbval_markers_are_tags_not_comments(path):
+    """nbval's markers live in the cells' metadata tags (`raises-exception`, `nbval-check-output`,
+    ...): a cell that fails on purpose carries `raises-exception`, so JupyterLab's Run All (and
+    nbconvert) go on past it as nbval does, and no `# NBVAL_...` comment shows in a cell (nbval
+    warns of "overlapping options" when a cell has both)."""
+    from labkit.exercises import _MARKER
     for i, cell in enumerate(json.loads(path.read_text())["cells"]):
-        if cell["cell_type"] == "code" and "".join(cell["source"]).lstrip().startswith("# NBVAL_RAISES_EXCEPTION"):
-            assert "raises-exception" in cell["metadata"].get("tags", []), f"{path.name} cell {i}"
+        if cell["cell_type"] == "code":
+            found = _MARKER.findall("".join(cell["source"]))
+            assert not found, f"{path.name} cell {i}: {found[0]} as a comment; make it the cell's tag"
 
 
 # The learner's text of every notebook (issue 8, section 5).

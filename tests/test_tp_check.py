@@ -4,6 +4,7 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed import all_reduce, broadcast as bcast     # by name: the checker must see them too
 
 from labkit.check.tp import row_parallel
 
@@ -119,6 +120,16 @@ def f_mismatch(ctx, x, w, b, group):         # rank 0 all-reduces, the others br
     return y + b
 
 
+def f_mismatch_by_name(ctx, x, w, b, group):   # the same, the collectives imported by name
+    ctx.save_for_backward(x, w)
+    y = x @ w.t()
+    if dist.get_rank() == 0:
+        all_reduce(y, group=group)
+    else:
+        bcast(y, 0, group=group)
+    return y + b
+
+
 def f_only_rank0_reduces(ctx, x, w, b, group):
     ctx.save_for_backward(x, w)
     y = x @ w.t()
@@ -198,6 +209,8 @@ WRONG = [  # (answer, words the verdict must contain)
     (_variant(backward=b_wrong_gx), "input gradient differs"),
     (_variant(forward=f_mismatch), "1st collective of forward: rank 0 called all_reduce((3, 5, 6) "
                                    "float64); rank 1 called broadcast((3, 5, 6) float64)"),
+    (_variant(forward=f_mismatch_by_name), "1st collective of forward: rank 0 called all_reduce((3, 5, 6) "
+                                           "float64); rank 1 called broadcast((3, 5, 6) float64)"),
     (_variant(forward=f_only_rank0_reduces), "rank 0 called all_reduce((3, 5, 6) float64); "
                                              "rank 1 returned from forward"),
     (_variant(backward=b_mismatch), "1st collective of backward: rank 0 called all_reduce((6, 8) "

@@ -13,8 +13,9 @@ collectives (named: what each rank called).
 That last one would never reach gloo: during the learner's forward and backward every
 `torch.distributed` collective is first announced through the store (`_Agreed`), and each rank
 compares what the others are about to call at the same position. A difference is reported on
-every rank instead of a hang or an aborted process. (A collective imported by name before the
-checker runs, `from torch.distributed import all_reduce`, is not seen.)
+every rank instead of a hang or an aborted process. A collective imported by name
+(`from torch.distributed import all_reduce`, under any alias) is announced too: the names in the
+learner's forward's and backward's module that refer to a collective are swapped as well.
 """
 import time
 
@@ -52,14 +53,22 @@ class _Agreed:
     counts as one more position ("returned from forward", or "raised ValueError"), so a rank
     that makes fewer calls than the others is named too."""
 
-    def __init__(self, token: str, phase: str, timeout: float):
+    def __init__(self, token: str, phase: str, timeout: float, fn=None):
         self.token, self.phase, self.timeout, self.i = token, phase, timeout, 0
+        self.scopes = _scopes(fn)
 
     def __enter__(self):
         import torch.distributed as dist
         self.saved = {n: getattr(dist, n) for n in _COLLECTIVES if hasattr(dist, n)}
+        wrapped = {id(real): self._wrap(name, real) for name, real in self.saved.items()}
         for name, real in self.saved.items():
-            setattr(dist, name, self._wrap(name, real))
+            setattr(dist, name, wrapped[id(real)])
+        self.swapped = []       # (globals, name, real): collectives the learner imported by name
+        for scope in self.scopes:
+            for key, value in list(scope.items()):
+                if id(value) in wrapped and any(value is r for r in self.saved.values()):
+                    self.swapped.append((scope, key, value))
+                    scope[key] = wrapped[id(value)]
         return self
 
     def _wrap(self, name, real):
@@ -72,6 +81,8 @@ class _Agreed:
         import torch.distributed as dist
         for name, real in self.saved.items():
             setattr(dist, name, real)
+        for scope, key, real in self.swapped:
+            scope[key] = real
         if typ is None:
             self._agree(f"returned from {self.phase}")
         elif not issubclass(typ, _Mismatch):      # tell the others, then let it propagate
@@ -98,6 +109,16 @@ class _Agreed:
         calls = [store.get(k).decode() for k in keys]
         if len(set(calls)) > 1:
             raise _Mismatch(_mismatch_text(calls, self.i, self.phase))
+
+
+def _scopes(fn) -> list:
+    """The module namespaces (globals) of fn's forward and backward, each once."""
+    out = []
+    for name in ("forward", "backward"):
+        g = getattr(getattr(fn, name, None), "__globals__", None)
+        if isinstance(g, dict) and not any(g is o for o in out):
+            out.append(g)
+    return out
 
 
 def _nth(i: int) -> str:
@@ -136,7 +157,7 @@ def _case(fn, token: str = "", timeout: float = 30):
     out = {"ref_y": (x @ w.t() + bias), "summed_gx": summed_gx, "summed_gw": summed_gw, "partial": x[..., cols] @ w[:, cols].t(), "bias": bias,
            "ref_gx": xr.grad[..., cols], "ref_gw": wr.grad[:, cols], "ref_gb": br.grad, "t": t}
     try:
-        with _Agreed(token, "forward", timeout):
+        with _Agreed(token, "forward", timeout, fn):
             y = fn.apply(xs, ws, bs, None)
     except _Mismatch as exc:
         return {**out, "error": str(exc)}
@@ -147,7 +168,7 @@ def _case(fn, token: str = "", timeout: float = 30):
         return {**out, "error": f"forward returned shape {tuple(y.shape)}, expected "
                                 f"{tuple(out['ref_y'].shape)} (batch, seq, out_features)"}
     try:
-        with _Agreed(token, "backward", timeout):
+        with _Agreed(token, "backward", timeout, fn):
             y.backward(dy)
     except _Mismatch as exc:
         return {**out, "error": str(exc)}

@@ -52,19 +52,29 @@ def param_groups(use_orig_params: bool, fsdp2: bool = False) -> dict:
             "first_names": [name for name, _ in list(model.named_parameters())[:3]]}
 
 
-def clip_norms(max_norm: float = 0.05) -> dict:
+def clip_norms(max_norm: float = 0.05, frozen: tuple = ()) -> dict:
     """One FSDP2 backward on this rank's slice; the gradient norm three ways: from the local
-    shards alone (wrong), over all ranks (clip_grad_norm_ on DTensors), and one process."""
+    shards alone (wrong), over all ranks (clip_grad_norm_ on DTensors), and one process.
+    `frozen`: names of parameters to freeze first (requires_grad=False, so no gradient: they
+    count in no norm)."""
     from labkit.fsdp.apply import shard
     from labkit.fsdp.runs import tiny_gpt
     from labkit.models import lm_loss
     n, r = dist.get_world_size(), dist.get_rank()
     ref, batch = tiny_gpt()
+    params = dict(ref.named_parameters())
+    for name in frozen:
+        if name not in params:
+            raise KeyError(f"clip_norms: no parameter {name!r} to freeze (rank {r}); "
+                           f"TinyGPT's are e.g. {', '.join(list(params)[:4])}")
+        params[name].requires_grad_(False)
     model = shard(copy.deepcopy(ref), wrap="block", log=False)
     x, y = batch(n, 4)
     lm_loss(model(x[4 * r:4 * r + 4]), y[4 * r:4 * r + 4]).backward()
-    local = torch.sqrt(sum(p.grad.to_local().pow(2).sum() for p in model.parameters())).item()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    local = torch.sqrt(sum(g.to_local().pow(2).sum() for g in grads)).item()
     right = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).full_tensor().item()
     lm_loss(ref(x), y).backward()
     one = torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm).item()
-    return {"rank": r, "local_shard_norm": local, "global_norm": right, "one_process_norm": one}
+    return {"rank": r, "local_shard_norm": local, "global_norm": right, "one_process_norm": one,
+            "with_grad": len(grads)}
