@@ -13,6 +13,7 @@ only, ...). A right one then runs inside ring attention on the ranks (causal, zi
 output and gradients must match one process within 1e-5. Nothing here can hang the ranks.
 """
 from labkit.check.core import checker, run_exercise
+from labkit.check.guard import HANG_LIMIT_S
 
 __all__ = ["online_softmax_merge"]
 
@@ -153,7 +154,7 @@ def _on_ranks(merge_fn):
 
 
 @checker(NAME)
-def online_softmax_merge(fn, cluster, timeout: float = None):
+def online_softmax_merge(fn, cluster, timeout: float = HANG_LIMIT_S):
     try:
         problem = _judge(fn)
     except _Wrong as exc:
