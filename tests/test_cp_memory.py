@@ -20,7 +20,7 @@ def test_layer_memory_equals_formula_at_s_over_cp(cluster):
         for (s, m, lay), r in zip(CASES, rows):
             assert r["measured"] == r["total"], (n, rank, s, m, lay, r)
             if m == "ring":   # one block of scores at a time, never the rank's rows against every key
-                assert r["largest score block"] <= r["scores, one block"] < r["scores, rank's rows"]
+                assert r["largest score block"] <= r["scores, one block"] < r["scores, own rows"]
 
 
 def test_memory_falls_with_cp_degree():

@@ -30,7 +30,7 @@ def formula(seq: int, cp: int, *, rank: int = 0, batch: int = 1, hidden: int = 6
     kv = 2 * itemsize * (loc if method == "ring" else seq) * batch * hidden
     extra = kv + itemsize * loc * batch * hidden + 4 * heads * loc * batch + 16 * loc * batch
     return {"korthikanti s/cp": kort, "extras": extra, "total": kort + extra,
-            "scores, rank's rows": itemsize * heads * loc * seq * batch,
+            "scores, own rows": itemsize * heads * loc * seq * batch,
             "scores, one block": itemsize * heads * loc * loc * batch,
             "scores, one device": itemsize * heads * seq * seq * batch}
 
@@ -69,3 +69,16 @@ def measure_layer(seq: int = 256, batch: int = 1, hidden: int = 64, heads: int =
             "largest score block": B.STATS["largest block"] * batch * heads * 4,
             **formula(seq, cp, rank=rank, batch=batch, hidden=hidden, heads=heads, method=method,
                       layout=layout)}
+
+
+def by_degree(seqs=(256, 512, 1024), degrees=(1, 2, 4), **kw) -> list:
+    """`measure_layer` on groups of the first d ranks for each CP degree d and sequence length
+    (every rank must call this: it makes the groups). Rank 0's rows, in order of (d, s)."""
+    import torch.distributed as dist
+    rows = []
+    for d in degrees:
+        grp = dist.new_group(list(range(d)))
+        if dist.get_rank() < d:
+            rows += [measure_layer(seq=s, group=grp, **kw) for s in seqs]
+        dist.barrier()
+    return rows
