@@ -3,7 +3,8 @@
 Context parallelism on gloo ranks: outputs and gradients against one process, bytes on the wire
 per rank against labkit.cp.formulas (ring and all-gather, forward and backward), score entries
 computed per rank under a causal mask (contiguous against zigzag) against labkit.cp.layout, the
-largest score block against the CP degree, and (--torch) PyTorch's own context_parallel beside it."""
+largest score block against the CP degree, a whole layer's activation bytes per rank against
+Korthikanti's formula at s/N, the transfer and compute rates with the crossover block size, and (--torch) PyTorch's own context_parallel beside it."""
 import argparse
 
 
@@ -59,6 +60,16 @@ def main(argv=None) -> int:
         rows = [[m, f"{r['measured']:,}", f"{r['formula']:,}"] for m in F.METHODS
                 for r in [c.run(saved_for_backward, seq=s, method=m, heads=a.heads, head_dim=a.head_dim)[0]]]
         print(Table(["method", "kept for backward by rank 0, bytes", "formula"], rows))
+        from labkit.cp.activations import by_degree
+        rows = [[r["seq"], r["cp"], f"{r['measured']:,}", f"{r['total']:,.0f}", f"{r['scores, own rows']:,}"]
+                for r in c.run(by_degree, seqs=(s // 2, s), degrees=tuple(degrees))[0]]
+        print(Table(["one layer: s", "CP degree", "kept by rank 0, bytes", "Korthikanti at s/N + extras",
+                     "scores if kept"], rows))
+        from labkit.cp.runs import crossover, rates
+        rr = [c.run(rates, block=b, heads=a.heads, head_dim=a.head_dim)[0] for b in (16, 64, 256)]
+        print(Table(["block", "transfer ms", "compute ms"],
+                    [[r["block"], f"{r['transfer s'] * 1e3:.2f}", f"{r['compute s'] * 1e3:.2f}"] for r in rr]))
+        print(f"crossover block size (compute = transfer): {crossover(rr):.0f} positions")
         if a.torch:
             for causal in (False, True):
                 r = c.run(try_torch_cp, causal=causal, seq=s, heads=a.heads, head_dim=a.head_dim)[0]

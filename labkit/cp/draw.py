@@ -73,22 +73,36 @@ def work_bars(measured: dict, formula: dict, ax=None, ylabel="score entries comp
     return ax
 
 
-def timeline(per_rank: list, ax=None, title="one ring-attention step per rank"):
-    """per_rank: each rank's events (phase, step, "compute" | "wait", start, end), wall seconds."""
-    ax = ax or plt.subplots(figsize=(9, 0.5 * len(per_rank) + 1.4))[1]
-    t0 = min(e[3] for ev in per_rank for e in ev)
-    colours = {("forward", "compute"): "#2e86c1", ("backward", "compute"): "#e67e22",
-               ("forward", "wait"): "#c0392b", ("backward", "wait"): "#c0392b"}
+def timeline(per_rank: list, ax=None, title="one ring-attention step per rank", t0=None):
+    """per_rank: each rank's events (phase, step, "compute" | "transfer" | "wait", start, end),
+    wall seconds. Per rank, an upper lane of block computations and a lower lane of transfers
+    (posted -> seen complete, thin) with the waits (exposed transfer) over them in red."""
+    ax = ax or plt.subplots(figsize=(9, 0.6 * len(per_rank) + 1.5))[1]
+    if t0 is None:
+        t0 = min((e[3] for ev in per_rank for e in ev), default=0.0)
     n = len(per_rank)
     for r, ev in enumerate(per_rank):
+        bars = {}
         for phase, step, kind, a, b in ev:
-            y = n - 1 - r + (0.1 if kind == "compute" else 0.55)
-            ax.broken_barh([((a - t0) * 1e3, (b - a) * 1e3)], (y, 0.35), color=colours[(phase, kind)])
+            bars.setdefault((phase, kind), []).append(((a - t0) * 1e3, (b - a) * 1e3))
+        y = n - 1 - r
+        for (phase, kind), xs in bars.items():
+            lane = {"compute": (y + 0.5, 0.38), "transfer": (y + 0.2, 0.16), "wait": (y + 0.1, 0.36)}[kind]
+            ax.broken_barh(xs, lane, color=COLOURS[(phase, kind)],
+                           edgecolor="white" if kind == "compute" else "none", linewidth=0.5)
     ax.set_yticks([n - 1 - r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=fs(9))
+    ax.set_ylim(0, n)
     ax.set_xlabel("milliseconds", fontsize=fs(9))
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ("#2e86c1", "#e67e22", "#c0392b")]
-    ax.legend(handles, ["forward: attention on a block", "backward: gradients of a block",
-                        "waiting for a transfer (exposed)"], fontsize=fs(8), loc="upper center",
-              bbox_to_anchor=(0.5, -0.28), ncol=3, frameon=False)
+    keys = [("forward", "compute"), ("backward", "compute"), ("forward", "transfer"), ("forward", "wait")]
+    labels = ["forward: attention on a block", "backward: gradients of a block",
+              "transfer in flight (posted -> seen done)", "waiting for it (exposed)"]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[k]) for k in keys]
+    ax.legend(handles, labels, fontsize=fs(8), loc="upper center", bbox_to_anchor=(0.5, -0.28),
+              ncol=2, frameon=False)
     ax.set_title(title, fontsize=fs(10))
     return ax
+
+
+COLOURS = {("forward", "compute"): "#2e86c1", ("backward", "compute"): "#e67e22",
+           ("forward", "transfer"): "#9e9e9e", ("backward", "transfer"): "#9e9e9e",
+           ("forward", "wait"): "#c0392b", ("backward", "wait"): "#c0392b"}

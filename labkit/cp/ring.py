@@ -13,7 +13,9 @@ than the K/V, which need not come home). dQ stays where it is.
 
 Each block of queries and keys is split into the layout's chunks (one, or two for zigzag), and a
 chunk pair that the causal mask hides entirely is skipped: that is what zigzag balances.
-`TRACE` records, per rank, when each block computed and how long the rank waited for a transfer.
+`TRACE` records, per rank, when each block computed, when each transfer was posted and when it
+was found complete ("transfer"), and how long the rank waited for it ("wait": the exposed part).
+With `LIVE` set, each ring step's records also go to the notebook (labkit.emit) as the step ends.
 """
 import time
 
@@ -25,13 +27,44 @@ from labkit.cp import blocks as B
 from labkit.cp import layout as L
 from labkit.cp.shard import group_info
 
-TRACE = []            # (phase, step, "compute" | "wait", start, end), this rank, since cleared
+TRACE = []            # (phase, step, "compute" | "transfer" | "wait", start, end), this rank
+LIVE = False          # emit each ring step's records (wall-clock seconds) as the step ends
 KV_TAG, GRAD_TAG = 7, 8
+_sent = [0]           # how many TRACE records were emitted already
+
+
+class _Posted(list):
+    """The requests of one transfer, and when they were posted."""
+    posted = 0.0
+
+
+def reset():
+    """Forget the records (call before the step to trace)."""
+    TRACE.clear()
+    _sent[0] = 0
+
+
+def _record(phase, step, kind, start, end):
+    TRACE.append((phase, step, kind, start, end))
+
+
+def flush():
+    """With LIVE set: send the records not yet sent to the notebook, on the wall clock (emitted
+    between ring steps, so that sending them is counted neither as compute nor as waiting)."""
+    if not LIVE or _sent[0] >= len(TRACE):
+        return
+    import labkit
+    shift = time.time() - time.perf_counter()
+    for ph, st, kind, a, b in TRACE[_sent[0]:]:
+        labkit.emit(cp=kind, phase=ph, step=st, start=a + shift, end=b + shift)
+    _sent[0] = len(TRACE)
 
 
 def _post(send, recv_shape, like, nxt, prv, group, tag):
     recv = like.new_empty(recv_shape)
-    reqs = [dist.irecv(recv, prv, group=group, tag=tag), dist.isend(send, nxt, group=group, tag=tag)]
+    reqs = _Posted()
+    reqs.posted = time.perf_counter()
+    reqs += [dist.irecv(recv, prv, group=group, tag=tag), dist.isend(send, nxt, group=group, tag=tag)]
     traffic.count(send.numel() * send.element_size(), recv.numel() * recv.element_size(), 1, 1)
     return recv, reqs
 
@@ -40,7 +73,9 @@ def _wait(reqs, phase, step):
     t0 = time.perf_counter()
     for q in reqs:
         q.wait()
-    TRACE.append((phase, step, "wait", t0, time.perf_counter()))
+    t1 = time.perf_counter()
+    _record(phase, step, "wait", t0, t1)
+    _record(phase, step, "transfer", getattr(reqs, "posted", t0), t1)
 
 
 def _chunks(seq, n, rank, layout, device):
@@ -74,10 +109,11 @@ class RingAttention(torch.autograd.Function):
                     if L.pair_kind(qrange, krange, causal) != "skip":
                         o, lse = B.attend(q[:, :, qs], kv[0][:, :, ks], kv[1][:, :, ks], qpos, kpos, causal)
                         acc[i] = B.merge_into(acc[i], o, lse, merge_fn)
-            TRACE.append(("forward", t, "compute", t0, time.perf_counter()))
+            _record("forward", t, "compute", t0, time.perf_counter())
             if t < n - 1:
                 _wait(reqs, "forward", t)
                 kv = nxt_kv
+            flush()
         out = torch.cat([a[0] for a in acc], dim=2)
         lse = torch.cat([a[1] for a in acc], dim=2)
         ctx.save_for_backward(q, k, v, out, lse)
@@ -112,7 +148,7 @@ class RingAttention(torch.autograd.Function):
                         dq[:, :, qs] += gq
                         mine_dkv[0][:, :, ks] += gk
                         mine_dkv[1][:, :, ks] += gv
-            TRACE.append(("backward", t, "compute", t0, time.perf_counter()))
+            _record("backward", t, "compute", t0, time.perf_counter())
             if grad_reqs is not None:             # the accumulator for this block, from r - 1
                 _wait(grad_reqs, "backward", t)
                 dkv = nxt_dkv
@@ -123,7 +159,9 @@ class RingAttention(torch.autograd.Function):
             if t < n - 1:
                 _wait(reqs, "backward", t)
                 kv = nxt_kv
+            flush()
         if grad_reqs is not None:                 # this rank's own block, home after N steps
             _wait(grad_reqs, "backward", n)
             dkv = nxt_dkv
+            flush()
         return dq, dkv[0], dkv[1], None, None, None, None, None

@@ -16,18 +16,23 @@ from labkit.cp.shard import group_info, shard_sequence
 
 
 def traced_step(seq=512, causal=True, method="ring", layout="zigzag", batch=1, heads=8,
-                kv_heads=None, head_dim=16, group=None) -> dict:
-    """One forward and backward; this rank's compute and wait intervals in seconds from a
-    start every rank shares (after a barrier, on the machine's wall clock)."""
+                kv_heads=None, head_dim=16, group=None, live=False) -> dict:
+    """One forward and backward; this rank's compute, transfer and wait intervals on the
+    machine's wall clock (seconds), measured after a warm-up step and a barrier. live=True also
+    sends them to the notebook as each ring step ends (labkit.cp.overlap.LiveTimeline draws them)."""
     q, k, v = qkv(batch, heads, kv_heads, seq, head_dim)
     parts = [shard_sequence(t, 2, group=group, layout=layout).requires_grad_() for t in (q, k, v)]
     attention(*parts, group=group, causal=causal, method=method, layout=layout).sum().backward()  # warm
     dist.barrier(group=group)
-    ring.TRACE.clear()
+    ring.reset()
     B.reset_stats()
     wall0, perf0 = time.time(), time.perf_counter()
-    out = attention(*parts, group=group, causal=causal, method=method, layout=layout)
-    out.sum().backward()
+    ring.LIVE = live
+    try:
+        out = attention(*parts, group=group, causal=causal, method=method, layout=layout)
+        out.sum().backward()
+    finally:
+        ring.LIVE = False
     shift = wall0 - perf0
     events = [(ph, st, kind, a + shift, b + shift) for ph, st, kind, a, b in ring.TRACE]
     return {"events": events, "largest block": B.STATS["largest block"],
