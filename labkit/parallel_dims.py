@@ -232,7 +232,30 @@ class Layout:
 
 @functools.lru_cache(maxsize=4096)
 def _spans_nodes(layout: Layout, dim: str) -> bool:
-    return any(len({layout.node_of(r) for r in g}) > 1 for g in layout.groups(dim))
+    """Without listing every group (16,384 ranks are too many for the planner's loops): nodes
+    are runs of G consecutive ranks, so a group stays in one node iff its lowest and highest
+    rank do, and that depends on the group's offset only through offset mod G."""
+    G, st = layout.gpus_per_node, layout._strides()
+    if dim not in GROUP_DIMS:
+        raise ValueError(f"dim must be one of {GROUP_DIMS}, got {dim!r}")
+    if dim in ("ep", "edp"):
+        others = ("tp", "pp")
+        sets = ([[i + layout.ep * f for i in range(layout.ep)] for f in range(layout.edp)]
+                if dim == "ep" else
+                [[e + layout.ep * i for i in range(layout.edp)] for e in range(layout.ep)])
+        rel = [[d // layout.cp * st["dp"] + d % layout.cp * st["cp"] for d in g] for g in sets]
+        spans = [(min(r), max(r)) for r in rel if len(r) > 1]
+    else:
+        n = getattr(layout, dim)
+        if n == 1:
+            return False
+        others = tuple(d for d in DIMS if d != dim)
+        spans = [(0, (n - 1) * st[dim])]
+    residues = {0}
+    for d in others:
+        if st.get(d):
+            residues = {(u + c * st[d]) % G for u in residues for c in range(getattr(layout, d))}
+    return any((u + lo) // G != (u + hi) // G for u in residues for lo, hi in spans)
 
 
 def build_groups(layout: Layout) -> dict:

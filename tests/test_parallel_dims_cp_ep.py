@@ -96,3 +96,15 @@ def test_errors_name_cp_and_ep_numbers():
         Layout(cp=2, order="tp-cp-cp-dp")
     with pytest.raises(ValueError, match="dim must be one of"):
         Layout(dp=2).groups("xp")
+
+
+@pytest.mark.parametrize("order", ["megatron", "notes"])
+def test_fast_node_crossing_equals_listing_the_groups(order):
+    import itertools
+    for tp, cp, dp, pp, ep, g in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 3), (1, 3), (1, 2, 4), (4, 8)):
+        if (cp * dp) % ep or g % tp:
+            continue
+        lay = Layout(dp=dp, pp=pp, tp=tp, cp=cp, ep=ep, gpus_per_node=g, order=order)
+        for d in ("tp", "cp", "pp", "dp", "ep", "edp"):
+            brute = any(len({r // g for r in grp}) > 1 for grp in lay.groups(d))
+            assert lay.spans_nodes(d) == brute, (lay, d)
