@@ -18,6 +18,10 @@ default ``"tp-cp-ep-dp-pp"``):
 CP, when not named, sits right after TP (Megatron's place): a CP group of TP x CP <= 8 ranks stays
 inside a node. With cp = 1 the order is printed without it ("tp-dp-pp"). Both keep TP
 innermost, so a TP group is consecutive ranks inside a node.
+The difference is what crosses the slow links between nodes: with DP outermost, a pipeline's
+stages sit in neighbouring ranks (inside a node when TP x CP x PP <= GPUs per node) and the
+data-parallel replicas talk across nodes; with PP outermost, each pipeline stage is a block of
+nodes and the stage boundaries cross nodes.
 
 EP is not a dimension of its own: as in Megatron-core (`initialize_model_parallel` builds a
 second `RankGenerator(tp=expert_tp, ep=ep, dp=expert_dp, pp=pp, cp=1)` whose PP groups must

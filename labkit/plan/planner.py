@@ -36,11 +36,11 @@ from labkit.memory import GB, activations, model_states
 from labkit.parallel_dims import Layout
 from labkit.plan.flops import bubble_ratio, flops_per_token
 from labkit.plan.models import Hardware, Model
+from labkit.plan.dims import CP_MIN_TOKENS, cp_choices, cp_ep_reasons, ep_choices  # noqa: F401
 from labkit.plan.traffic import DIMS, Traffic, step_traffic
 
 USABLE = 0.9              # fraction of GPU memory a plan may fill
 EFFICIENCY = 0.5          # fraction of peak the matmuls reach (well-tuned bf16 kernels)
-CP_MIN_TOKENS = 8192      # CP is tried only when every rank keeps at least this many tokens
 
 
 @dataclass(frozen=True)
@@ -145,19 +145,6 @@ def evaluate(model: Model, hw: Hardware, tp: int, pp: int, dp: int, zero_stage: 
     mfu = useful / (step * hw.gpus * hw.peak_tflops * 1e12)
     return Candidate(tp, pp, dp, zero_stage, hybrid, checkpointing, optimizer, micro_batch, m, ms,
                      act_bytes, working, hw.gpu_gb * GB, tr, comm, compute, bub, step, mfu, cp, ep)
-
-
-def cp_choices(model: Model) -> list:
-    """CP degrees tried: 1, and those leaving every rank >= CP_MIN_TOKENS tokens (S % 2 CP = 0)."""
-    return [c for c in (1, 2, 4, 8, 16, 32, 64)
-            if c == 1 or (model.seq // c >= CP_MIN_TOKENS and model.seq % (2 * c) == 0)]
-
-
-def ep_choices(model: Model, cp: int, dp: int) -> list:
-    """EP degrees tried: the divisors of the experts that also divide CP x DP."""
-    if not model.experts:
-        return [1]
-    return [e for e in range(1, model.experts + 1) if model.experts % e == 0 and (cp * dp) % e == 0]
 
 
 def candidates(model: Model, hw: Hardware, optimizers=("adam",), efficiency: float = EFFICIENCY):
@@ -307,36 +294,7 @@ def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:
         hyb = _best(cands, lambda c: c.hybrid)
         R.append(("6. hybrid sharding", (f"{'chosen' if best.hybrid else 'best hybrid'}: {hyb.short()}"
                   if hyb else "does not fit (a node's GPUs alone cannot hold the model states)")))
-    R.extend(_cp_ep_reasons(model, cands, best))
+    R.extend(cp_ep_reasons(model, cands, best, _best))
     R.append(("choice", "the fastest layout that fits (among those within 2 % of it, the simplest)"))
     return Plan(model, hw, best, R)
 
-
-def _cp_ep_reasons(model: Model, cands: list, best: Candidate) -> list:
-    out = []
-    if len(cp_choices(model)) == 1:
-        out.append(("7. CP for long sequences", f"not tried: a sequence of {model.seq:,} tokens over 2 "
-                    f"ranks would leave each under {CP_MIN_TOKENS:,}"))
-    else:
-        no_cp = _best(cands, lambda c: c.cp == 1)
-        if best.cp > 1:
-            out.append(("7. CP for long sequences", f"CP {best.cp}: each GPU holds {model.seq // best.cp:,} "
-                        f"of the {model.seq:,} tokens, activations {best.activations / GB:.1f} GB, K/V "
-                        f"all-gathers {best.traffic.cp / GB:.1f} GB/step; " +
-                        ("without CP nothing fits" if no_cp is None else f"best without CP: {no_cp.short()}")))
-        else:
-            with_cp = _best(cands, lambda c: c.cp > 1)
-            out.append(("7. CP for long sequences", "not chosen" + (f"; best with CP: {with_cp.short()}"
-                                                                    if with_cp else ": nothing with CP fits")))
-    if model.experts:
-        no_ep = _best(cands, lambda c: c.ep == 1)
-        if best.ep > 1:
-            out.append(("8. EP for experts", f"EP {best.ep}: each GPU holds {model.experts // best.ep} of "
-                        f"{model.experts} experts per layer, all-to-alls {best.traffic.ep / GB:.1f} GB/step "
-                        f"({best.traffic.calls['ep']} calls); " +
-                        ("without EP nothing fits" if no_ep is None else f"best without EP: {no_ep.short()}")))
-        else:
-            with_ep = _best(cands, lambda c: c.ep > 1)
-            out.append(("8. EP for experts", "not chosen" + (f"; best with EP: {with_ep.short()}"
-                                                             if with_ep else ": nothing with EP fits")))
-    return out
