@@ -27,6 +27,7 @@ PURE = [
     "labkit.plan.flops",
     "labkit.plan.models",
     "labkit.plan.planner",
+    "labkit.plan.dims",
     "labkit.pipeline",
     "labkit.pipeline.formulas",
     "labkit.pipeline.schedules",

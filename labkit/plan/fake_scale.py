@@ -1,6 +1,8 @@
 """Full scale without the hardware: real FSDP2 (and TP) on a fake process group of N ranks.
 
     rows = fake_scale([("70B", 1024, 8), ("7B", 64, 1)])   # runs in a subprocess; list of dicts
+    rows = fake_scale([("70B", 1024, 8, 16)])              # + context parallelism: 8 x 16 x 8
+    rows = fake_scale([], moe=[("Mixtral-8x7B", 64, 8)])   # expert parallelism (labkit.plan.fake_moe)
     step = tracked_step("70B", n_layers=2, world_size=64, tp=8)   # peak of one step, by category
 
 Each case builds the actual model (labkit.plan.llama) on the meta device, applies DTensor TP
@@ -45,25 +47,32 @@ def _tp_plan():
             "feed_forward.w2": RowwiseParallel()}
 
 
-def build_sharded(cfg: LlamaConfig, world_size: int, tp: int = 1, mp=None):
-    """The model on meta, TP inside blocks (over `tp`), FSDP2 over the rest; on a fake PG."""
+def build_sharded(cfg: LlamaConfig, world_size: int, tp: int = 1, mp=None, cp: int = 1):
+    """The model on meta, TP inside blocks (over `tp`), FSDP2 over the rest; on a fake PG.
+    With cp > 1 the mesh is (dp, cp, tp) and FSDP shards over the flattened dp x cp ranks, as
+    torchtitan's "dp_shard_cp" does: the CP ranks hold the same weights."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.parallel import parallelize_module
-    if world_size % tp:
-        raise ValueError(f"world size {world_size} is not a multiple of tp {tp}")
+    if world_size % (tp * cp):
+        raise ValueError(f"world size {world_size} is not a multiple of tp {tp} x cp {cp}")
     _init(world_size)
-    dp = world_size // tp
-    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    dp = world_size // (tp * cp)
+    if cp > 1:
+        mesh = init_device_mesh("cpu", (dp, cp, tp), mesh_dim_names=("dp", "cp", "tp"))
+        shard_mesh = mesh["dp", "cp"]._flatten("dp_cp")
+    else:
+        mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+        shard_mesh = mesh["dp"]
     with torch.device("meta"):
         model = Llama(cfg)
-    kw = {"mesh": mesh["dp"]} if mp is None else {"mesh": mesh["dp"], "mp_policy": mp}
+    kw = {"mesh": shard_mesh} if mp is None else {"mesh": shard_mesh, "mp_policy": mp}
     for block in model.layers:
         if tp > 1:
             parallelize_module(block, mesh["tp"], _tp_plan())
         fully_shard(block, **kw)
     fully_shard(model, **kw)
-    return model, dp
+    return model, dp * cp
 
 
 def _local(t):
@@ -75,17 +84,18 @@ def _nbytes(t) -> int:
     return t.numel() * t.element_size()
 
 
-def shard_bytes(name, world_size: int, tp: int = 1) -> dict:
-    """Rank 0's bytes of parameters, gradients and Adam state, with the formula and its terms."""
+def shard_bytes(name, world_size: int, tp: int = 1, cp: int = 1) -> dict:
+    """Rank 0's bytes of parameters, gradients and Adam state, with the formula and its terms.
+    `dp` in the result counts the ranks the weights are sharded over (dp x cp)."""
     from labkit.memory import model_states
     cfg = _config(name)
-    model, dp = build_sharded(cfg, world_size, tp)
+    model, dp = build_sharded(cfg, world_size, tp, cp=cp)
     params = list(model.parameters())
     for p in params:
         p.grad = torch.zeros_like(p)
     opt = torch.optim.Adam(params, lr=1e-4, foreach=False)
     _state_only_step(opt)                                 # creates the real state, on meta
-    out = {"model": name, "world_size": world_size, "tp": tp, "dp": dp,
+    out = {"model": name, "world_size": world_size, "tp": tp, "cp": cp, "dp": dp,
            "params": sum(_nbytes(p) for p in params), "grads": sum(_nbytes(p.grad) for p in params),
            "optimizer": sum(_nbytes(v) for s in opt.state.values() for k, v in s.items()
                             if torch.is_tensor(v) and k != "step"),
@@ -161,10 +171,11 @@ def tracked_step(name, n_layers: int, world_size: int, tp: int = 1, batch: int =
             "formula optimizer": 2 * formula}
 
 
-def fake_scale(cases, step=None, timeout: float = 300) -> dict:
-    """Run shard_bytes for each (model, world_size, tp) case, and optionally one tracked_step
-    (a dict of its arguments), in a fresh subprocess; returns {"rows": [...], "step": ...}."""
-    arg = json.dumps({"cases": [list(c) for c in cases], "step": step})
+def fake_scale(cases, step=None, timeout: float = 300, moe=()) -> dict:
+    """Run shard_bytes for each (model, world_size, tp[, cp]) case, `labkit.plan.fake_moe.
+    shard_bytes` for each (model, world_size, ep) of `moe`, and optionally one tracked_step
+    (a dict of its arguments), in a fresh subprocess; returns {"rows", "moe", "step"}."""
+    arg = json.dumps({"cases": [list(c) for c in cases], "step": step, "moe": [list(c) for c in moe]})
     proc = subprocess.run([sys.executable, "-m", "labkit.plan.fake_scale", arg],
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode:
@@ -178,17 +189,24 @@ def _main(arg: str) -> None:
     warnings.filterwarnings("ignore")
     spec = json.loads(arg)
     rows = []
-    for name, n, tp in spec["cases"]:
+    for case in spec["cases"]:
         t = time.perf_counter()
-        row = shard_bytes(name, n, tp)
+        row = shard_bytes(*case)
         row["seconds"] = time.perf_counter() - t
         rows.append(row)
+    moe = []
+    for case in spec.get("moe") or ():
+        from labkit.plan.fake_moe import shard_bytes as moe_bytes
+        t = time.perf_counter()
+        row = moe_bytes(*case)
+        row["seconds"] = time.perf_counter() - t
+        moe.append(row)
     step = None
     if spec.get("step"):
         t = time.perf_counter()
         step = tracked_step(**spec["step"])
         step["seconds"] = time.perf_counter() - t
-    print(json.dumps({"rows": rows, "step": step}))
+    print(json.dumps({"rows": rows, "step": step, "moe": moe}))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ GPUS = {  # name -> (memory GB, dense bf16 peak TFLOP/s, NVLink GB/s per directi
     "A100-80GB": (80, 312, 300, 25),      # DGX A100: 12 NVLink3 = 600 GB/s both ways; 8 x 200 Gb/s HDR
     "H100-80GB": (80, 989, 450, 50),      # DGX H100: 18 NVLink4 = 900 GB/s both ways; 8 x 400 Gb/s NDR
     "H200-141GB": (141, 989, 450, 50),
+    "H800-80GB": (80, 989, 160, 50),      # DeepSeek-V3's cluster (arXiv 2412.19437, sec. 3.2.2): NVLink 160, IB 50
     "RTX4090-24GB": (24, 165, 32, 3),     # PCIe 4.0 x16 between cards, 25 Gb/s Ethernet between hosts
 }
 

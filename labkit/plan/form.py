@@ -58,8 +58,8 @@ def form(model: str = "70B", gpu: str = "H100-80GB", gpus_per_node: int = 8, nod
 
     def update(*_):
         try:
-            mod = Model(preset.value, **{k: (int(v.value) if k != "params" else v.value)
-                                         for k, v in fields.items()}, vocab=MODELS[preset.value].vocab)
+            mod = MODELS[preset.value].with_(**{k: (int(v.value) if k != "params" else v.value)
+                                                for k, v in fields.items()})   # keeps experts, K/V heads
             hw = Hardware(gpu=gpu_w.value, gpus_per_node=per_node.value, nodes=nodes_w.value,
                           intra_gbps=intra.value, inter_gbps=inter.value)
             handle.update(HTML(render(mod, hw)))

@@ -18,6 +18,17 @@ Step time model (stated assumptions): matmuls run at `efficiency` of peak; TP an
 not overlapped; DP traffic overlaps with backward (2/3 of compute; ZeRO-3 prefetches, so all of
 it); a pipeline's time is stretched by 1 / (1 - bubble). 10 % of GPU memory is kept free
 (allocator fragmentation, communication buffers, CUDA context).
+Two more dimensions, each costed like the others and chosen only when it wins:
+- CP (context parallelism) for long sequences: tried when every rank keeps at least
+  CP_MIN_TOKENS (8192) tokens, the length Llama 3 trained at without CP (arXiv 2407.21783,
+  section 3.3.2, table 4). Activations are those of a sequence S / CP; the K/V exchange is
+  all-gather attention's (Llama 3's choice, `labkit.cp.formulas`), not overlapped.
+- EP (expert parallelism) for MoE models: EP divides the experts and CP x DP (it re-cuts the
+  data-parallel ranks, `labkit.parallel_dims`); expert weights are 1 / (TP PP EP) per GPU and
+  their ZeRO shards span the EDP = CP x DP / EP replicas; the all-to-alls
+  (`labkit.moe.formulas`, balanced routing) are not overlapped. FLOPs use the active parameters.
+  MoE activations are costed as a dense layer's (Korthikanti's 4h FFN): for Mixtral's top-2 of
+  FFN 14336 that undercounts the FFN part by 1.75x.
 """
 from dataclasses import dataclass, field
 
@@ -25,7 +36,8 @@ from labkit.memory import GB, activations, model_states
 from labkit.parallel_dims import Layout
 from labkit.plan.flops import bubble_ratio, flops_per_token
 from labkit.plan.models import Hardware, Model
-from labkit.plan.traffic import Traffic, step_traffic
+from labkit.plan.dims import CP_MIN_TOKENS, cp_choices, cp_ep_reasons, ep_choices  # noqa: F401
+from labkit.plan.traffic import DIMS, Traffic, step_traffic
 
 USABLE = 0.9              # fraction of GPU memory a plan may fill
 EFFICIENCY = 0.5          # fraction of peak the matmuls reach (well-tuned bf16 kernels)
@@ -52,6 +64,8 @@ class Candidate:
     bubble: float
     step_seconds: float
     mfu: float
+    cp: int = 1
+    ep: int = 1
 
     @property
     def memory(self) -> float:
@@ -69,52 +83,68 @@ class Candidate:
             else "none"
 
     def short(self) -> str:
-        return (f"TP {self.tp} x PP {self.pp} x DP {self.dp} ({self.sharding}), "
+        return (f"TP {self.tp}{' x CP ' + str(self.cp) if self.cp > 1 else ''} x PP {self.pp} x DP {self.dp}"
+                f"{' (EP ' + str(self.ep) + ')' if self.ep > 1 else ''} ({self.sharding}), "
                 f"checkpointing {self.checkpointing}, micro-batch {self.micro_batch}: "
                 f"{self.memory / GB:.1f} GB/GPU, step {self.step_seconds:.2f} s, MFU {self.mfu:.0%}")
 
 
 def evaluate(model: Model, hw: Hardware, tp: int, pp: int, dp: int, zero_stage: int = 0,
              checkpointing: str = "none", micro_batch: int = 1, optimizer: str = "adam",
-             hybrid: bool = False, efficiency: float = EFFICIENCY) -> Candidate:
+             hybrid: bool = False, efficiency: float = EFFICIENCY, cp: int = 1,
+             ep: int = 1) -> Candidate:
     """Cost one layout: memory per GPU, traffic, bubble, step time and MFU."""
     m = model.global_batch // (dp * micro_batch)
     if m < 1 or m * dp * micro_batch != model.global_batch:
         raise ValueError(f"global batch {model.global_batch} does not split into dp {dp} x "
                          f"micro-batch {micro_batch} x a whole number of micro-batches")
-    shard_group = hw.gpus_per_node if hybrid else dp
-    held = model.params / (tp * pp)                                 # parameters on this GPU
-    ms = model_states(held, optimizer=optimizer, zero_stage=zero_stage, world_size=shard_group).device
-    act = activations(model.layers // pp, model.hidden, model.heads, model.seq, micro_batch, tp=tp,
+    if ep > 1 and (model.experts % ep or (cp * dp) % ep):
+        raise ValueError(f"ep {ep} must divide the experts ({model.experts}) and cp x dp "
+                         f"({cp} x {dp} = {cp * dp})")
+    shard_group = hw.gpus_per_node if hybrid else dp * cp
+    dense = (model.params - model.expert_params) / (tp * pp)        # parameters on this GPU
+    expert = model.expert_params / (tp * pp * ep)
+    held = dense + expert
+    ms = model_states(dense, optimizer=optimizer, zero_stage=zero_stage, world_size=shard_group).device
+    if expert:
+        ms += model_states(expert, optimizer=optimizer, zero_stage=zero_stage,
+                           world_size=max(1, dp * cp // ep)).device
+    act = activations(model.layers // pp, model.hidden, model.heads, model.seq // cp, micro_batch, tp=tp,
                       sequence_parallel=tp > 1, checkpointing=checkpointing, vocab=model.vocab)
     in_flight = min(pp, m)                                          # 1F1B: first stage holds p
     act_bytes = act.stored * in_flight + act.recompute + act.output
-    layer = 12 * model.hidden ** 2 / tp                             # one layer's parameters here
+    layer = 12 * model.hidden ** 2 / tp if not model.experts else held * pp / model.layers
     working = 4 * layer * 2 if zero_stage == 3 else 0               # 2 gathered layers + grads, 16-bit
-    lay = Layout(dp=dp, pp=pp, tp=tp, gpus_per_node=hw.gpus_per_node)
+    lay = Layout(dp=dp, pp=pp, tp=tp, gpus_per_node=hw.gpus_per_node, cp=cp, ep=ep)
     tr = step_traffic(lay, n_params=model.params, layers=model.layers, hidden=model.hidden,
                       seq=model.seq, micro_batch=micro_batch, micro_batches=m,
-                      zero_stage=zero_stage, recompute=checkpointing == "full")
-    bw = {d: (hw.inter_gbps if lay.spans_nodes(d) else hw.intra_gbps) * 1e9 for d in ("tp", "pp", "dp")}
-    comm = {"tp": tr.tp / bw["tp"], "pp": tr.pp / bw["pp"], "dp": tr.dp / bw["dp"]}
+                      zero_stage=zero_stage, recompute=checkpointing == "full", heads=model.heads,
+                      kv_heads=model.kv_heads, cp_method="allgather",
+                      expert_params=model.expert_params, top_k=model.top_k)
+    bw = {d: (hw.inter_gbps if lay.spans_nodes(d) else hw.intra_gbps) * 1e9 for d in DIMS}
+    if ep > 1 and lay.spans_nodes("edp") and not lay.spans_nodes("dp"):
+        bw["dp"] = hw.inter_gbps * 1e9                              # the experts' replicas are far
+    comm = {d: getattr(tr, d) / bw[d] for d in DIMS}
     if hybrid and dp > shard_group:      # ZeRO-3 inside the node, all-reduce across nodes
         g, r = shard_group, dp // shard_group
         grads = held * 2
         intra = 3 * m * (g - 1) / g * grads
         inter = 2 * (r - 1) / r * grads / g
-        tr = Traffic(tp=tr.tp, pp=tr.pp, dp=intra + inter, calls={**tr.calls, "dp": 3 * m + 1})
+        tr = Traffic(tp=tr.tp, pp=tr.pp, dp=intra + inter, calls={**tr.calls, "dp": 3 * m + 1},
+                     cp=tr.cp, ep=tr.ep)
         comm["dp"] = intra / (hw.intra_gbps * 1e9) + inter / (hw.inter_gbps * 1e9)
-    per_token = flops_per_token(model.params, model.layers, model.hidden, model.seq)
+    per_token = flops_per_token(model.active, model.layers, model.hidden, model.seq)
     useful = per_token * model.tokens_per_step
     extra = {"none": 0.0, "selective": 4 * model.layers * model.hidden * model.seq,
-             "full": 2 * model.params + 4 * model.layers * model.hidden * model.seq}[checkpointing]
+             "full": 2 * model.active + 4 * model.layers * model.hidden * model.seq}[checkpointing]
     compute = (per_token + extra) * model.tokens_per_step / hw.gpus / (hw.peak_tflops * 1e12 * efficiency)
     bub = bubble_ratio(pp, m)
     overlap = (1.0 if zero_stage == 3 else 2 / 3) * compute
-    step = (compute + comm["tp"] + comm["pp"]) / (1 - bub) + max(0.0, comm["dp"] - overlap)
+    exposed = comm["tp"] + comm["pp"] + comm["cp"] + comm["ep"]
+    step = (compute + exposed) / (1 - bub) + max(0.0, comm["dp"] - overlap)
     mfu = useful / (step * hw.gpus * hw.peak_tflops * 1e12)
     return Candidate(tp, pp, dp, zero_stage, hybrid, checkpointing, optimizer, micro_batch, m, ms,
-                     act_bytes, working, hw.gpu_gb * GB, tr, comm, compute, bub, step, mfu)
+                     act_bytes, working, hw.gpu_gb * GB, tr, comm, compute, bub, step, mfu, cp, ep)
 
 
 def candidates(model: Model, hw: Hardware, optimizers=("adam",), efficiency: float = EFFICIENCY):
@@ -123,25 +153,32 @@ def candidates(model: Model, hw: Hardware, optimizers=("adam",), efficiency: flo
     for tp in (t for t in (1, 2, 4, 8, 16) if hw.gpus_per_node % t == 0 and model.heads % t == 0
                and t <= hw.gpus_per_node):
         for pp in (p for p in range(1, min(model.layers, 64) + 1) if model.layers % p == 0):
-            if G % (tp * pp):
-                continue
-            dp = G // (tp * pp)
-            for zero in ((0,) if dp == 1 else (0, 1, 2, 3)):
-                for hybrid in ((False, True) if zero == 3 and tp == pp == 1 and hw.nodes > 1 else (False,)):
-                    for ckpt in ("none", "selective", "full"):
-                        for opt in optimizers:
-                            for mb in (1, 2, 4, 8, 16, 32):
-                                if model.global_batch % (dp * mb):
-                                    continue
-                                c = evaluate(model, hw, tp, pp, dp, zero, ckpt, mb, opt, hybrid,
-                                             efficiency)
-                                yield c
-                                if not c.fits:      # a larger micro-batch needs more memory still
-                                    break
+            for cp in cp_choices(model):
+                if G % (tp * pp * cp):
+                    continue
+                dp = G // (tp * pp * cp)
+                for ep in ep_choices(model, cp, dp):
+                    yield from _sharding_options(model, hw, tp, pp, dp, cp, ep, optimizers, efficiency)
+
+
+def _sharding_options(model, hw, tp, pp, dp, cp, ep, optimizers, efficiency):
+    simple = tp == pp == cp == ep == 1
+    for zero in ((0,) if dp * cp == 1 else (0, 1, 2, 3)):
+        for hybrid in ((False, True) if zero == 3 and simple and hw.nodes > 1 else (False,)):
+            for ckpt in ("none", "selective", "full"):
+                for opt in optimizers:
+                    for mb in (1, 2, 4, 8, 16, 32):
+                        if model.global_batch % (dp * mb):
+                            continue
+                        c = evaluate(model, hw, tp, pp, dp, zero, ckpt, mb, opt, hybrid,
+                                     efficiency, cp, ep)
+                        yield c
+                        if not c.fits:      # a larger micro-batch needs more memory still
+                            break
 
 
 def _simplicity(c: Candidate) -> tuple:
-    return ((c.tp > 1) + (c.pp > 1), c.pp, c.tp, c.zero_stage, c.hybrid,
+    return ((c.tp > 1) + (c.pp > 1) + (c.cp > 1) + (c.ep > 1), c.pp, c.tp, c.cp, c.ep, c.zero_stage, c.hybrid,
             ("none", "selective", "full").index(c.checkpointing), -c.micro_batch)
 
 
@@ -172,6 +209,14 @@ class Plan:
     def dp(self):
         return self.chosen.dp if self.chosen else None
 
+    @property
+    def cp(self):
+        return self.chosen.cp if self.chosen else None
+
+    @property
+    def ep(self):
+        return self.chosen.ep if self.chosen else None
+
     def __str__(self) -> str:
         hw = self.hardware
         m = self.model
@@ -184,7 +229,9 @@ class Plan:
         c = self.chosen
         tail = (f"  => {c.short()}\n     memory/GPU: model state {c.model_state / GB:.1f} + activations "
                 f"{c.activations / GB:.1f} + gathered layers {c.working / GB:.1f} GB; traffic/GPU/step: "
-                f"TP {c.traffic.tp / GB:.1f}, PP {c.traffic.pp / GB:.2f}, DP {c.traffic.dp / GB:.1f} GB; "
+                f"TP {c.traffic.tp / GB:.1f}, PP {c.traffic.pp / GB:.2f}, DP {c.traffic.dp / GB:.1f}"
+                + (f", CP {c.traffic.cp / GB:.1f}" if c.cp > 1 else "")
+                + (f", EP {c.traffic.ep / GB:.1f}" if c.ep > 1 else "") + " GB; "
                 f"bubble {c.bubble:.1%}")
         return f"{head}\n{body}\n{tail}"
 
@@ -212,8 +259,9 @@ def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:
     if G == 1:
         R.append(("2. data parallel", "one GPU: nothing to replicate"))
     else:
-        ddp = _best(cands, lambda c: c.tp == c.pp == 1 and c.zero_stage == 0)
-        zero = _best(cands, lambda c: c.tp == c.pp == 1 and c.zero_stage > 0 and not c.hybrid)
+        ddp = _best(cands, lambda c: c.tp == c.pp == c.cp == c.ep == 1 and c.zero_stage == 0)
+        zero = _best(cands, lambda c: c.tp == c.pp == c.cp == c.ep == 1 and c.zero_stage > 0
+                     and not c.hybrid)
         R.append(("2. DP / ZeRO / FSDP", (f"DDP fits ({ddp.short()}); the notes' 'fits: no parallelism' is "
                   "for one GPU: with more GPUs practice replicates the model for throughput" if ddp else
                   "DDP does not fit (every GPU holds all 16 B/param)") +
@@ -246,5 +294,7 @@ def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:
         hyb = _best(cands, lambda c: c.hybrid)
         R.append(("6. hybrid sharding", (f"{'chosen' if best.hybrid else 'best hybrid'}: {hyb.short()}"
                   if hyb else "does not fit (a node's GPUs alone cannot hold the model states)")))
+    R.extend(cp_ep_reasons(model, cands, best, _best))
     R.append(("choice", "the fastest layout that fits (among those within 2 % of it, the simplest)"))
     return Plan(model, hw, best, R)
+

@@ -1,0 +1,56 @@
+"""Which CP and EP degrees the planner tries, and its reasons for them (layer 1: pure arithmetic).
+
+- CP is tried when every rank keeps at least CP_MIN_TOKENS tokens: 8192, the sequence Llama 3
+  trained at without CP (arXiv 2407.21783, section 3.3.2, table 4); S must split into 2 CP
+  chunks (the causal load-balanced layout, `labkit.cp.layout`).
+- EP is tried for MoE models, at every divisor of the experts that divides CP x DP (EP re-cuts
+  the data-parallel ranks, `labkit.parallel_dims`).
+"""
+from labkit.memory import GB
+
+CP_MIN_TOKENS = 8192      # CP is tried only when every rank keeps at least this many tokens
+
+
+def cp_choices(model) -> list:
+    """CP degrees tried: 1, and those leaving every rank >= CP_MIN_TOKENS tokens (S % 2 CP = 0)."""
+    return [c for c in (1, 2, 4, 8, 16, 32, 64)
+            if c == 1 or (model.seq // c >= CP_MIN_TOKENS and model.seq % (2 * c) == 0)]
+
+
+def ep_choices(model, cp: int, dp: int) -> list:
+    """EP degrees tried: the divisors of the experts that also divide CP x DP."""
+    if not model.experts:
+        return [1]
+    return [e for e in range(1, model.experts + 1) if model.experts % e == 0 and (cp * dp) % e == 0]
+
+
+def cp_ep_reasons(model, cands: list, best, _best) -> list:
+    """The planner's branches 7 (CP) and 8 (EP), each with the best layout of the other side;
+    `_best(cands, pred)` is the planner's pick among the candidates that fit."""
+    out = []
+    if len(cp_choices(model)) == 1:
+        out.append(("7. CP for long sequences", f"not tried: a sequence of {model.seq:,} tokens over 2 "
+                    f"ranks would leave each under {CP_MIN_TOKENS:,}"))
+    else:
+        no_cp = _best(cands, lambda c: c.cp == 1)
+        if best.cp > 1:
+            out.append(("7. CP for long sequences", f"CP {best.cp}: each GPU holds {model.seq // best.cp:,} "
+                        f"of the {model.seq:,} tokens, activations {best.activations / GB:.1f} GB, K/V "
+                        f"all-gathers {best.traffic.cp / GB:.1f} GB/step; " +
+                        ("without CP nothing fits" if no_cp is None else f"best without CP: {no_cp.short()}")))
+        else:
+            with_cp = _best(cands, lambda c: c.cp > 1)
+            out.append(("7. CP for long sequences", "not chosen" + (f"; best with CP: {with_cp.short()}"
+                                                                    if with_cp else ": nothing with CP fits")))
+    if model.experts:
+        no_ep = _best(cands, lambda c: c.ep == 1)
+        if best.ep > 1:
+            out.append(("8. EP for experts", f"EP {best.ep}: each GPU holds {model.experts // best.ep} of "
+                        f"{model.experts} experts per layer, all-to-alls {best.traffic.ep / GB:.1f} GB/step "
+                        f"({best.traffic.calls['ep']} calls); " +
+                        ("without EP nothing fits" if no_ep is None else f"best without EP: {no_ep.short()}")))
+        else:
+            with_ep = _best(cands, lambda c: c.ep > 1)
+            out.append(("8. EP for experts", "not chosen" + (f"; best with EP: {with_ep.short()}"
+                                                             if with_ep else ": nothing with EP fits")))
+    return out
