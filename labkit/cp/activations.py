@@ -16,6 +16,7 @@ A dense layer (scores kept) would add d a s^2 b; the score matrix of a rank's qu
 every key is d a (s/cp) s b: ring attention never holds it, only one (s/cp) x (s/cp) block of it
 at a time while it computes.
 """
+import labkit
 from labkit.memory.activations import per_layer
 
 
@@ -46,11 +47,11 @@ def measure_layer(seq: int = 256, batch: int = 1, hidden: int = 64, heads: int =
     from labkit.cp.shard import shard_sequence
     from labkit.tp.parity import reference_blocks
 
-    layer = reference_blocks(1, hidden, heads)[0]
+    layer = reference_blocks(1, hidden, heads)[0].to(labkit.device())
     layer.core = lambda q, k, v: attention(q, k, v, group=group, causal=True, method=method,
                                            layout=layout)
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(batch, seq, hidden, generator=g)
+    x = torch.randn(batch, seq, hidden, generator=g).to(labkit.device())
     xin = shard_sequence(x, 1, group=group, layout=layout).clone().requires_grad_()
     params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
     seen = {}

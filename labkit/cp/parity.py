@@ -5,6 +5,8 @@ sequence, and its bytes on the wire against `labkit.cp.formulas.wire`.
                 layout="zigzag", heads=4, kv_heads=2)     # -> max |diff| of out, dq, dk, dv
 """
 import torch
+
+import labkit
 import torch.distributed as dist
 
 from labkit.comm import traffic
@@ -20,9 +22,10 @@ def qkv(batch=2, heads=4, kv_heads=None, seq=16, head_dim=8, seed=0, dtype=torch
     """The full q, k, v (same on every rank: a fixed CPU generator)."""
     g = torch.Generator().manual_seed(seed)
     kvh = kv_heads or heads
-    return (torch.randn(batch, heads, seq, head_dim, generator=g, dtype=dtype),
-            torch.randn(batch, kvh, seq, head_dim, generator=g, dtype=dtype),
-            torch.randn(batch, kvh, seq, head_dim, generator=g, dtype=dtype))
+    dev = labkit.device()
+    return (torch.randn(batch, heads, seq, head_dim, generator=g, dtype=dtype).to(dev),
+            torch.randn(batch, kvh, seq, head_dim, generator=g, dtype=dtype).to(dev),
+            torch.randn(batch, kvh, seq, head_dim, generator=g, dtype=dtype).to(dev))
 
 
 def attention_parity(seq=16, causal=False, method="ring", layout="contiguous", batch=2, heads=4,
@@ -32,7 +35,7 @@ def attention_parity(seq=16, causal=False, method="ring", layout="contiguous", b
     full = [t.clone().requires_grad_() for t in (q, k, v)]
     ref = reference(*full, causal=causal)
     g = torch.Generator().manual_seed(1)
-    dout = torch.randn(ref.shape, generator=g)
+    dout = torch.randn(ref.shape, generator=g).to(ref.device)
     ref.backward(dout)
     parts = [shard_sequence(t, 2, group=group, layout=layout).requires_grad_() for t in (q, k, v)]
     out = attention(*parts, group=group, causal=causal, method=method, layout=layout, merge_fn=merge_fn)

@@ -46,7 +46,7 @@ def rates(block=64, batch=1, heads=8, head_dim=16, repeats=5, group=None) -> dic
     q, k, v = qkv(batch, heads, None, block, head_dim)
     kv = torch.stack([k, v]).contiguous()
     buf = torch.empty_like(kv)
-    pos = torch.arange(block)
+    pos = torch.arange(block, device=q.device)
     send = comp = float("inf")
     for _ in range(repeats):
         dist.barrier(group=group)

@@ -31,7 +31,7 @@ class _Gather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, part, dim, group, layout):
         r, n = dist.get_rank(group), dist.get_world_size(group)
-        lens = torch.zeros(n, dtype=torch.int64)
+        lens = torch.zeros(n, dtype=torch.int64, device=part.device)
         lens[r] = part.shape[dim]
         dist.all_reduce(lens, group=group)
         seq = int(lens.sum())
@@ -79,8 +79,8 @@ def agree(q, k, v, *, group=None, causal: bool, method: str, layout: str) -> int
             *(v.shape if v.dim() == 4 else (-1,) * 4), int(bool(causal)),
             _METHODS.index(method) if method in _METHODS else -1,
             L.LAYOUTS.index(layout) if layout in L.LAYOUTS else -1]
-    table = torch.zeros(n, len(mine), dtype=torch.int64)
-    table[r] = torch.tensor(mine, dtype=torch.int64)
+    table = torch.zeros(n, len(mine), dtype=torch.int64, device=q.device)
+    table[r] = torch.tensor(mine, dtype=torch.int64, device=q.device)
     dist.all_reduce(table, group=group)
     rows = table.tolist()
     if method not in _METHODS:

@@ -20,7 +20,7 @@ def dispatch_steps(tokens=8, hidden=16, experts=8, k=1, seed=3) -> dict:
     n, r = dist.get_world_size(), dist.get_rank()
     moe = expert_parallel(build(hidden, 32, experts, k))
     g = torch.Generator().manual_seed(seed + r)
-    moe(torch.randn(tokens, hidden, generator=g))
+    moe(torch.randn(tokens, hidden, generator=g).to(labkit.device()))
     per_expert = moe.tokens_per_expert
     return {"expert": moe.routing["expert"][:, 0].tolist(), "per expert": per_expert.tolist(),
             "send splits": per_expert.view(n, -1).sum(1).tolist(),
@@ -37,7 +37,7 @@ def train_load(steps=30, aux_loss_weight=0.0, capacity_factor=None, tokens=64, h
     moe = expert_parallel(skewed(build(hidden, 32, experts, k, capacity_factor), skew, 2))
     moe.aux_loss_weight = aux_loss_weight
     opt = torch.optim.SGD(moe.parameters(), lr=lr)
-    teacher = torch.randn(hidden, hidden, generator=torch.Generator().manual_seed(5)) / 4
+    teacher = torch.randn(hidden, hidden, generator=torch.Generator().manual_seed(5)).to(labkit.device()) / 4
     run_local, spent = moe.experts_forward, [0.0]
 
     def timed(xs, expert):                      # the rank's experts, timed with their exchange
@@ -49,7 +49,7 @@ def train_load(steps=30, aux_loss_weight=0.0, capacity_factor=None, tokens=64, h
     history = []
     for step in range(steps):
         g = torch.Generator().manual_seed(1000 * step + r)
-        x = torch.randn(tokens, hidden, generator=g) + 1.0
+        x = torch.randn(tokens, hidden, generator=g).to(labkit.device()) + 1.0
         spent[0] = 0.0
         y = moe(x)
         loss = ((y - torch.tanh(x @ teacher)) ** 2).mean() + moe.aux_loss
@@ -57,9 +57,9 @@ def train_load(steps=30, aux_loss_weight=0.0, capacity_factor=None, tokens=64, h
         loss.backward()
         reduce_gradients(moe)
         opt.step()
-        load = torch.zeros(experts, dtype=torch.long)
+        load = torch.zeros(experts, dtype=torch.long, device=x.device)
         load[moe.first_expert:moe.first_expert + len(moe.experts)] = moe.received.sum(0)
-        stats = torch.cat([load, torch.tensor([moe.dropped])])
+        stats = torch.cat([load, torch.tensor([moe.dropped], device=x.device)])
         dist.all_reduce(stats)
         row = {"step": step, "load": stats[:-1].tolist(), "dropped": int(stats[-1]),
                "loss": loss.item(), "seconds": spent[0]}
@@ -78,7 +78,7 @@ def step_times(skew=0.0, tokens=512, hidden=128, ffn_hidden=1024, experts=8, k=2
     for e in moe.experts:
         e.register_forward_pre_hook(lambda m, a: m.__dict__.__setitem__("_t0", time.perf_counter()))
         e.register_forward_hook(lambda m, a, o: spent.__setitem__(0, spent[0] + time.perf_counter() - m._t0))
-    x = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(r)) + (1.0 if skew else 0.0)
+    x = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(r)).to(labkit.device()) + (1.0 if skew else 0.0)
     fwd, comp = [], []
     with torch.no_grad():
         for _ in range(repeats + 1):

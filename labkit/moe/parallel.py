@@ -34,8 +34,9 @@ def _local_order(recv: torch.Tensor) -> torch.Tensor:
     n, L = recv.shape
     start = torch.cumsum(recv.reshape(-1), 0) - recv.reshape(-1)
     start = start.view(n, L)
-    idx = [torch.arange(int(start[j, l]), int(start[j, l] + recv[j, l])) for l in range(L) for j in range(n)]
-    return torch.cat(idx) if idx else torch.zeros(0, dtype=torch.long)
+    idx = [torch.arange(int(start[j, l]), int(start[j, l] + recv[j, l]), device=recv.device)
+           for l in range(L) for j in range(n)]
+    return torch.cat(idx) if idx else torch.zeros(0, dtype=torch.long, device=recv.device)
 
 
 def check_shapes(x: torch.Tensor, hidden: int, group=None) -> None:
@@ -43,7 +44,7 @@ def check_shapes(x: torch.Tensor, hidden: int, group=None) -> None:
     rank with the wrong hidden size stops all of them at once, each naming it, instead of
     leaving the others waiting in the all-to-all."""
     n = dist.get_world_size(group)
-    mine = torch.tensor([x.dim(), x.shape[-1] if x.dim() else 0], dtype=torch.long)
+    mine = torch.tensor([x.dim(), x.shape[-1] if x.dim() else 0], dtype=torch.long, device=x.device)
     every = [torch.empty_like(mine) for _ in range(n)]
     dist.all_gather(every, mine, group=group)
     bad = [(j, w) for j, (d, w) in enumerate(t.tolist() for t in every) if d != 2 or w != hidden]

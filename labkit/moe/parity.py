@@ -9,6 +9,8 @@ draws every rank's tokens from the same seed), loss = sum over ranks of (y_r * w
 aux_loss_r, whose gradients divided by the number of ranks are what `reduce_gradients` gives.
 """
 import torch
+
+import labkit
 import torch.distributed as dist
 
 from labkit.comm import traffic
@@ -30,7 +32,7 @@ def build(hidden=16, ffn_hidden=32, experts=4, k=2, capacity_factor=None, seed=0
 def rank_tokens(tokens, hidden, seed=1):
     """[(x_r, w_r)] for every rank r: tokens[r] tokens each, the same on every rank."""
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(t, hidden, generator=g), torch.randn(t, hidden, generator=g)) for t in tokens]
+    return [(torch.randn(t, hidden, generator=g).to(labkit.device()), torch.randn(t, hidden, generator=g).to(labkit.device())) for t in tokens]
 
 
 def _reference(data, **kw):
@@ -126,7 +128,7 @@ def ep_traffic(tokens=128, hidden=64, ffn_hidden=32, experts=4, k=2, skew=0.0, i
     n, me = dist.get_world_size(), dist.get_rank()
     moe = expert_parallel(skewed(build(hidden, ffn_hidden, experts, k), skew, experts // n), impl=impl)
     g = torch.Generator().manual_seed(10 + me)
-    x = torch.randn(tokens, hidden, generator=g) + (1.0 if skew else 0.0)   # skewed: mean +1
+    x = torch.randn(tokens, hidden, generator=g).to(labkit.device()) + (1.0 if skew else 0.0)   # skewed: mean +1
     sent = []
     real = alltoall._exchange
 
@@ -159,7 +161,7 @@ def state_bytes(experts=8, hidden=16, ffn_hidden=32) -> tuple:
     from labkit.memory.accounting import measure
     m = expert_parallel(build(hidden, ffn_hidden, experts))
     opt = torch.optim.Adam(m.parameters())
-    m(torch.randn(64, hidden)).sum().backward()
+    m(torch.randn(64, hidden).to(labkit.device())).sum().backward()
     reduce_gradients(m)
     for p in m.parameters():                     # an expert no token reached has no gradient yet
         p.grad = torch.zeros_like(p) if p.grad is None else p.grad

@@ -14,6 +14,8 @@ them (`sync_kv_replica_grads`); without it they would drift apart. The input's g
 nothing new: f all-reduces it, and each replica added only its own query heads' part.
 """
 import torch
+
+import labkit
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
@@ -111,7 +113,7 @@ def gqa_parity(n_embd=64, n_head=8, n_kv_head=2, b=2, s=8, sync=True, group=None
     torch.manual_seed(0)
     ref = GQAttention(n_embd, n_head, n_kv_head)
     g = torch.Generator().manual_seed(1)
-    x, w = torch.randn(b, s, n_embd, generator=g), torch.randn(b, s, n_embd, generator=g)
+    x, w = torch.randn(b, s, n_embd, generator=g).to(labkit.device()), torch.randn(b, s, n_embd, generator=g).to(labkit.device())
     tp = TPGQAttention(ref, group)
     xr, xt = x.clone().requires_grad_(), x.clone().requires_grad_()
     yr = ref(xr)

@@ -6,6 +6,8 @@
     cluster.run(torch_loss_parallel)   # -> torch's DTensor loss_parallel: diffs, collectives
 """
 import torch
+
+import labkit
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
@@ -26,7 +28,7 @@ def reference_lm(vocab=64, n_embd=32, n_head=4, seed=0) -> nn.ModuleDict:
 
 def tokens(b=2, s=8, vocab=64, seed=2):
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab, (b, s), generator=g), torch.randint(0, vocab, (b, s), generator=g)
+    return torch.randint(0, vocab, (b, s), generator=g).to(labkit.device()), torch.randint(0, vocab, (b, s), generator=g).to(labkit.device())
 
 
 def _reference(ref, ids, tgt):
@@ -84,8 +86,8 @@ def vocab_memory(tokens_=512, vocab=4096, group=None) -> dict:
     Also the largest difference of the two parallel losses from one device."""
     t, r = dist.get_world_size(group), dist.get_rank(group)
     g = torch.Generator().manual_seed(3)
-    full = torch.randn(tokens_, vocab, generator=g)
-    tgt = torch.randint(0, vocab, (tokens_,), generator=g)
+    full = torch.randn(tokens_, vocab, generator=g).to(labkit.device())
+    tgt = torch.randint(0, vocab, (tokens_,), generator=g).to(labkit.device())
     k = vocab // t
     mine = full[:, r * k:(r + 1) * k].clone().requires_grad_()
     want = F.cross_entropy(full, tgt)
@@ -120,8 +122,8 @@ def torch_loss_parallel(tokens_=64, vocab=256) -> dict:
     t, r = dist.get_world_size(), dist.get_rank()
     mesh = init_device_mesh("cpu" if dist.get_backend() == "gloo" else "cuda", (t,))
     g = torch.Generator().manual_seed(4)
-    full = torch.randn(tokens_, vocab, generator=g)
-    tgt = torch.randint(0, vocab, (tokens_,), generator=g)
+    full = torch.randn(tokens_, vocab, generator=g).to(labkit.device())
+    tgt = torch.randint(0, vocab, (tokens_,), generator=g).to(labkit.device())
     ref = full.clone().requires_grad_()
     F.cross_entropy(ref, tgt).backward()
     k = vocab // t

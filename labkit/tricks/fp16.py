@@ -11,6 +11,8 @@ not move those weights. fp32 masters are kept (labkit.zero.masters.MasterOptimiz
 weights are rounded copies, rewritten after each update.
 """
 import torch
+
+import labkit
 import torch.distributed as dist
 
 from labkit.tricks.loss_scale import LossScaler
@@ -28,7 +30,7 @@ def problem(seed: int = 0, batch: int = BATCH):
     student, teacher = _mlp(seed, OUT_SCALE), _mlp(seed + 100, OUT_SCALE)
     teacher[2].load_state_dict(student[2].state_dict())
     student[2].requires_grad_(False)
-    x = torch.randn(batch, D, generator=g) * X_SCALE
+    x = torch.randn(batch, D, generator=g).to(labkit.device()) * X_SCALE
     with torch.no_grad():
         y = teacher(x)
     return x, y, student
@@ -129,7 +131,7 @@ def agree_on_skip(kind: str = "labkit", steps: int = 8, init_scale: float = 2.0 
     from labkit.zero import flat as F
     rank, world = dist.get_rank(), dist.get_world_size()
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(BATCH * world, D, generator=g)
+    x = torch.randn(BATCH * world, D, generator=g).to(labkit.device())
     with torch.no_grad():
         y = _mlp(seed + 100)(x)
     x, y = x.chunk(world)[rank], y.chunk(world)[rank]                    # O(1) numbers here
@@ -137,7 +139,7 @@ def agree_on_skip(kind: str = "labkit", steps: int = 8, init_scale: float = 2.0 
     params = list(model.parameters())
     numel = sum(p.numel() for p in params)
     size = -(-numel // world) * world
-    full = torch.zeros(size)
+    full = torch.zeros(size, device=x.device)
     full[:numel] = torch.nn.utils.parameters_to_vector(params).detach()
     lo, hi = rank * size // world, (rank + 1) * size // world
     shard = torch.nn.Parameter(full[lo:hi].clone())
@@ -157,7 +159,7 @@ def agree_on_skip(kind: str = "labkit", steps: int = 8, init_scale: float = 2.0 
             loss = ((model(x).float() - y) ** 2).sum()
         scale = float(scaler.get_scale() if kind == "sharded" else scaler.scale_value)
         scaler.scale(loss).backward()
-        flat = torch.zeros(size)
+        flat = torch.zeros(size, device=x.device)
         flat[:numel] = torch.cat([p.grad.reshape(-1) for p in params])
         inf_local = not bool(torch.isfinite(flat).all())
         shard.grad = F.reduce_scatter(flat).div(world)

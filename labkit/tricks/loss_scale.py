@@ -27,6 +27,8 @@ gradients for that reason: dividing in fp16 would flush them again).
 import torch
 import torch.distributed as dist
 
+import labkit
+
 
 class LossScaler:
     """Static (`dynamic=False`: S never changes) or dynamic loss scaling; `group`: the ranks
@@ -34,7 +36,7 @@ class LossScaler:
 
     def __init__(self, init_scale: float = 2.0 ** 16, *, dynamic: bool = True,
                  growth_factor: float = 2.0, backoff_factor: float = 0.5, growth_interval: int = 2000,
-                 group=None, agree: bool = True):
+                 group=None, agree: bool = True, device=None):
         if not init_scale > 0:
             raise ValueError(f"init_scale must be > 0, got {init_scale!r}")
         if not (growth_factor > 1 and 0 < backoff_factor < 1):
@@ -42,7 +44,8 @@ class LossScaler:
                              f"got {growth_factor}, {backoff_factor}")
         if not isinstance(growth_interval, int) or growth_interval < 1:
             raise ValueError(f"growth_interval must be a whole number >= 1, got {growth_interval!r}")
-        self._scale = torch.full((1,), float(init_scale), dtype=torch.float32)
+        self._scale = torch.full((1,), float(init_scale), dtype=torch.float32,
+                                 device=device if device is not None else labkit.device())
         self.dynamic, self.growth_factor, self.backoff_factor = dynamic, growth_factor, backoff_factor
         self.growth_interval, self.group, self.agree = growth_interval, group, agree
         self.good_steps = 0               # steps since the last change of S (GradScaler's growth tracker)
@@ -80,8 +83,9 @@ class LossScaler:
         if self._found is not None:
             raise RuntimeError("unscale_() was already called since the last update(): call step() then update()")
         inv = self._scale.double().reciprocal().float()          # as GradScaler: exact for powers of two
-        local = torch.zeros(1)
-        for target, source in self._pairs(optimizer):
+        pairs = self._pairs(optimizer)
+        local = torch.zeros(1, device=pairs[0][1].grad.device if pairs else self._scale.device)
+        for target, source in pairs:
             if target is not source:                             # a master: fp32 copy of the 16-bit gradient
                 target.grad = source.grad.float()
             target.grad.mul_(inv)

@@ -19,7 +19,6 @@ with k micro-batches stages 2 and 3 reduce-scatter k times, stage 3 gathers 2k t
 """
 from dataclasses import dataclass
 
-import torch
 
 from labkit.memory.breakdown import Breakdown
 from labkit.memory.formulas import model_states
@@ -99,9 +98,9 @@ def expected_traffic(opt, micro_batches: int = 1) -> dict:
     s, stage, n, k = sizes(opt), opt.stage, _world(opt), micro_batches
     ep = 2 if opt.mixed else 4
     if stage == 3:                        # what is gathered (a policy's 'sharded' layout: 16-bit of fp32 shards)
-        ep = torch.empty(0, dtype=opt.model.dtype).element_size()
+        ep = opt.model.dtype.itemsize
     rd = opt.model.reduce_dtype if stage == 3 else (opt.buckets[0].grad_dtype if opt.buckets else None)
-    eg = torch.empty(0, dtype=rd).element_size() if rd is not None else ep
+    eg = rd.itemsize if rd is not None else ep
     f = (n - 1) / n
     P, G = s["train_padded"] * ep, s["train_padded"] * eg
     if stage == 0:

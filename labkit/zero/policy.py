@@ -48,7 +48,7 @@ class Policy:
 
 
 def _size(dtype) -> int:
-    return torch.empty(0, dtype=dtype).element_size()
+    return dtype.itemsize
 
 
 def bytes_per_rank(policy: Policy, psi: float, world: int, states: int = 2) -> dict:
