@@ -20,6 +20,7 @@ cores still follow the schedule's ideal timing and the gradients stay real.
 """
 import time
 
+import labkit
 from labkit.pipeline.backward import backward_input, backward_weight
 from labkit.pipeline.model import batch, microbatch_loss, mlp, reference_grads, split
 from labkit.pipeline.schedules import compute_only
@@ -193,10 +194,11 @@ def run_schedule(schedule, layers: int = 8, width: int = 64, microbatch_size: in
     if n != s.stages:
         raise ValueError(f"the schedule has {s.stages} stages but the cluster has {n} ranks: build it "
                          f"for stages={n}, or start labkit.Cluster(world_size={s.stages})")
-    model = mlp(layers, width, frozen=frozen)
+    dev = labkit.device()                        # this rank's GPU with NCCL, else the CPU
+    model = mlp(layers, width, frozen=frozen).to(dev)
     cut = split(model, s.virtual_stages, sizes)
     parts = {c: cut[s.vstage(rank, c)] for c in range(s.chunks)}
-    x, y = batch(microbatch_size * s.microbatches, width)
+    x, y = (t.to(dev) for t in batch(microbatch_size * s.microbatches, width))
     xs, ys = x.chunk(s.microbatches), y.chunk(s.microbatches)
     times = []
     for step in range(warmup + repeats):
@@ -216,7 +218,7 @@ def run_schedule(schedule, layers: int = 8, width: int = 64, microbatch_size: in
            "loss": loss, "pad": pad, "sizes": [len(cut[s.vstage(rank, c)]) for c in range(s.chunks)],
            "grad_diff": 0.0, "grad_mismatch": []}
     if check:
-        ref, _ = reference_grads(mlp(layers, width, frozen=frozen), x, y)
+        ref, _ = reference_grads(mlp(layers, width, frozen=frozen).to(dev), x, y)
         for part in parts.values():
             for name, q in part.named_parameters():
                 r = ref[name]
