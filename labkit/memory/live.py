@@ -29,10 +29,14 @@ COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "moments
 class Meter:
     """Rank side: bytes by category now, sent with labkit.emit."""
 
-    def __init__(self, model, optimizer=None, probe=None):
+    def __init__(self, model, optimizer=None, probe=None, gathered_storages=None):
+        """gathered_storages: a function giving the storages of the full parameters a sharded
+        strategy holds (counted as `gathered`, never as activations); default: a labkit ZeRO-3
+        model's full buffers, if the model has them."""
         self.model, self.optimizer = model, optimizer
         self.saved = []                       # (weakref to a saved tensor, storage key, bytes)
         self.probe = probe
+        self.gathered_storages = gathered_storages
 
     def forward(self):
         import torch
@@ -50,11 +54,28 @@ class Meter:
         return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
 
     def activations(self) -> int:
+        """Bytes of the tensors autograd saved and still holds, each storage once. Each saved
+        tensor is looked up now: its storage's address and size now, not when it was saved. A
+        sharded strategy frees the full weights a layer saved views of (resized to 0) and the
+        allocator reuses the address; keyed and sized at save time, the count kept a stale size,
+        or dropped a tensor that came to share the address, and moved between runs and ranks in
+        steps of those weights' sizes (128 KiB for TinyGPT's tied embedding)."""
+        if self.gathered_storages is not None:
+            storages = self.gathered_storages()
+        else:
+            storages = [g.full.untyped_storage() for g in getattr(self.model, "groups", lambda: [])()]
+        gathered = {st.data_ptr() for st in storages if st.nbytes()}
         seen, total = set(), 0
-        for ref, key, n in self.saved:
-            if ref() is not None and key not in seen:
-                seen.add(key)
-                total += n
+        for ref, _, _ in self.saved:
+            t = ref()
+            if t is None:
+                continue
+            st = t.untyped_storage()
+            key = st.data_ptr()
+            if st.nbytes() == 0 or key in gathered or key in seen:
+                continue
+            seen.add(key)
+            total += st.nbytes()
         return total
 
     def snapshot(self) -> dict:

@@ -9,40 +9,11 @@ SMALL = dict(n_layer=2, n_embd=128, vocab=1024, seq=32)
 
 
 def exact_meter(model, opt, gathered_storages=None):
-    """labkit.memory.live.Meter whose activation count is the same on every run and rank.
-
-    The plain Meter keys each saved tensor by its storage's address and size *when autograd
-    saved it*. At stage 3 a layer saves views of its gathered weights (the head's transposed
-    weight, the tied 512 x 64 embedding: 128 KiB in fp32), and those storages are freed (resized
-    to 0) after the layer runs: the stale size kept counting, and the freed address, reused by
-    the next gather or activation, made two saved tensors share a key, one of them dropped. Which
-    address the allocator reuses changes between runs and ranks: the count moved in steps of the
-    freed weights' sizes. Here each saved tensor is looked up when counted: its storage's size
-    now, keyed by its address now (two live storages never share one), and the full-parameter
-    buffers are left out (they are `gathered`, not activations): `gathered_storages()` gives their
-    storages (default: a stage-3 model's full buffers)."""
+    """labkit.memory.live.Meter (whose activation count is the same on every run and rank: see
+    `Meter.activations`); `gathered_storages()` gives the full-parameter buffers to leave out
+    (default: a stage-3 model's)."""
     from labkit.memory.live import Meter
-
-    class ExactMeter(Meter):
-        def activations(self) -> int:
-            if gathered_storages is not None:
-                storages = gathered_storages()
-            else:
-                storages = [g.full.untyped_storage() for g in getattr(self.model, "groups", lambda: [])()]
-            gathered = {st.data_ptr() for st in storages if st.nbytes()}
-            seen, total = set(), 0
-            for ref, _, _ in self.saved:
-                t = ref()
-                if t is None:
-                    continue
-                st = t.untyped_storage()
-                key = st.data_ptr()
-                if st.nbytes() == 0 or key in gathered or key in seen:
-                    continue
-                seen.add(key)
-                total += st.nbytes()
-            return total
-    return ExactMeter(model, opt)
+    return Meter(model, opt, gathered_storages=gathered_storages)
 
 
 def live_steps(stage: int, steps: int = 2, mixed: bool = False, batch: int = 4, **model_kwargs):
