@@ -75,6 +75,28 @@ def test_the_printed_commands():
     assert shlex.split(words[10]) == shlex.split(cmds["srun"])[:1] + shlex.split(cmds["srun"])[7:]
 
 
+def test_how_a_job_ended_is_asked_of_scontrol(tmp_path, monkeypatch):
+    """Without daemons: a stand-in scontrol that answers COMPLETING twice, then the state."""
+    fake = tmp_path / "scontrol"
+    fake.write_text("#!/bin/sh\nn=$(cat \"$0.count\" 2>/dev/null || echo 0); echo $((n+1)) > \"$0.count\"\n"
+                    'if [ "$4" = 404 ]; then echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; fi\n'
+                    '[ "$n" -lt 2 ] && s=COMPLETING || s=$(cat "$0.state")\n'
+                    'echo "JobId=$4 JobName=x JobState=$s Reason=None"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "words.conf"))   # a cache of its own
+    for job, state, words in [("11", "TIMEOUT", "job 11 reached its time limit (srun/sbatch --time; "
+                                                "JobState=TIMEOUT)"),
+                              ("12", "PREEMPTED", "job 12 was preempted ("), ("13", "FAILED", None),
+                              ("14", "RUNNING", None)]:
+        (tmp_path / "scontrol.state").write_text(state)
+        (tmp_path / "scontrol.count").write_text("0")
+        got = slurm_words.how_it_ended(job, settle=5)
+        assert (got is None) if words is None else (got is not None and words in got), (state, got)
+        assert (tmp_path / "scontrol.count").read_text().strip() == "3", "waited out COMPLETING"
+    assert slurm_words.job_state("404") == "gone"
+
+
 def test_srun_as_printed_a_failed_rank_and_scancel(slurm, tmp_path):
     c = _cluster(slurm, tmp_path, 1, 2)
     log = open(tmp_path / "srun.log", "w")

@@ -12,6 +12,7 @@ so the notebook can name the job in errors, ask Slurm how it ended when its rank
 `close()`, wait until the job has left `squeue`. Where the notebook's machine has no Slurm
 commands, errors say only which job the ranks ran in.
 """
+import os
 import re
 import shlex
 import shutil
@@ -39,7 +40,7 @@ def _words(state: str) -> str:
     what, how = ENDED[state]
     return f"{what} ({how}; JobState={state})"
 
-_known = {}              # job id -> (state, reason) once final
+_known = {}              # (SLURM_CONF, job id) -> its final state
 _lock = threading.Lock()
 
 
@@ -62,7 +63,7 @@ def commands(name: str, nnodes: int, node_command: str, output_dir: str) -> dict
 
 
 def _ask(job: str):
-    """(JobState, Reason) from scontrol, "gone" if Slurm no longer knows the job, or None
+    """The job's JobState from scontrol, "gone" if Slurm no longer knows the job, or None
     when Slurm cannot be asked from here."""
     if shutil.which("scontrol") is None:
         return None
@@ -72,38 +73,36 @@ def _ask(job: str):
     except (OSError, subprocess.SubprocessError):
         return None
     if "Invalid job id" in r.stderr:
-        return ("gone", "")
+        return "gone"
     state = re.search(r"\bJobState=(\S+)", r.stdout)
-    reason = re.search(r"\bReason=(\S+)", r.stdout)
-    if r.returncode or not state:
-        return None
-    return state.group(1), reason.group(1) if reason else ""
+    return state.group(1) if state and not r.returncode else None
 
 
 def job_state(job: str, settle: float = 0.0):
-    """The job's (state, reason), waiting up to `settle` seconds while it is COMPLETING
-    (Slurm shows a cancelled job as COMPLETING until its processes are gone, then CANCELLED)."""
+    """The job's state (None: Slurm cannot be asked), waiting up to `settle` seconds while it
+    is COMPLETING (Slurm shows a cancelled job as COMPLETING until its processes are gone)."""
+    key = (os.environ.get("SLURM_CONF"), job)    # job ids are per Slurm cluster
     with _lock:
-        if job in _known:
-            return _known[job]
+        if key in _known:
+            return _known[key]
     deadline = time.monotonic() + settle
     while True:
         got = _ask(job)
-        if got is None or got[0] != "COMPLETING" or time.monotonic() >= deadline:
+        if got != "COMPLETING" or time.monotonic() >= deadline:
             break
         time.sleep(0.25)
-    if got is not None and (got[0] in ENDED or got[0] == "gone"):
+    if got in ENDED or got == "gone":
         with _lock:
-            _known[job] = got
+            _known[key] = got
     return got
 
 
 def how_it_ended(job: str, settle: float = 0.0):
     """'was ended by Slurm: job 7 was cancelled (...)' when Slurm ended the job, else None."""
     got = job_state(job, settle)
-    if got is None or got[0] not in BY_SLURM:
+    if got not in BY_SLURM:
         return None
-    return f"was ended by Slurm: job {job} {_words(got[0])}"
+    return f"was ended by Slurm: job {job} {_words(got)}"
 
 
 def listed(jobs) -> list:
@@ -146,8 +145,8 @@ def ended_message(hub, srun: str, told: set):
     alive = {n.info.get("slurm_job") for n in list(hub.links)} | told
     for job in dict.fromkeys(n.info["slurm_job"] for n in list(hub.lost) if n.info.get("slurm_job")):
         got = job_state(job) if job not in alive else None
-        if got is not None and (got[0] in ENDED or got[0] == "gone"):
-            how = _words(got[0]) if got[0] in ENDED else "has ended (Slurm no longer lists it)"
+        if got in ENDED or got == "gone":
+            how = _words(got) if got in ENDED else "has ended (Slurm no longer lists it)"
             told.add(job)
             return (f"the ranks ran in Slurm job {job}, which {how}: no torchrun is left to start "
                     f"them again. Start the job again:\n  {srun}\nor start a new cluster.")
