@@ -41,6 +41,13 @@ def why_not() -> str:
     return ""
 
 
+def _die_with_parent() -> None:
+    """In the daemon before exec: SIGTERM when the test process ends, even killed (a pytest
+    timeout), so that no daemon outlives a test run that could not reach stop()."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
@@ -117,7 +124,8 @@ class Slurm:
     def _daemon(self, name: str, *cmd) -> None:
         log = open(self.folder / "log" / f"{name}.out", "w")
         self.procs.append((name, subprocess.Popen(list(cmd), env=self.env, stdout=log,
-                                                  stderr=subprocess.STDOUT, start_new_session=True)))
+                                                  stderr=subprocess.STDOUT, start_new_session=True,
+                                                  preexec_fn=_die_with_parent)))
 
     def start(self, timeout: float = 30.0) -> "Slurm":
         """Start it, and point this process's SLURM_CONF at it (as on a login node) until stop()."""
