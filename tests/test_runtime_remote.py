@@ -68,7 +68,8 @@ def test_commands_and_the_key_file(remote):
                  f"--rdzv-endpoint {remote.rdzv_endpoint}", "-m labkit.runtime.remote.rank",
                  f"--join {remote.join_file}", "--max-restarts"):
         assert part in cmd
-    assert remote.commands["srun"].startswith("srun --nodes 2 --ntasks-per-node 1 env GLOO_SOCKET_IFNAME=lo torchrun")
+    assert remote.commands["srun"].startswith(f"srun --job-name {remote.name} --nodes 2 --ntasks-per-node 1 "
+                                              "env GLOO_SOCKET_IFNAME=lo torchrun")
     key = json.load(open(remote.join_file))["key"]
     assert key not in cmd and key not in remote.commands["srun"], "the key never on a command line"
     assert os.stat(remote.join_file).st_mode & 0o777 == 0o600

@@ -111,7 +111,7 @@ class Exited(NamedTuple):
 
 # -- notebook <-> node agent -----------------------------------------------------------------
 class AgentHello(NamedTuple):
-    info: dict                      # host, pid, torchrun
+    info: dict                      # host, pid, torchrun (and slurm_job, ... under Slurm)
 
 
 class RankUp(NamedTuple):

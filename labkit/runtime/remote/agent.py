@@ -186,8 +186,9 @@ def main(argv=None) -> int:
     from labkit.runtime.stacks import remove_stale_dirs
     remove_stale_dirs(prefix="labkit-agent-")    # folders of agents that were SIGKILLed
     folder = tls.private_dir(f"labkit-agent-{os.getpid()}-")
+    from labkit.runtime.remote.slurm import job_info
     link.send(protocol.AgentHello({"host": socket.gethostname(), "pid": os.getpid(),
-                                   "torchrun": a.torchrun}))
+                                   "torchrun": a.torchrun, **job_info(os.environ)}))
     try:
         Agent(listener, link, a.torchrun, folder, a.connect, join).loop()
     finally:

@@ -62,6 +62,17 @@ class RemoteRank(RankHandle):
     def exit_code(self):
         return self.proc.poll()
 
+    def how_it_died(self) -> str:
+        """As any rank's; when its node ran in a Slurm job that Slurm ended (scancel, time
+        limit, preemption, a failed node), that first, asked of Slurm (remote/slurm.py)."""
+        job = self.link.info.get("slurm_job")
+        if job and not self.stopped_by and self.exit_code() is not None:
+            from labkit.runtime.remote import slurm
+            ended = slurm.how_it_ended(job, slurm.SETTLE_S)
+            if ended:
+                return ended
+        return super().how_it_died()
+
     def lost(self):
         return self.proc.lost
 

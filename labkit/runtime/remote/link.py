@@ -32,7 +32,8 @@ class NodeLink:
     @property
     def name(self) -> str:
         n = "?" if self.group_rank is None else self.group_rank
-        return f"node {n} (host {self.info['host']})"
+        job = f", Slurm job {self.info['slurm_job']}" if self.info.get("slurm_job") else ""
+        return f"node {n} (host {self.info['host']}{job})"
 
 
 class Hub:

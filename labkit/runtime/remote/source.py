@@ -21,7 +21,7 @@ import threading
 import time
 
 from labkit.runtime import errors, protocol
-from labkit.runtime.remote import tls
+from labkit.runtime.remote import slurm, tls
 from labkit.runtime.remote.link import Hub
 
 
@@ -35,8 +35,9 @@ def _address(text: str) -> tuple:
 class RemotePool:
     """The remote ranks that have reached the notebook, by their torchrun RANK."""
 
-    def __init__(self, missing_message):
+    def __init__(self, missing_message, never_message):
         self.missing_message = missing_message    # why ranks are missing, in words
+        self.never_message = never_message        # why they will never come (Slurm ended the job)
         self.cond = threading.Condition()
         self.workers = {}                         # pid ("host:pid") -> RemoteRank
         self.spares = []
@@ -73,6 +74,7 @@ class RemotePool:
 
     def take(self, n: int, deadline: float) -> list:
         said, t0 = False, time.monotonic()
+        check_at = t0
         with self.cond:
             while True:
                 ready = self._ready()
@@ -87,6 +89,10 @@ class RemotePool:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise errors.StartTimeout(self.missing_message(missing))
+                if time.monotonic() >= check_at:  # Slurm ended their job: fail now, not at the deadline
+                    check_at, never = time.monotonic() + 1.0, self.never_message()
+                    if never:
+                        raise errors.StartError(f"ranks {missing} will not reach the notebook: {never}")
                 if not said and time.monotonic() - t0 > 3:
                     print(f"labkit: waiting for ranks {missing} (torchrun starts or restarts "
                           "them on their nodes) ...", file=sys.stderr)
@@ -129,6 +135,7 @@ class RemoteRanks:
         self.name = f"labkit-{secrets.token_hex(4)}"
         self.backend, self.threads_per_rank = "?", None
         self.store, self._hub, self._server, self._folder = [], None, None, None
+        self._told = set()                        # Slurm jobs whose end a run has reported
 
     @property
     def world_size(self) -> int:
@@ -147,7 +154,8 @@ class RemoteRanks:
         if self.tls:
             cert, key, self.certificate_tool = tls.make_certificate(self._folder, self.name)
             ctx = tls.server_context(cert, key)
-        self.pool = RemotePool(self.missing_message)
+        self.pool = RemotePool(self.missing_message, lambda: slurm.ended_message(
+            self._hub, self.commands["srun"], self._told))
         self._hub = Hub(self.pool.add, self.heartbeat_timeout)
         self._server = tls.TLSServer(self._hub.add, host, port, ctx)
         self.join_file = os.path.abspath(os.path.expanduser(
@@ -179,8 +187,8 @@ class RemoteRanks:
                f"--rdzv-backend c10d --rdzv-endpoint {self.rdzv_endpoint} --rdzv-id {self.name}"
                f"{conf} --max-restarts {self.max_restarts} -m labkit.runtime.remote.rank "
                f"--connect {self.address[0]}:{self.address[1]} --join {shlex.quote(self.join_file)}")
-        return {"torchrun": env + run,
-                "srun": f"srun --nodes {self.nnodes} --ntasks-per-node 1 {env}{run}"}
+        return {"torchrun": env + run, **slurm.commands(self.name, self.nnodes, env + run,
+                                                         os.path.dirname(self.join_file))}
 
     def instructions(self) -> str:
         return (f"labkit: a cluster of {self.nnodes} node(s) x {self.nproc_per_node} rank(s) waits "
@@ -191,7 +199,8 @@ class RemoteRanks:
                 "it (scp -p keeps it private).\n"
                 "On each node, in a Python environment with labkit, run:\n"
                 f"  {self.commands['torchrun']}\n"
-                f"or from a Slurm allocation, once:\n  {self.commands['srun']}")
+                f"or under Slurm, once (srun: from a terminal or an allocation; sbatch: a job that "
+                f"outlives this cell):\n  {self.commands['srun']}\n  {self.commands['sbatch']}")
 
     # -- ranks --------------------------------------------------------------------------------
     def take(self, n: int, deadline: float) -> list:
@@ -247,9 +256,9 @@ class RemoteRanks:
     @property
     def nodes(self) -> list:
         """The node agents connected now: [{'name', 'host', 'agent_pid', 'torchrun_pid',
-        'ranks'}]."""
+        'slurm_job', 'ranks'}]."""
         return [{"name": n.name, "host": n.info["host"], "agent_pid": n.info["pid"],
-                 "torchrun_pid": n.info["torchrun"],
+                 "torchrun_pid": n.info["torchrun"], "slurm_job": n.info.get("slurm_job"),
                  "ranks": sorted(int(w.info["rank"]) for w in n.workers.values() if w.alive())}
                 for n in list(self._hub.links)]
 
@@ -259,9 +268,12 @@ class RemoteRanks:
 
     def close(self) -> None:
         """The agents are told, so their ranks exit with code 0 and torchrun ends on every node;
-        the key file and certificate are removed (also at exit)."""
+        the key file and certificate are removed (also at exit). Slurm jobs that held ranks
+        are waited for until squeue no longer lists them (30 s at most)."""
+        nodes = [n.info for n in (self._hub.links + self._hub.lost if self._hub else [])]
         _shutdown(self._hub, self._server, self.store, self._folder,
                   self.join_file if self._server is not None else None)
+        slurm.wait_closed(nodes)
 
 
 def _shutdown(hub, server, store, folder, join_file) -> None:
