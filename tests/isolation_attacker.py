@@ -24,7 +24,7 @@ def _refused(exc: BaseException) -> str:
 def _store_over_tcp(ports: list) -> tuple:
     """(result, store) for torch's TCPStore protocol on each listening port, without a key.
     A client of a port that is not a store can wait in C++ for good: each try gets a thread
-    and 4 s."""
+    and 3 s."""
     import threading
     import torch.distributed as dist
     why = []
@@ -40,9 +40,9 @@ def _store_over_tcp(ports: list) -> tuple:
                 box.append((None, exc))
         t = threading.Thread(target=attempt, daemon=True)
         t.start()
-        t.join(4.0)
+        t.join(3.0)
         if not box:
-            why.append(f"{port}: no store answer in 4 s")
+            why.append(f"{port}: no store answer in 3 s")
         elif box[0][0] is None:
             why.append(f"{port}: {type(box[0][1]).__name__}")
         else:

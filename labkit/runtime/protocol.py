@@ -111,7 +111,8 @@ class Exited(NamedTuple):
 
 # -- notebook <-> node agent -----------------------------------------------------------------
 class AgentHello(NamedTuple):
-    info: dict                      # host, pid, torchrun
+    info: dict                      # host, pid, torchrun; or {"refused": why, "host"} from a rank
+                                    # whose node cannot start (its agent's socket is squatted)
 
 
 class RankUp(NamedTuple):
