@@ -67,7 +67,7 @@ def test_a_failed_start_leaves_nothing_behind(monkeypatch):
     def accept_threads():
         return sum(t.name == "labkit-accept" for t in threading.enumerate())   # other clusters may be open
     kids, dirs, accepting = _children(), _own_dirs(), accept_threads()
-    def no_store(timeout):
+    def no_store(folder):
         raise OSError("address already in use (a test)")
     monkeypatch.setattr(procs, "rendezvous_store", no_store)
     for _ in range(3):

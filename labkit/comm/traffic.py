@@ -12,8 +12,9 @@ is measured outside both. ``sent`` is what the application handed to TCP
 fall back to tcpi_bytes_acked, which can lag the last few KB); ``received`` is
 tcpi_bytes_received (every byte that arrived in order, read by gloo or not yet).
 
-What is not counted: the rendezvous store's socket (the TCPStore at the store's host and
-port) and labkit's control connection to the notebook. /proc/self/io is no substitute: its
+What is not counted: the rendezvous store's socket (a TCPStore at the store's host and port,
+under torchrun; a local cluster's store is a file) and labkit's control connection to the
+notebook. /proc/self/io is no substitute: its
 wchar/rchar also count pipes and files, and miss sendmsg/recvmsg traffic.
 
 gloo frames each message with a header and the receiver announces each receive it posts,

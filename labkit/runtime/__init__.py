@@ -34,7 +34,7 @@ local/ - ranks on this machine:
   source.py    LocalRanks: the source of a Cluster(n) (pool, store, backend, threads)
   handle.py    LocalRank: a worker process (signals, /proc, its stack file); local stack dumps
   pool.py      spares and every worker process of one Cluster
-  procs.py     starting workers: the launcher thread, environment, threads, the rendezvous store
+  procs.py     starting workers: the launcher thread, environment, threads, the rendezvous file
   zygote.py    one process with torch imported that forks ready workers in ~0.1 s (the notebook
                side; zygote_main.py is the process itself)
 

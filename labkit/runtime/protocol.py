@@ -111,7 +111,9 @@ class Exited(NamedTuple):
 
 # -- notebook <-> node agent -----------------------------------------------------------------
 class AgentHello(NamedTuple):
-    info: dict                      # host, pid, torchrun (and slurm_job, ... under Slurm)
+    info: dict                      # host, pid, torchrun (slurm_job, ... under Slurm); or
+                                    # {"refused": why, "host"} from a rank whose node cannot start
+                                    # (its agent's socket is squatted)
 
 
 class RankUp(NamedTuple):

@@ -95,6 +95,17 @@ def _flush() -> None:
     _libc.fflush(None)
 
 
+def _store(opts: dict, timeout):
+    """The rendezvous store: a local cluster's file in its private folder (`store_path`), or
+    torchrun's TCP store (`store_host`, `store_port`) for ranks on other machines."""
+    import torch.distributed as dist
+    if "store_path" in opts:
+        store = dist.FileStore(opts["store_path"], -1)   # -1: the notebook removes the file
+        store.set_timeout(timeout)
+        return store
+    return dist.TCPStore(opts["store_host"], opts["store_port"], None, False, timeout=timeout)
+
+
 def _join(opts: dict, prefix: str) -> None:
     """Join (or join again) the process group, under a fresh store prefix."""
     import torch
@@ -104,8 +115,7 @@ def _join(opts: dict, prefix: str) -> None:
     rank, world_size, backend = opts["rank"], opts["world_size"], opts["backend"]
     device = torch.device("cuda", opts.get("local_rank", rank)) if backend == "nccl" else torch.device("cpu")
     timeout = datetime.timedelta(seconds=opts["pg_timeout"])
-    store = dist.TCPStore(opts["store_host"], opts["store_port"], None, False, timeout=timeout)
-    store = dist.PrefixStore(prefix, store)
+    store = dist.PrefixStore(prefix, _store(opts, timeout))
     kwargs = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=timeout, **kwargs)

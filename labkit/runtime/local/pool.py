@@ -167,9 +167,9 @@ def zygote_exit(z) -> str:
     return f"exit code {code}" + (f": {tail}" if tail else "")
 
 
-def shutdown(pool: WorkerPool, store: list) -> None:
-    """Kill every process of the pool and free its sockets and files (also at exit).
-    `store` holds the cluster's TCPStore; emptying it destroys the store and its socket."""
+def shutdown(pool: WorkerPool) -> None:
+    """Kill every process of the pool and free its sockets and files (also at exit): its
+    folder holds the stack files and the rendezvous file."""
     with pool.cond:
         pool.closed = True
         pool.spares = []
@@ -185,5 +185,4 @@ def shutdown(pool: WorkerPool, store: list) -> None:
         pool.zygote.close()                       # it kills any child the pool never heard of
     pool.workers.clear()
     pool.server.close()
-    store.clear()
     shutil.rmtree(pool.stack_dir, ignore_errors=True)

@@ -1,15 +1,13 @@
 """Starting worker processes on this machine: the launcher thread, their environment, the
-thread policy (a fair share of the cores per rank) and the loopback rendezvous store.
+thread policy (a fair share of the cores per rank) and the rendezvous file (a FileStore).
 
 Every worker starts as a *spare* (torch imported, connected, no rank yet). A Cluster promotes
 `world_size` spares to ranks; after a hang or a crash it kills its ranks and promotes the
 next spares, which is why recovery costs a process-group init, not an `import torch`.
 A started worker is a `handle.LocalRank` to the rest of the runtime.
 """
-import fcntl
 import os
 import queue
-import socket
 import subprocess
 import sys
 import threading
@@ -97,28 +95,22 @@ def fair_threads(world_size: int) -> int:
     return max(1, cores // world_size)
 
 
-def rendezvous_store(timeout: float):
-    """The TCPStore ranks rendezvous through, on a loopback socket we bind (TCPStore's own
-    port=0 would listen on every interface); returns (store, port). TCPStore takes the fd
-    over and closes it when destroyed, so the Python socket object lets go of it (closing it
-    twice closed a later socket). Returns (store, (host, port))."""
-    import datetime
-    import torch.distributed as dist
-    sock = loopback_listen_socket()
-    address = sock.getsockname()
-    store = dist.TCPStore("127.0.0.1", address[1], None, True, timeout=datetime.timedelta(seconds=timeout),
-                          wait_for_workers=False, master_listen_fd=sock.detach(), use_libuv=True)
-    return store, address
+def rendezvous_store(folder: str) -> str:
+    """The file the ranks rendezvous through (torch's FileStore), made here: `folder` is the
+    cluster's private folder (0700, ours), and the file is created 0600 and must not exist yet.
+
+    Not a TCP store: any local user can connect to a loopback port, and torch's TCPStore has no
+    key, so another user could list, read and rewrite it (and point the next process group at
+    a port of theirs). A file in a folder only this user can enter is reachable by no one else.
+    Returns the file's path."""
+    st = os.stat(folder)
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise PermissionError(f"the cluster's folder {folder} must belong to this user with "
+                              f"mode 0700 (it is {oct(st.st_mode & 0o777)}, uid {st.st_uid}); "
+                              "its rendezvous file would not be private")
+    path = os.path.join(folder, "rendezvous")
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    return path
 
 
-def loopback_listen_socket() -> socket.socket:
-    """A listening socket on 127.0.0.1 with an OS-chosen port, for the rendezvous store."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    s.listen(128)
-    flags = fcntl.fcntl(s.fileno(), fcntl.F_GETFD)
-    fcntl.fcntl(s.fileno(), fcntl.F_SETFD, flags | fcntl.FD_CLOEXEC)
-    return s
-
-
-__all__ = ["launch", "worker_env", "fair_threads", "rendezvous_store", "loopback_listen_socket"]
+__all__ = ["launch", "worker_env", "fair_threads", "rendezvous_store"]

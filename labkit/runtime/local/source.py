@@ -1,7 +1,8 @@
 """Ranks on this machine, as a source of ranks for the Cluster (see ../source.py).
 
 The pool keeps spares ready (forked by the zygote in ~0.1 s, else spawned); the ranks meet in a
-TCPStore on a loopback port that this source hosts; the backend is decided at start (NCCL with
+FileStore: a file in the cluster's private folder (0700), which no other local user can reach
+(a loopback TCP store is open to every local user: procs.rendezvous_store); the backend is decided at start (NCCL with
 one GPU per rank, else gloo) and each rank gets a fair share of the cores as torch threads.
 """
 from labkit.runtime.local import procs
@@ -20,7 +21,7 @@ class LocalRanks:
     def __init__(self, spares: int = None):
         self.spares_wanted = spares
         self.pool = None
-        self.store, self.store_address = [], None   # the store, once it exists (closed with the list)
+        self.store_path = None                     # the rendezvous file, in the pool's folder
         self.backend = "?"
         self.threads_per_rank = None
 
@@ -30,8 +31,7 @@ class LocalRanks:
         self.start_timeout, self.restart_timeout = start_timeout, 120.0
         self.pool = WorkerPool(self.threads_per_rank, world_size if self.spares_wanted is None
                                else int(self.spares_wanted), env)
-        store, self.store_address = procs.rendezvous_store(start_timeout)
-        self.store.append(store)
+        self.store_path = procs.rendezvous_store(self.pool.stack_dir)
 
     # -- ranks --------------------------------------------------------------------------------
     def take(self, n: int, deadline: float) -> list:
@@ -42,8 +42,8 @@ class LocalRanks:
 
     def init_options(self, w, rank: int, gen: int) -> dict:
         """Where rank `rank` (handle `w`) meets the others for the process group `gen`."""
-        return {"store_host": "127.0.0.1", "store_port": self.store_address[1],
-                "prefix": f"labkit/{gen}/", "threads": self.threads_per_rank}
+        return {"store_path": self.store_path, "prefix": f"labkit/{gen}/",
+                "threads": self.threads_per_rank}
 
     def forget(self, w) -> None:
         self.pool.forget(w)
@@ -67,7 +67,7 @@ class LocalRanks:
         return ""
 
     def close(self) -> None:
-        """Every process of the pool killed, its sockets, store and folders freed (also at exit)."""
+        """Every process of the pool killed, its sockets and folder (with the rendezvous file)
+        freed (also at exit)."""
         if self.pool is not None:
-            shutdown(self.pool, self.store)
-        self.store.clear()
+            shutdown(self.pool)

@@ -14,6 +14,8 @@ torchrun's restarts of the ranks and leaves when torchrun exits or the notebook 
 Exit codes: 0 another agent serves this torchrun; 2 the key file or the server was refused;
 3 the notebook cannot be reached (the cluster was closed).
 """
+import hashlib
+import hmac
 import os
 import selectors
 import signal
@@ -32,8 +34,13 @@ BEAT_S = 1.0                     # a heartbeat to the notebook this often
 TORCHRUN_GRACE_S = 10.0    # after the cluster closed, how long torchrun may take to end by itself
 
 
-def socket_name(torchrun_pid: int) -> bytes:
-    return f"\0labkit-agent-{os.getuid()}-{torchrun_pid}".encode()   # abstract: nothing on disk
+def socket_name(torchrun_pid: int, key: bytes) -> bytes:
+    """The agent's Unix socket: abstract (nothing on disk), named after this user, the torchrun
+    and the cluster's key. Any local user may bind any abstract name, so a name made of public
+    facts alone (uid, pid) can be taken first; this one cannot be guessed without the key file.
+    (It shows in /proc/net/unix while the agent runs: rank.py names a squatter if one took it.)"""
+    tag = hmac.new(key, f"labkit-agent {torchrun_pid}".encode(), hashlib.sha256).hexdigest()[:32]
+    return f"\0labkit-agent-{os.getuid()}-{torchrun_pid}-{tag}".encode()
 
 
 def connect(address: str, join: dict, timeout: float = 10.0):
@@ -166,14 +173,18 @@ def main(argv=None) -> int:
     p.add_argument("--join", required=True)
     p.add_argument("--torchrun", type=int, required=True)
     a = p.parse_args(argv)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(socket_name(a.torchrun))
-    except OSError:
-        return 0                                  # another agent serves this torchrun
-    listener.listen(64)
     try:
         join = tls.read_join_file(a.join)
+    except tls.JoinFileError as exc:
+        print(f"labkit agent: {exc}", file=sys.stderr, flush=True)
+        return 2
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(socket_name(a.torchrun, bytes.fromhex(join["key"])))
+    except OSError:
+        return 0                                  # another agent serves this torchrun (or a squatter: rank.py says so)
+    listener.listen(64)
+    try:
         sock = connect(a.connect, join)
     except (tls.JoinFileError, ssl_errors()) as exc:
         print(f"labkit agent: {exc}", file=sys.stderr, flush=True)

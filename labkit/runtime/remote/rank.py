@@ -42,16 +42,48 @@ def _stop(code: int, message: str = None) -> None:
     os._exit(code)
 
 
+def squatted_message(name: bytes, pid: int, uid: int) -> str:
+    """What a rank says when another user holds its agent's socket name."""
+    try:
+        import pwd
+        who = f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (KeyError, ImportError):
+        who = f"uid {uid}"
+    shown = "@" + name[1:].decode(errors="replace")      # abstract: shown as ss and /proc/net/unix do
+    return (f"on {socket.gethostname()}, the Unix socket {shown} where this node's labkit agent "
+            f"listens is held by another user: {who}, pid {pid}. labkit refuses to talk to it "
+            "and has stopped torchrun on this node. The name comes from your cluster's key, so "
+            "that user read it while your agent ran: start a new cluster (a new key gives a new "
+            "name) and tell the machine's administrator which process holds it.")
+
+
+def _report(args, message: str) -> None:
+    """Tell the notebook why this node cannot start (as an agent would connect), so the cell
+    says it at once instead of a start timeout."""
+    from labkit.runtime import frames, protocol
+    try:
+        s = agent.connect(args.connect, tls.read_join_file(args.join), timeout=5.0)
+        frames.Blocking(s).send(protocol.AgentHello({"refused": message,
+                                                     "host": socket.gethostname()}))
+        s.close()
+    except Exception:                             # noqa: BLE001 - torchrun's log has it anyway
+        pass
+
+
 def _reach_agent(args, torchrun: int, deadline: float) -> socket.socket:
     """A connection to this torchrun's agent, started here if there is none yet."""
     spawned = None
+    name = agent.socket_name(torchrun, bytes.fromhex(tls.read_join_file(args.join)["key"]))
     while time.monotonic() < deadline:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            s.connect(agent.socket_name(torchrun))
-            if peer(s)[1] != os.getuid():
-                _stop(2, "the process listening as this node's labkit agent belongs to another "
-                         "user; refusing to talk to it.")
+            s.connect(name)
+            pid, uid = peer(s)
+            if uid != os.getuid():
+                s.close()
+                message = squatted_message(name, pid, uid)
+                _report(args, message)
+                _stop(2, message)
             return s
         except (ConnectionRefusedError, FileNotFoundError):
             s.close()

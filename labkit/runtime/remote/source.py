@@ -41,6 +41,7 @@ class RemotePool:
         self.cond = threading.Condition()
         self.workers = {}                         # pid ("host:pid") -> RemoteRank
         self.spares = []
+        self.refused = None                       # why a node cannot start (a rank said so)
 
     def add(self, w) -> None:                     # from the hub thread
         with self.cond:
@@ -50,6 +51,11 @@ class RemotePool:
     def forget(self, w) -> None:
         with self.cond:
             self.workers.pop(w.pid, None)
+
+    def refuse(self, why: str) -> None:           # from the server's handshake thread
+        with self.cond:
+            self.refused = why
+            self.cond.notify_all()
 
     def top_up(self) -> None:
         pass                                      # torchrun restarts ranks, not labkit
@@ -77,6 +83,8 @@ class RemotePool:
         check_at = t0
         with self.cond:
             while True:
+                if self.refused:
+                    raise errors.StartError(f"a node cannot start: {self.refused}")
                 ready = self._ready()
                 bad = [w for w in ready.values() if int(w.info["world_size"]) != n]
                 if bad:
@@ -157,7 +165,7 @@ class RemoteRanks:
         self.pool = RemotePool(self.missing_message, lambda: slurm.ended_message(
             self._hub, self.commands["srun"], self._told))
         self._hub = Hub(self.pool.add, self.heartbeat_timeout)
-        self._server = tls.TLSServer(self._hub.add, host, port, ctx)
+        self._server = tls.TLSServer(self._on_agent, host, port, ctx)
         self.join_file = os.path.abspath(os.path.expanduser(
             self.join_file or os.path.join("~", ".labkit", f"join-{self.name}.json")))
         self.address = (self.advertise or (host if host not in ("0.0.0.0", "::", "") else
@@ -178,6 +186,14 @@ class RemoteRanks:
             self._hosted_rdzv = False
         self.commands = self._commands()
         print(self.instructions(), flush=True)
+
+    def _on_agent(self, sock, info: dict) -> None:
+        """A node agent connected (or a rank that must tell why its node cannot start)."""
+        if "refused" in info:
+            sock.close()
+            self.pool.refuse(str(info["refused"])[:2000])
+        else:
+            self._hub.add(sock, info)
 
     def _commands(self) -> dict:
         env = ("env " + " ".join(f"{shlex.quote(k)}={shlex.quote(v)}" for k, v in self.env.items())

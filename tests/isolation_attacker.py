@@ -1,0 +1,159 @@
+"""The other local user of a shared machine: run as that user by test_runtime_isolation.py.
+
+    python isolation_attacker.py probe  < targets.json    # one JSON line: {attempt: result}
+    python isolation_attacker.py flood N PORT... < stop    # holds connections until stdin closes
+
+`probe` tries every path into a learner's cluster that the test names (ports, files, pids,
+names) and says of each "refused: why" or "GOT IN: what it got"; it never stops at the first
+success. `flood` opens up to N idle connections to the given loopback ports (fewer if this
+process's descriptor limit is lower), prints how many it holds, and waits.
+"""
+import datetime
+import json
+import os
+import secrets
+import socket
+import sys
+import time
+
+
+def _refused(exc: BaseException) -> str:
+    return f"refused: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+
+
+def _store_over_tcp(ports: list) -> tuple:
+    """(result, store) for torch's TCPStore protocol on each listening port, without a key.
+    A client of a port that is not a store can wait in C++ for good: each try gets a thread
+    and 3 s."""
+    import threading
+    import torch.distributed as dist
+    why = []
+    for port in ports:
+        box = []
+
+        def attempt():
+            try:
+                s = dist.TCPStore("127.0.0.1", port, None, False, wait_for_workers=False,
+                                  timeout=datetime.timedelta(seconds=2))
+                box.append((s, s.list_keys()))
+            except Exception as exc:              # noqa: BLE001 - every failure is a refusal
+                box.append((None, exc))
+        t = threading.Thread(target=attempt, daemon=True)
+        t.start()
+        t.join(3.0)
+        if not box:
+            why.append(f"{port}: no store answer in 3 s")
+        elif box[0][0] is None:
+            why.append(f"{port}: {type(box[0][1]).__name__}")
+        else:
+            keys = box[0][1]
+            return f"GOT IN: port {port} answers as a store, {len(keys)} keys: {keys[:4]}", box[0][0]
+    return "refused: no port speaks the store protocol (" + ", ".join(why) + ")", None
+
+
+def _read(path: str, what: str = "bytes") -> str:
+    try:
+        if os.path.isdir(path):
+            return f"GOT IN: listed {len(os.listdir(path))} entries of {path}"
+        with open(path, "rb") as f:
+            data = f.read(4096)
+        return f"GOT IN: read {len(data)} {what} of {path}"
+    except OSError as exc:
+        return _refused(exc)
+
+
+def _control_hello(port: int) -> str:
+    """The control port's handshake with a key of our own."""
+    from multiprocessing.connection import answer_challenge, deliver_challenge
+    from labkit.runtime import frames
+    try:
+        s = socket.create_connection(("127.0.0.1", port), 5)
+        conn = frames.Blocking(s)
+        key = secrets.token_bytes(32)
+        answer_challenge(conn, key)
+        deliver_challenge(conn, key)
+        return "GOT IN: the control port accepted a key of our own"
+    except Exception as exc:                      # noqa: BLE001
+        return _refused(exc)
+
+
+def probe(t: dict) -> dict:
+    out = {}
+    out["list and read the rendezvous store over TCP"], store = _store_over_tcp(t["ports"])
+    gen = f"labkit/{t['next_gen']}/"
+    if store is not None:                         # the old design: write the next generation
+        try:
+            import torch.distributed as dist
+            dist.PrefixStore(gen, store).set("rank_0", b"127.0.0.1:1")
+            out["poison the next generation's keys"] = f"GOT IN: wrote {gen}rank_0 over TCP"
+        except Exception as exc:                  # noqa: BLE001
+            out["poison the next generation's keys"] = _refused(exc)
+    else:
+        try:
+            import torch.distributed as dist
+            fs = dist.FileStore(t["store_path"], -1)
+            dist.PrefixStore(gen, fs).set("rank_0", b"127.0.0.1:1")
+            out["poison the next generation's keys"] = f"GOT IN: wrote {gen}rank_0 in the file"
+        except Exception as exc:                  # noqa: BLE001
+            out["poison the next generation's keys"] = _refused(exc)
+    out["read the rendezvous file"] = _read(t["store_path"])
+    try:
+        with open(t["store_path"], "ab") as f:
+            f.write(b"x")
+        out["append to the rendezvous file"] = "GOT IN: appended a byte"
+    except OSError as exc:
+        out["append to the rendezvous file"] = _refused(exc)
+    out["list the cluster's folder"] = _read(t["folder"])
+    out["read a rank's stack file"] = _read(t["stack_file"])
+    pid = t["rank_pid"]
+    out["read a rank's environment (/proc)"] = _read(f"/proc/{pid}/environ")
+    out["read a rank's memory (/proc)"] = _read(f"/proc/{pid}/mem")
+    out["list a rank's descriptors (/proc)"] = _read(f"/proc/{pid}/fd")
+    out["open a shared-memory tensor (/proc/PID/fd)"] = _read(t["shm_path"])
+    out["read the key file"] = _read(t["key_file"])
+    out["hello on the control port with a key of our own"] = _control_hello(t["control_port"])
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(t["agent_name_guess"].encode("latin-1"))
+        s.close()
+        out["squat the node agent's socket name"] = (
+            "bound the name guessed from public facts (uid, torchrun pid); " +
+            ("GOT IN: it is the agent's name" if t["agent_name_guess"] == t["agent_name"]
+             else "refused: the agent's name is not that one (it is derived from the key)"))
+    except OSError as exc:
+        out["squat the node agent's socket name"] = _refused(exc)
+    return out
+
+
+def flood(n: int, ports: list) -> None:
+    """Open up to `n` idle connections round-robin over `ports` (stops at the descriptor limit
+    or after 25 s)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    held, failed, t0 = [], 0, time.monotonic()
+    while len(held) < n and time.monotonic() - t0 < 25 and failed < 200:
+        s = None
+        try:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", ports[len(held) % len(ports)]))
+            held.append(s)
+        except OSError:                           # EMFILE: as many as this process may hold
+            if s is not None:
+                s.close()
+            failed += 1
+            if len(held) >= hard - 16:
+                break
+    print(json.dumps({"held": len(held), "seconds": round(time.monotonic() - t0, 1)}), flush=True)
+    sys.stdin.read()                              # hold them until the test is done
+    for s in held:
+        s.close()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "probe":
+        print(json.dumps(probe(json.loads(sys.stdin.read()))), flush=True)
+        os._exit(0)                               # a store client stuck in C++ must not hold us
+    else:
+        flood(int(sys.argv[2]), [int(p) for p in sys.argv[3:]])

@@ -1,0 +1,202 @@
+"""A learner's cluster, attacked by another local user of the same machine (a class on one
+JupyterHub node: every user can connect to every loopback port).
+
+The learner is this test's process (root in CI); the other user is `lktother`, a real system
+user (tests/sysusers.py) running tests/isolation_attacker.py. Each attempt is a named row with
+its result; every one must be refused, and the learner's next `run` and `restart()` must work.
+Needs root (to create the user); skipped with one line elsewhere.
+"""
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+import labkit
+from labkit.runtime import errors, shm
+from labkit.runtime.remote import agent, tls
+import sysusers
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+ATTACKER = str(pathlib.Path(__file__).with_name("isolation_attacker.py"))
+OTHER = "lktother"
+
+
+@pytest.fixture(scope="module")
+def other_python():
+    sysusers.skip_unless_root()
+    return sysusers.python_for_others(OTHER)
+
+
+@pytest.fixture(scope="module")
+def c(other_python):
+    with labkit.Cluster(2, backend="gloo", spares=1, timeout=60) as cl:
+        yield cl
+
+
+def listening_ports(pids) -> list:
+    """The TCP ports on which these processes listen (from /proc: what another user sees too,
+    less the owner)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                m = re.fullmatch(r"socket:\[(\d+)\]", os.readlink(f"/proc/{pid}/fd/{fd}"))
+                if m:
+                    inodes.add(m.group(1))
+        except OSError:
+            continue
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:          # LISTEN
+                    ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return sorted(ports)
+
+
+def cluster_pids(c) -> list:
+    pool = c._source.pool
+    pids = [os.getpid(), *pool.workers]
+    if pool.zygote is not None:
+        pids.append(pool.zygote.proc.pid)
+    return pids
+
+
+def as_other(python, *args, stdin=subprocess.PIPE, **kw):
+    return subprocess.Popen([python, ATTACKER, *args], stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **sysusers.as_user(OTHER), **kw)
+
+
+def victim_works(c) -> None:
+    import torch
+    x = torch.arange(1 << 16, dtype=torch.float32)          # through shared memory
+    def step(x):
+        import torch.distributed as dist
+        y = x.clone()
+        dist.all_reduce(y)
+        return y.sum().item()
+    want = float(x.sum()) * c.world_size
+    assert c.run(step, x) == [want] * c.world_size
+
+
+def test_every_path_into_the_cluster_is_refused(c, other_python, tmp_path):
+    victim_works(c)
+    rank = c._ranks[0]
+    seg = shm.Segment(private=True)                          # a tensor in shared memory, as a run holds one
+    import torch
+    seg.add(torch.ones(1 << 16).untyped_storage())
+    key_dir = tls.private_dir("labkit-isolation-")
+    key = os.urandom(32).hex()
+    try:
+        key_file = tls.write_join_file(os.path.join(key_dir, "join.json"),
+                                       {"key": key, "cert": "", "name": "x", "tls": True})
+        folder = c._source.pool.stack_dir
+        torchrun = os.getpid()                              # any pid: the name's public part
+        targets = {
+            "ports": listening_ports(cluster_pids(c)),
+            "store_path": getattr(c._source, "store_path", None) or os.path.join(folder, "rendezvous"),
+            "folder": folder, "stack_file": rank.stack_path, "rank_pid": rank.pid,
+            "shm_path": f"/proc/{os.getpid()}/fd/{seg.fd}", "key_file": key_file,
+            "control_port": c._source.pool.server.address[1], "next_gen": c._gen + 1,
+            "agent_name_guess": f"\0labkit-agent-{os.getuid()}-{torchrun}",
+            "agent_name": agent.socket_name(torchrun, bytes.fromhex(key)).decode("latin-1"),
+        }
+        p = as_other(other_python, "probe")
+        out, err = p.communicate(json.dumps(targets), timeout=120)
+    finally:
+        os.close(seg.fd)
+        shutil.rmtree(key_dir, ignore_errors=True)
+    assert p.returncode == 0, err[-3000:]
+    rows = json.loads(out.strip().splitlines()[-1])
+    print(f"\n{OTHER} against {os.getuid()}'s cluster (ports {targets['ports']}):")
+    for attempt, result in rows.items():
+        print(f"  {attempt:52s} {result}")
+    assert len(rows) == 13
+    got_in = {a: r for a, r in rows.items() if not r.startswith(("refused", "bound the name")) or "GOT IN" in r}
+    assert not got_in, f"another user got in: {got_in}"
+    victim_works(c)                                         # the next run works
+    c.restart()                                             # and a new process group forms
+    victim_works(c)
+
+
+SQUAT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(bytes.fromhex(sys.argv[1]))
+s.listen(8)
+print("bound", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_squatted_agent_socket_is_named_in_the_notebook_at_once(other_python, tmp_path):
+    """Another user holds the agent's socket name (as if read from /proc/net/unix while an
+    earlier agent ran): the rank refuses it, says which socket and who holds it, and the
+    notebook raises that at once, not a start timeout."""
+    c = labkit.Cluster.remote("127.0.0.1:0", nnodes=1, nproc_per_node=1, timeout=30,
+                              join_file=str(tmp_path / "join.json"), start_timeout=60)
+    try:
+        key = bytes.fromhex(json.load(open(c.join_file))["key"])
+        name = agent.socket_name(os.getpid(), key)          # the rank's parent plays torchrun
+        squatter = subprocess.Popen([other_python, "-c", SQUAT, name.hex()], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True, **sysusers.as_user(OTHER))
+        assert squatter.stdout.readline().strip() == "bound"
+        env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).parents[1]), RANK="0",
+                   WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
+        t0 = time.monotonic()
+        rank = subprocess.Popen([os.sys.executable, "-m", "labkit.runtime.remote.rank",
+                                 "--connect", f"127.0.0.1:{c.address[1]}", "--join", c.join_file],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        with pytest.raises(errors.StartError) as info:
+            c.wait_for_ranks()
+        seconds = time.monotonic() - t0
+        said = str(info.value)
+        print(f"\nsquatted agent socket: StartError after {seconds:.1f} s:\n  {said}")
+        assert seconds < 20, "said at once, not after the start timeout"
+        shown = "@" + name[1:].decode()
+        assert shown in said and f"user {OTHER}" in said and f"pid {squatter.pid}" in said
+        assert "start a new cluster" in said
+        assert rank.wait(20) == 2 and shown in rank.stdout.read()
+    finally:
+        c.close()
+        if "squatter" in locals():
+            squatter.stdin.close()
+            squatter.wait(10)
+
+
+def test_a_flood_of_connections_by_another_user_breaks_nothing(c, other_python):
+    """Two processes of the other user hold 20,000 idle connections to every port the
+    cluster listens on (the control port, each rank's gloo listener); meanwhile the learner's
+    next run and a new Cluster work, and the notebook's descriptors stay bounded."""
+    ports = listening_ports(cluster_pids(c))
+    fds_before = len(os.listdir("/proc/self/fd"))
+    floods = [as_other(other_python, "flood", "10000", *map(str, ports)) for _ in range(2)]
+    try:
+        held = [json.loads(p.stdout.readline()) for p in floods]
+        print(f"\n{OTHER} holds {[h['held'] for h in held]} connections to ports {ports} "
+              f"(opened in {[h['seconds'] for h in held]} s)")
+        assert sum(h["held"] for h in held) >= 19_000, held
+        t0 = time.monotonic()
+        victim_works(c)
+        t1 = time.monotonic()
+        with labkit.Cluster(2, backend="gloo", spares=0, timeout=60) as fresh:
+            assert fresh.run(lambda: labkit.rank()) == [0, 1]
+        t2 = time.monotonic()
+        fds = len(os.listdir("/proc/self/fd"))
+        print(f"during the flood: run {t1 - t0:.2f} s, a new Cluster started and ran in "
+              f"{t2 - t1:.1f} s; the notebook holds {fds} descriptors ({fds_before} before)")
+        assert fds < fds_before + 200, "the flood's connections do not pile up in the notebook"
+    finally:
+        for p in floods:
+            p.stdin.close()
+        for p in floods:
+            p.wait(30)
+    victim_works(c)
+    c.restart()
+    victim_works(c)
