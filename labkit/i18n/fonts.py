@@ -1,7 +1,7 @@
 """A font with Chinese characters for matplotlib's figures.
 
 `use_cjk()` finds one (Debian's fonts-noto-cjk, WenQuanYi, Source Han, or the file named by
-``LABKIT_CJK_FONT``), adds it to matplotlib as the fallback after its default font (Latin
+``LABKIT_CJK_FONT``), adds it to matplotlib as the fallback after its default font family (Latin
 letters and digits keep matplotlib's look; Chinese characters come from the CJK font), and
 raises `MissingFont`, naming what to install, when there is none: a figure with empty boxes
 instead of characters is never drawn.
@@ -72,9 +72,9 @@ def use_cjk() -> str:
         return _chosen
     import matplotlib
     family, _ = find_cjk()
-    sans = [f for f in matplotlib.rcParams["font.sans-serif"] if f != family]
-    first = sans[:1] or ["DejaVu Sans"]
-    matplotlib.rcParams["font.sans-serif"] = first + [family] + sans[1:]
-    matplotlib.rcParams["font.family"] = ["sans-serif"]
+    # per-glyph fallback runs over the families named in font.family (a generic name such as
+    # "sans-serif" stands for one font): Latin from the usual font, Chinese from the CJK one
+    families = [f for f in matplotlib.rcParams["font.family"] if f != family]
+    matplotlib.rcParams["font.family"] = (families or ["sans-serif"]) + [family]
     _chosen = family
     return family
