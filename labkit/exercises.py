@@ -103,16 +103,16 @@ def markers_to_tags(source: str, tags: list, where: str = "cell") -> tuple:
 
 
 def build(src: pathlib.Path, dst: pathlib.Path, keep: bool = False, lang: str = "en",
-          solutions: bool = False, notes=None) -> list:
+          solutions: bool = False, notes=None, only=None) -> list:
     """Write the learner copy of every notebook in src to dst (in `lang`; with solutions, the
     solutions kept); with keep, leave the copies already in dst alone (the learner's work).
     Returns the paths written; what stayed in English is appended to `notes` (or printed to
-    stderr when notes is None)."""
+    stderr when notes is None). `only`: names that the notebooks' file names start with."""
     from labkit.i18n.notebooks import in_language
     dst.mkdir(parents=True, exist_ok=True)
     written = []
     for path in sorted(src.glob("*.ipynb")):
-        if keep and (dst / path.name).exists():
+        if (keep and (dst / path.name).exists()) or (only and not path.name.startswith(tuple(only))):
             continue
         nb = nbformat.read(path, as_version=4)
         nb, said = in_language(nb, path, lang)
@@ -146,13 +146,16 @@ def main(argv=None) -> int:
                         "is copied in English, with a line on stderr)")
     b.add_argument("--solutions", action="store_true",
                    help="keep the solutions (copies of the course as committed, in --lang)")
+    b.add_argument("--only", action="append",
+                   help="only the notebooks whose name starts with this (repeatable)")
     args = p.parse_args(argv)
     try:
-        files = build(args.src, args.dst, keep=args.keep, lang=args.lang, solutions=args.solutions)
+        files = build(args.src, args.dst, keep=args.keep, lang=args.lang, solutions=args.solutions,
+                      only=args.only)
     except (ExerciseError, TranslationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    kept = len(list(args.src.glob("*.ipynb"))) - len(files)
+    kept = len([p for p in args.src.glob("*.ipynb") if not args.only or p.name.startswith(tuple(args.only))]) - len(files)
     what = "notebooks with solutions" if args.solutions else "learner notebooks"
     print(f"wrote {len(files)} {what} to {args.dst}" + (f" (language: {args.lang})" if args.lang != "en" else "") +
           (f"; kept the {kept} already there (your work: delete one to get a fresh copy)"

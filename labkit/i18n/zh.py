@@ -160,3 +160,7 @@ MESSAGES = {
     "all_gather: concatenate every rank's piece": "all_gather：把每个 rank 的分片拼接起来",
     "send / recv: rank 0 -> rank 1 (ranks 2, 3 idle)": "send / recv：rank 0 -> rank 1（rank 2、3 空闲）",
 }
+
+from labkit.i18n import zh_check as _check   # noqa: E402 - the checkers of notebooks 03-04
+
+MESSAGES.update(_check.MESSAGES)
