@@ -164,3 +164,24 @@ def test_build_in_chinese_keeps_stripping_and_falls_back_to_english(tmp_path, ca
     build(src, tmp_path / "solutions-zh", lang="zh", solutions=True, notes=[])
     s = nbformat.read(tmp_path / "solutions-zh" / "01_a.ipynb", as_version=4)
     assert "return t" in s.cells[2].source and "# 答案" in s.cells[2].source
+
+
+# the modules whose messages are translated (notebooks 00-04 and the cluster's errors)
+TRANSLATED = ["labkit/check/core.py", "labkit/check/guard.py", "labkit/check/cluster.py",
+              "labkit/check/memory.py", "labkit/check/ddp.py", "labkit/check/zero.py",
+              "labkit/runtime/errors.py", "labkit/show.py"]
+
+
+def _literal_keys(path):
+    import ast
+    for node in ast.walk(ast.parse((ROOT / path).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("tr", "tr_fig") \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            yield node.args[0].value
+
+
+@pytest.mark.parametrize("path", TRANSLATED)
+def test_every_message_of_a_translated_module_has_its_chinese(path):
+    missing = [k for k in _literal_keys(path) if k not in zh.MESSAGES]
+    assert not missing, f"{path}: tr() messages without a Chinese entry in labkit/i18n/zh*.py:\n" + \
+        "\n".join(map(repr, missing))
