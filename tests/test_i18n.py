@@ -169,7 +169,8 @@ def test_build_in_chinese_keeps_stripping_and_falls_back_to_english(tmp_path, ca
 # the modules whose messages are translated (notebooks 00-04 and the cluster's errors)
 TRANSLATED = ["labkit/check/core.py", "labkit/check/guard.py", "labkit/check/cluster.py",
               "labkit/check/memory.py", "labkit/check/ddp.py", "labkit/check/zero.py",
-              "labkit/runtime/errors.py", "labkit/show.py"]
+              "labkit/runtime/errors.py", "labkit/show.py", "labkit/comm/draw.py", "labkit/zero/plots.py",
+              "labkit/ddp/timeline.py", "labkit/memory/plots.py", "labkit/memory/live.py"]
 
 
 def _literal_keys(path):

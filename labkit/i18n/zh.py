@@ -161,6 +161,7 @@ MESSAGES = {
     "send / recv: rank 0 -> rank 1 (ranks 2, 3 idle)": "send / recv：rank 0 -> rank 1（rank 2、3 空闲）",
 }
 
-from labkit.i18n import zh_check as _check   # noqa: E402 - the checkers of notebooks 03-04
+from labkit.i18n import zh_check as _check, zh_figures as _figures   # noqa: E402
 
-MESSAGES.update(_check.MESSAGES)
+MESSAGES.update(_check.MESSAGES)       # the checkers of notebooks 03-04
+MESSAGES.update(_figures.MESSAGES)     # the library's figures for notebooks 00-04
