@@ -91,9 +91,9 @@ def mean_over_ranks(fn, cluster, timeout: float = HANG_LIMIT_S):
         generic = problem.startswith(DIFFER)
         problem = problem.replace(DIFFER, "", 1)
         if right and generic:
-            problem += tr("; ranks {ranks} got the mean, so the sum reached only some ranks: "
+            problem += tr("; {ranks} got the mean, so the sum reached only some ranks: "
                           "dist.reduce leaves it on one rank, all_reduce on every rank",
-                          ranks=", ".join(map(str, right)))
+                          ranks=("ranks " if len(right) > 1 else "rank ") + ", ".join(map(str, right)))
         return False, tr("rank {rank}, case {k} (shape {shape}, {dtype}): {problem}",
                          rank=rank, k=k, shape=shape, dtype=dtype, problem=problem)
     return True, tr("{n} ranks, {cases} tensors of different shapes and dtypes",

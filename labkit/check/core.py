@@ -75,9 +75,9 @@ def describe_hang(stuck: dict, returned=()) -> str:
     text = tr("hung: rank {rank} stuck {where}", rank=r, where=stuck_in(where)) + (
         tr(" at {at}", at=at) if at else "")
     if returned:
-        text += tr(", while ranks {ranks} had returned from your function (every rank must make "
+        text += tr(", while {ranks} had returned from your function (every rank must make "
                    "the same collective calls, in the same order)",
-                   ranks=", ".join(map(str, returned)))
+                   ranks=("ranks " if len(returned) > 1 else "rank ") + ", ".join(map(str, returned)))
     else:
         text += tr(" (a send without a recv, or a collective not every rank called?)")
     return text

@@ -12,9 +12,9 @@ MESSAGES = {
         "这个检查器要在各个 rank 上运行你的代码：请先用 cluster = labkit.Cluster(world_size=4) 启动集群",
     "hung: rank {rank} stuck {where}": "卡住了：rank {rank} 停在 {where}",
     " at {at}": "，位置 {at}",
-    ", while ranks {ranks} had returned from your function (every rank must make the same "
+    ", while {ranks} had returned from your function (every rank must make the same "
     "collective calls, in the same order)":
-        "，而 rank {ranks} 已经从你的函数返回了（每个 rank 必须以相同的顺序调用相同的集合通信）",
+        "，而 {ranks} 已经从你的函数返回了（每个 rank 必须以相同的顺序调用相同的集合通信）",
     " (a send without a recv, or a collective not every rank called?)":
         "（是不是有 send 没有对应的 recv，或者某个集合通信不是每个 rank 都调用了？）",
     "failed on rank {rank}: {error}": "在 rank {rank} 上出错：{error}",
@@ -46,9 +46,9 @@ MESSAGES = {
     "shape {got}, expected {want}": "形状是 {got}，应为 {want}",
     ": the mean over ranks is taken element by element, not over the tensor's elements":
         "：跨 rank 的均值是逐元素求的，不是对张量自己的元素求平均",
-    "; ranks {ranks} got the mean, so the sum reached only some ranks: dist.reduce leaves it on "
+    "; {ranks} got the mean, so the sum reached only some ranks: dist.reduce leaves it on "
     "one rank, all_reduce on every rank":
-        "；rank {ranks} 拿到了均值，说明和只到达了部分 rank：dist.reduce 只留在一个 rank 上，"
+        "；{ranks} 拿到了均值，说明和只到达了部分 rank：dist.reduce 只留在一个 rank 上，"
         "all_reduce 则给每个 rank",
     "rank {rank}, case {k} (shape {shape}, {dtype}): {problem}":
         "rank {rank}，第 {k} 组输入（形状 {shape}，{dtype}）：{problem}",
