@@ -23,11 +23,15 @@ _RUNTIME = {
 }
 
 
-__all__ = [*_RUNTIME, "load_ipython_extension"]
+# the language of what labkit prints and draws (LABKIT_LANG; labkit.i18n)
+_OTHER = {"set_lang": "i18n.lang"}
+
+__all__ = [*_RUNTIME, *_OTHER, "load_ipython_extension"]
 
 # `labkit.Cluster`, `labkit.check`, ... import on first use, so `import labkit` stays light;
 # the subpackages (check, memory, zero, ...) are found on disk: a new one needs no registration
-__getattr__, __dir__ = lazy(__name__, {k: f"runtime.{v}" for k, v in _RUNTIME.items()}, on_disk=True)
+__getattr__, __dir__ = lazy(__name__, {**{k: f"runtime.{v}" for k, v in _RUNTIME.items()}, **_OTHER},
+                            on_disk=True)
 del lazy                                     # not a name of labkit's
 
 

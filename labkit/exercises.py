@@ -2,6 +2,13 @@
 
     python -m labkit.exercises build notebooks build/learner          # (re)write every copy
     python -m labkit.exercises build notebooks learner --keep         # only the missing ones
+    python -m labkit.exercises build notebooks build/learner-zh --lang zh              # in Chinese
+    python -m labkit.exercises build notebooks notebooks-zh --lang zh --solutions      # solutions kept
+
+`--lang zh` applies the translations in ``i18n/zh/notebooks/`` first (`labkit.i18n.notebooks`:
+markdown cells, and code cells whose comments are translated); a notebook without a translation
+yet is copied in English with one line on stderr saying so. `--solutions` copies the notebooks
+with their solutions (for a translated copy of the course as committed).
 
 `--keep` is the learner's route (`bash scripts/lab`): a copy that is already there holds the
 learner's work and is never overwritten; delete it to get a fresh one. Without it every copy
@@ -27,6 +34,9 @@ import re
 import sys
 
 import nbformat
+
+from labkit.i18n.cells import TranslationError
+from labkit.i18n.lang import LANGS
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = 'raise NotImplementedError("exercise: replace this line with your code")'
@@ -92,16 +102,33 @@ def markers_to_tags(source: str, tags: list, where: str = "cell") -> tuple:
     return _MARKER.sub("", source), out
 
 
-def build(src: pathlib.Path, dst: pathlib.Path, keep: bool = False) -> list:
-    """Write the learner copy of every notebook in src to dst; with keep, leave the copies
-    already in dst alone (the learner's work). Returns the paths written."""
+def build(src: pathlib.Path, dst: pathlib.Path, keep: bool = False, lang: str = "en",
+          solutions: bool = False, notes=None, only=None) -> list:
+    """Write the learner copy of every notebook in src to dst (in `lang`; with solutions, the
+    solutions kept); with keep, leave the copies already in dst alone (the learner's work).
+    Returns the paths written; what stayed in English is appended to `notes` (or printed to
+    stderr when notes is None). `only`: names that the notebooks' file names start with."""
+    from labkit.i18n.notebooks import in_language
     dst.mkdir(parents=True, exist_ok=True)
     written = []
     for path in sorted(src.glob("*.ipynb")):
-        if keep and (dst / path.name).exists():
+        if (keep and (dst / path.name).exists()) or (only and not path.name.startswith(tuple(only))):
             continue
         nb = nbformat.read(path, as_version=4)
-        nbformat.write(learner_copy(nb), dst / path.name)
+        nb, said = in_language(nb, path, lang)
+        if notes is None:
+            for line in said:
+                print(line, file=sys.stderr)
+        else:
+            notes.extend(said)
+        if solutions:
+            nb = copy.deepcopy(nb)
+            for cell in nb.cells:
+                if cell.cell_type == "code":
+                    cell.outputs, cell.execution_count = [], None
+        else:
+            nb = learner_copy(nb)
+        nbformat.write(nb, dst / path.name)
         written.append(dst / path.name)
     return written
 
@@ -114,14 +141,23 @@ def main(argv=None) -> int:
     b.add_argument("dst", type=pathlib.Path)
     b.add_argument("--keep", action="store_true",
                    help="write only the copies that are missing; never overwrite one (your work)")
+    b.add_argument("--lang", default="en", choices=LANGS,
+                   help="the language of the copies (default en; a notebook not translated yet "
+                        "is copied in English, with a line on stderr)")
+    b.add_argument("--solutions", action="store_true",
+                   help="keep the solutions (copies of the course as committed, in --lang)")
+    b.add_argument("--only", action="append",
+                   help="only the notebooks whose name starts with this (repeatable)")
     args = p.parse_args(argv)
     try:
-        files = build(args.src, args.dst, keep=args.keep)
-    except ExerciseError as exc:
+        files = build(args.src, args.dst, keep=args.keep, lang=args.lang, solutions=args.solutions,
+                      only=args.only)
+    except (ExerciseError, TranslationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    kept = len(list(args.src.glob("*.ipynb"))) - len(files)
-    print(f"wrote {len(files)} learner notebooks to {args.dst}" +
+    kept = len([p for p in args.src.glob("*.ipynb") if not args.only or p.name.startswith(tuple(args.only))]) - len(files)
+    what = "notebooks with solutions" if args.solutions else "learner notebooks"
+    print(f"wrote {len(files)} {what} to {args.dst}" + (f" (language: {args.lang})" if args.lang != "en" else "") +
           (f"; kept the {kept} already there (your work: delete one to get a fresh copy)"
            if kept else ""))
     return 0

@@ -14,6 +14,7 @@ from matplotlib.ticker import MaxNLocator
 
 from labkit.figtext import scale as _k, size as _fs   # text and figures grow on slides (labkit.slides.style())
 from labkit.livefig import LiveFigure  # re-exported: labkit.show.LiveFigure
+from labkit.i18n import tr_fig
 
 
 def _as_array(t) -> np.ndarray:
@@ -48,6 +49,7 @@ def before_after_figure(results, title: str, labels=("before", "after"), notes=N
     right of its "after" row (e.g. which slice of the sum that rank holds).
     """
     rows = [(_as_array(b), _as_array(a)) for b, a in results]
+    title, labels = tr_fig(title) if title else title, [tr_fig(t) for t in labels]   # the learner's language
     width_b = max(len(b) for b, _ in rows) or 1
     width_a = max(len(a) for _, a in rows) or 1
     allv = np.concatenate([np.concatenate([b, a]) for b, a in rows])
@@ -74,7 +76,7 @@ def before_after_figure(results, title: str, labels=("before", "after"), notes=N
     ax.set_title(title, fontsize=_fs(10))
     ax.axis("off")
     bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.03, pad=0.01)
-    bar.set_label("value (one scale, before and after)", fontsize=_fs(8))
+    bar.set_label(tr_fig("value (one scale, before and after)"), fontsize=_fs(8))
     bar.ax.tick_params(labelsize=_fs(7))
     fig.tight_layout()
     return fig

@@ -5,7 +5,12 @@
     t                 # as a cell's last expression: a rendered table (IPython's text/markdown)
 
 `Table` is a `str` (its plain text), so code that prints, joins or searches a table keeps working.
+Header cells, the title and the notes are shown in the learner's language where the catalog
+has them (`labkit.i18n.tr`, whole strings); wide (CJK) characters count two columns in the text.
 """
+import unicodedata
+
+from labkit.i18n import tr
 
 
 def _cell(v) -> str:
@@ -19,7 +24,8 @@ class Table(str):
     (format numbers before passing them, e.g. f"{x:.4f}")."""
 
     def __new__(cls, header, rows, *, align: str = "", title: str = "", notes=()):
-        header = [str(h) for h in header]
+        header = [tr(str(h)) for h in header]
+        title, notes = tr(title) if title else title, [tr(n) for n in notes]
         rows = [[_cell(v) for v in row] for row in rows]
         for i, row in enumerate(rows):
             if len(row) != len(header):
@@ -67,9 +73,18 @@ def _numeric(v: str) -> bool:
 
 
 def _text(header, rows, align, title, notes) -> str:
-    widths = [max(len(c) for c in col) for col in zip(header, *rows)]
-    fmt = (lambda row: "  ".join(c.rjust(w) if a == "r" else c.ljust(w)
-                                 for c, w, a in zip(row, widths, align)).rstrip())
+    widths = [max(_width(c) for c in col) for col in zip(header, *rows)]
+    fmt = (lambda row: "  ".join(_pad(c, w, a) for c, w, a in zip(row, widths, align)).rstrip())
     lines = [title] if title else []
     lines += [fmt(header)] + [fmt(r) for r in rows] + list(notes)
     return "\n".join(lines)
+
+
+def _width(text: str) -> int:
+    """Columns the text takes in a terminal: wide (CJK) characters two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pad(text: str, width: int, align: str) -> str:
+    gap = " " * (width - _width(text))
+    return gap + text if align == "r" else text + gap

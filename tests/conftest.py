@@ -118,7 +118,7 @@ def _part(nodeid: str) -> str:
         return "notebooks"
     if "test_browser" in path:
         return "browser"
-    if "test_slides" in path:
+    if "test_slides" in path or "test_i18n_deck" in path:      # decks (the Chinese one too)
         return "decks"
     return "tests"
 

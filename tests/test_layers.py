@@ -21,6 +21,8 @@ PURE = [
     "labkit.livefig",
     "labkit.comm.busbw",
     "labkit.tables",
+    "labkit.i18n", "labkit.i18n.cells", "labkit.i18n.lang", "labkit.i18n.messages", "labkit.i18n.zh",
+    "labkit.i18n.notebooks",
     "labkit.parallel_dims",
     "labkit.plan",
     "labkit.plan.traffic",

@@ -1,9 +1,11 @@
 """Checkers for notebook 00 (your cluster)."""
 from labkit.check.core import caught_verdict, checker, new_token
 from labkit.check.guard import HANG_LIMIT_S
+from labkit.i18n import tr
 
 __all__ = ["mean_over_ranks"]
 
+DIFFER = "\x00"          # leads the problem "values differ by ...", which says nothing more
 _CASES = [((4,), "float32"), ((3, 5), "float64"), ((7,), "float32"), ((1,), "float32")]
 
 
@@ -16,27 +18,27 @@ def _what_is_wrong(got, t, expected, biggest, n) -> str:
     """Name the mistake behind a wrong result (got) for input t, the mean `expected`."""
     import torch
     if _close(got, t) and not _close(t, expected):
-        return ("returned its own values unchanged: nothing was averaged (all-reduce the tensor "
-                "over the ranks, then divide by the world size)")
+        return tr("returned its own values unchanged: nothing was averaged (all-reduce the tensor "
+                  "over the ranks, then divide by the world size)")
     if _close(got, t / n) and not _close(t / n, expected):
-        return (f"returned its own values divided by {n}: they were never summed over the ranks "
-                "(dist.reduce leaves the sum on one rank; all_reduce gives it to every rank)")
+        return tr("returned its own values divided by {n}: they were never summed over the ranks "
+                  "(dist.reduce leaves the sum on one rank; all_reduce gives it to every rank)", n=n)
     if _close(got, expected * n):
-        return (f"the values are exactly {n} x the mean, the sum over ranks: divide by the "
-                f"world size ({n})")
+        return tr("the values are exactly {n} x the mean, the sum over ranks: divide by the "
+                  "world size ({n})", n=n)
     if _close(got, expected / n):
-        return f"the values are the mean divided by {n} again: divide by the world size once"
+        return tr("the values are the mean divided by {n} again: divide by the world size once", n=n)
     if _close(got, biggest) and not _close(biggest, expected):
-        return "the values are the maximum over ranks: sum them (ReduceOp.SUM), then divide"
+        return tr("the values are the maximum over ranks: sum them (ReduceOp.SUM), then divide")
     nonzero = expected.abs() > 1e-3
     if nonzero.any():
         ratio = got[nonzero] / expected[nonzero]
         c = ratio.flatten()[0].item()
         if torch.allclose(ratio, torch.full_like(ratio, c), rtol=1e-4) and abs(c - 1) > 1e-4:
-            return (f"the values are {c:.4g} x the mean: the mean is the sum over ranks divided "
-                    f"by the world size ({n})")
+            return tr("the values are {c:.4g} x the mean: the mean is the sum over ranks divided "
+                      "by the world size ({n})", c=c, n=n)
     err = (got - expected).abs().max().item()
-    return f"values differ by up to {err:.3g} from the mean over ranks"
+    return DIFFER + tr("values differ by up to {err:.3g} from the mean over ranks", err=err)
 
 
 def _drive_mean(fn, token):
@@ -60,13 +62,13 @@ def _drive_mean(fn, token):
         if any(guard.settle(token, str(k), caught)):
             return {"raised": caught}
         if got is None:
-            rows.append((k, "returned None: end your function with `return` and the mean"))
+            rows.append((k, tr("returned None: end your function with `return` and the mean")))
         elif not isinstance(got, torch.Tensor):
-            rows.append((k, f"returned {type(got).__name__}, not a tensor"))
+            rows.append((k, tr("returned {type}, not a tensor", type=type(got).__name__)))
         elif got.shape != expected.shape:
-            rows.append((k, f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}" +
-                         (": the mean over ranks is taken element by element, not over the "
-                          "tensor's elements" if got.numel() == 1 and expected.numel() > 1 else "")))
+            rows.append((k, tr("shape {got}, expected {want}", got=tuple(got.shape), want=tuple(expected.shape)) +
+                         (tr(": the mean over ranks is taken element by element, not over the "
+                             "tensor's elements") if got.numel() == 1 and expected.numel() > 1 else "")))
         elif not _close(got.to(expected.dtype), expected):
             rows.append((k, _what_is_wrong(got.to(expected.dtype), t, expected, biggest, n)))
         else:
@@ -86,9 +88,13 @@ def mean_over_ranks(fn, cluster, timeout: float = HANG_LIMIT_S):
             continue
         rank, problem = wrong[0]
         right = [r for r, rows in enumerate(results) if not rows[k][1]]
-        if right and problem.startswith("values differ"):
-            problem += (f"; rank{'s' if len(right) > 1 else ''} {', '.join(map(str, right))} got "
-                        "the mean, so the sum reached only some ranks: dist.reduce leaves it on "
-                        "one rank, all_reduce on every rank")
-        return False, f"rank {rank}, case {k} (shape {shape}, {dtype}): {problem}"
-    return True, f"{cluster.world_size} ranks, {len(_CASES)} tensors of different shapes and dtypes"
+        generic = problem.startswith(DIFFER)
+        problem = problem.replace(DIFFER, "", 1)
+        if right and generic:
+            problem += tr("; {ranks} got the mean, so the sum reached only some ranks: "
+                          "dist.reduce leaves it on one rank, all_reduce on every rank",
+                          ranks=("ranks " if len(right) > 1 else "rank ") + ", ".join(map(str, right)))
+        return False, tr("rank {rank}, case {k} (shape {shape}, {dtype}): {problem}",
+                         rank=rank, k=k, shape=shape, dtype=dtype, problem=problem)
+    return True, tr("{n} ranks, {cases} tensors of different shapes and dtypes",
+                    n=cluster.world_size, cases=len(_CASES))

@@ -11,12 +11,19 @@ import functools
 from labkit.runtime import cluster as _cluster
 from labkit.runtime.errors import RankError, RankTimeout
 from labkit.check.ring_diagnosis import stuck_in
+from labkit.i18n import tr
 from labkit.verdict import FAIL
+
+
+def NOT_IMPLEMENTED_HOW() -> str:        # noqa: N802 - a sentence, in the current language
+    """What follows "name: not implemented yet" (those words stay English: tests read them)."""
+    return tr(" (replace the `raise NotImplementedError` line with your code, then run this cell again)")
 
 
 def report(name: str, ok: bool, detail: str = "") -> bool:
     """Print the one deterministic line of a checker and return ok ("name: FAIL (...)" is what
-    fails a notebook cell under pytest, see `labkit.verdict`)."""
+    fails a notebook cell under pytest, see `labkit.verdict`). The name and the verdict word
+    stay English in every language; the detail is in the learner's language (labkit.i18n)."""
     verdict = "pass" if ok else FAIL
     print(f"{name}: {verdict}" + (f" ({detail})" if detail else ""))
     return ok
@@ -65,13 +72,14 @@ def describe_hang(stuck: dict, returned=()) -> str:
     """'hung: rank r stuck in recv() at Cell In[5], line 7 ...' for the first stuck rank."""
     r, where = sorted(stuck.items())[0]
     at = _learner_frame(where)
-    text = f"hung: rank {r} stuck {stuck_in(where)}" + (f" at {at}" if at else "")
+    text = tr("hung: rank {rank} stuck {where}", rank=r, where=stuck_in(where)) + (
+        tr(" at {at}", at=at) if at else "")
     if returned:
-        text += (f", while rank{'s' if len(returned) > 1 else ''} {', '.join(map(str, returned))} "
-                 "had returned from your function (every rank must make the same collective "
-                 "calls, in the same order)")
+        text += tr(", while {ranks} had returned from your function (every rank must make "
+                   "the same collective calls, in the same order)",
+                   ranks=("ranks " if len(returned) > 1 else "rank ") + ", ".join(map(str, returned)))
     else:
-        text += " (a send without a recv, or a collective not every rank called?)"
+        text += tr(" (a send without a recv, or a collective not every rank called?)")
     return text
 
 
@@ -84,9 +92,9 @@ def describe_failure(exc: BaseException) -> str:
     if isinstance(exc, RankError):
         r, f = first_failure(exc.failures)
         last = [ln.strip() for ln in f.traceback.splitlines() if ln.strip().startswith(("Cell", "<", "/"))]
-        at = f" at {last[-1]}" if last else ""
-        return f"failed on rank {r}: {f.type}: {_first_line(f.message)}{at}"
-    return f"failed: {type(exc).__name__}: {_first_line(str(exc))}"
+        at = tr(" at {at}", at=last[-1]) if last else ""
+        return tr("failed on rank {rank}: {error}", rank=r, error=f"{f.type}: {_first_line(f.message)}") + at
+    return tr("failed: {error}", error=f"{type(exc).__name__}: {_first_line(str(exc))}")
 
 
 def caught_verdict(caught: list) -> str:
@@ -128,8 +136,8 @@ def new_token(timeout: float) -> tuple:
 def get_cluster(cluster=None):
     c = cluster if cluster is not None else _cluster.current()
     if c is None:
-        raise RuntimeError("this checker runs your code on the ranks: start a cluster first with "
-                           "cluster = labkit.Cluster(world_size=4)")
+        raise RuntimeError(tr("this checker runs your code on the ranks: start a cluster first with "
+                              "cluster = labkit.Cluster(world_size=4)"))
     return c
 
 
@@ -147,8 +155,7 @@ def checker(name: str):
                 if raised and not _not_implemented(exc):   # raised on some ranks, others stuck
                     return report(name, False, caught_verdict([d["learner_raised"] for d in raised]))
                 if _not_implemented(exc):
-                    print(f"{name}: not implemented yet (replace the `raise NotImplementedError` "
-                          "line with your code, then run this cell again)")
+                    print(f"{name}: not implemented yet" + NOT_IMPLEMENTED_HOW())
                     return False
                 return report(name, False, describe_failure(exc))
             return report(name, ok, detail)

@@ -8,6 +8,7 @@ import hashlib
 
 from labkit.check.core import checker, new_token, ranks_verdict, report
 from labkit.check.guard import HANG_LIMIT_S
+from labkit.i18n import tr
 
 __all__ = ["replicas_in_sync", "average_gradients", "param_hashes"]
 
@@ -40,7 +41,7 @@ def replicas_in_sync(model, group=None, quiet: bool = False) -> bool:
     every = torch.stack(every).cpu()                          # [ranks, params]
     differs = (every != every[0]).any(dim=0)
     ok = not bool(differs.any())
-    detail = f"{len(hashes)} parameters bit-identical on {n} ranks"
+    detail = tr("{count} parameters bit-identical on {n} ranks", count=len(hashes), n=n)
     if not ok:
         i = int(differs.nonzero()[0])
         ranks = [r for r in range(n) if every[r, i] != every[0, i]]
@@ -48,10 +49,11 @@ def replicas_in_sync(model, group=None, quiet: bool = False) -> bool:
         dist.broadcast(ref, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
         gap = (params[i].detach() - ref).abs().max().reshape(1).to(torch.float64)
         dist.all_reduce(gap, op=dist.ReduceOp.MAX, group=group)
-        detail = (f"{hashes[i][0]!r} differs: rank{'s' if len(ranks) > 1 else ''} "
-                  f"{', '.join(map(str, ranks))} != rank 0, max |diff| {gap.item():.3g}; "
-                  f"{int(differs.sum())} of {len(hashes)} parameters differ - "
-                  "a gradient that was not all-reduced, or weights not broadcast at the start?")
+        detail = tr("{name!r} differs: {ranks} != rank 0, max |diff| {gap:.3g}; {k} of {count} "
+                    "parameters differ - a gradient that was not all-reduced, or weights not "
+                    "broadcast at the start?", name=hashes[i][0],
+                    ranks=("ranks " if len(ranks) > 1 else "rank ") + ", ".join(map(str, ranks)),
+                    gap=gap.item(), k=int(differs.sum()), count=len(hashes))
     if not quiet and dist.get_rank() == 0:
         report("replicas_in_sync", ok, detail)
     return ok
@@ -68,42 +70,43 @@ def _grad_problem(name, p, want, mine, before, n) -> str:
     import torch
     g = p.grad
     if not torch.equal(p.detach(), before):
-        return (f"your function changed the parameter {name!r} itself: average its .grad and "
-                "leave the weights to the optimizer")
+        return tr("your function changed the parameter {name!r} itself: average its .grad and "
+                  "leave the weights to the optimizer", name=name)
     if want is None:
         if g is None:
             return ""
-        why = "is frozen (requires_grad=False)" if not p.requires_grad else "is not used in forward"
-        return (f"{name!r} {why} and has no gradient on any rank, but your function gave it "
-                "one: leave .grad None there, as DDP does (an optimizer with weight decay would "
-                "move it otherwise)")
+        why = tr("is frozen (requires_grad=False)") if not p.requires_grad else tr("is not used in forward")
+        return tr("{name!r} {why} and has no gradient on any rank, but your function gave it "
+                  "one: leave .grad None there, as DDP does (an optimizer with weight decay would "
+                  "move it otherwise)", name=name, why=why)
     if g is None:
-        return f"{name!r} lost its gradient: .grad is None after your function"
+        return tr("{name!r} lost its gradient: .grad is None after your function", name=name)
     if _close(g, want):
         return ""
     if _close(g, mine):
-        return (f"{name!r} still holds this rank's own gradient: it was not averaged over the "
-                "ranks (all_reduce works in place on the tensor you give it: all-reduce p.grad "
-                "itself, or copy the result back into p.grad)")
+        return tr("{name!r} still holds this rank's own gradient: it was not averaged over the "
+                  "ranks (all_reduce works in place on the tensor you give it: all-reduce p.grad "
+                  "itself, or copy the result back into p.grad)", name=name)
     if _close(g, want * n):
-        return (f"{name!r} is exactly {n} x the mean gradient, the sum over ranks: divide by "
-                f"the world size ({n})")
+        return tr("{name!r} is exactly {n} x the mean gradient, the sum over ranks: divide by "
+                  "the world size ({n})", name=name, n=n)
     if _close(g, want / n):
-        return f"{name!r} is the mean gradient divided by {n} again: divide by the world size once"
+        return tr("{name!r} is the mean gradient divided by {n} again: divide by the world size once",
+                  name=name, n=n)
     if _close(g, mine / n):
-        return (f"{name!r} is this rank's own gradient divided by {n}: all-reduce it (sum over "
-                "the ranks) before dividing")
+        return tr("{name!r} is this rank's own gradient divided by {n}: all-reduce it (sum over "
+                  "the ranks) before dividing", name=name, n=n)
     err = (g - want).abs().max().item()
-    return (f"{name!r} differs from the mean gradient over ranks (one process on the global "
-            f"batch) by up to {err:.3g}")
+    return tr("{name!r} differs from the mean gradient over ranks (one process on the global "
+              "batch) by up to {err:.3g}", name=name, err=err)
 
 
 def _none_hint(model) -> str:
     names = [name for name, p in model.named_parameters() if p.grad is None]
     if not names:
         return ""
-    return (f"{names[0]!r} has no gradient (.grad is None: a frozen parameter, or one not used "
-            "in forward): skip parameters whose .grad is None, as DDP does")
+    return tr("{name!r} has no gradient (.grad is None: a frozen parameter, or one not used "
+              "in forward): skip parameters whose .grad is None, as DDP does", name=names[0])
 
 
 def _drive_average(fn, token, steps: int, batch: int = 3, lr: float = 0.1):
@@ -135,7 +138,7 @@ def _drive_average(fn, token, steps: int, batch: int = 3, lr: float = 0.1):
             if caught.type in ("TypeError", "AttributeError") and "NoneType" in caught.message:
                 caught.hint = _none_hint(model)
         else:
-            problem = next((f"rank {rank}, step {step + 1}: {why}" for why in
+            problem = next((tr("rank {rank}, step {step}: {why}", rank=rank, step=step + 1, why=why) for why in
                             (_grad_problem(k, p, want[k], local[k], before[k], n)
                              for k, p in model.named_parameters()) if why), None)
         flags = guard.settle(token, str(step), caught or problem)
@@ -171,6 +174,6 @@ def average_gradients(fn, cluster, steps: int = 3, timeout: float = HANG_LIMIT_S
     verdict = ranks_verdict(results)
     if verdict:
         return verdict
-    return True, (f"{cluster.world_size} ranks, {steps} steps: every gradient is the mean over "
-                  "ranks, as one process on the global batch gets it, with a tied, a frozen "
-                  "and an unused parameter")
+    return True, tr("{n} ranks, {steps} steps: every gradient is the mean over ranks, as one "
+                    "process on the global batch gets it, with a tied, a frozen and an unused "
+                    "parameter", n=cluster.world_size, steps=steps)

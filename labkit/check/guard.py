@@ -64,12 +64,13 @@ class Caught:
         return self.message.splitlines()[0] if self.message else ""
 
     def describe(self) -> str:
+        from labkit.i18n import tr
         at = ""
         if self.frame:
             from labkit.runtime.stacks import where
-            at = f" at {where(self.frame[0], self.frame[1])}" + (f": {self.frame[2]}" if self.frame[2] else "")
+            at = tr(" at {at}", at=where(self.frame[0], self.frame[1])) + (f": {self.frame[2]}" if self.frame[2] else "")
         hint = f" - {self.hint}" if self.hint else ""
-        return f"failed on rank {self.rank}: {self.type}: {self.first_line}{at}{hint}"
+        return tr("failed on rank {rank}: {error}", rank=self.rank, error=f"{self.type}: {self.first_line}") + at + hint
 
 
 def attempt(fn, *args, **kwargs):

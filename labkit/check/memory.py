@@ -1,7 +1,8 @@
 """Checkers for notebook 01 (memory). Pure arithmetic: no cluster needed."""
 import random
 
-from labkit.check.core import report
+from labkit.check.core import NOT_IMPLEMENTED_HOW, report
+from labkit.i18n import tr
 
 __all__ = ["mixed_adam_bytes"]
 
@@ -10,8 +11,6 @@ CATEGORIES = ("params", "grads", "master", "momentum", "variance")
 SIZES = [1, 7, 1000, 124_439_808, 29_545_472, 7e9, 70e9, 175e9, 1e12] + \
     [random.Random(k).randrange(1, 10 ** 12) for k in range(16)]
 
-_STUB = ("mixed_adam_bytes: not implemented yet (replace the `raise NotImplementedError` line "
-         "with your code, then run this cell again)")
 
 
 # bytes per parameter of each category in mixed precision (bf16/fp16 working copy, fp32 rest)
@@ -27,14 +26,16 @@ def _wrong(c, value, want, n) -> str:
     v = float(value)
     per, unit = v / n, want / n
     if v and any(abs(v - want / unit_) <= 1e-6 * want / unit_ for unit_ in (1e9, 2 ** 30)):
-        return f"{c} is {value!r}, which is {want:g} bytes in GB (or GiB): return bytes"
+        return tr("{c} is {value!r}, which is {want:g} bytes in GB (or GiB): return bytes",
+                  c=c, value=value, want=want)
     if abs(v - 8 * want) <= 1e-9 * want:
-        return f"{c} is {value!r}, 8 x {want:g}: that counts bits; return bytes"
+        return tr("{c} is {value!r}, 8 x {want:g}: that counts bits; return bytes", c=c, value=value, want=want)
     if abs(v - unit) <= 1e-9 * unit and n != 1:
-        return (f"{c} is {value!r}, the bytes of one parameter: multiply by n_params "
-                f"({unit:g} x n_params = {want:g})")
-    return (f"{c} is {value!r} bytes ({per:g} per parameter), expected {want:g} "
-            f"({unit:g} per parameter): {_WHY[c]}")
+        return tr("{c} is {value!r}, the bytes of one parameter: multiply by n_params "
+                  "({unit:g} x n_params = {want:g})", c=c, value=value, unit=unit, want=want)
+    return tr("{c} is {value!r} bytes ({per:g} per parameter), expected {want:g} "
+              "({unit:g} per parameter): {why}", c=c, value=value, per=per, want=want, unit=unit,
+              why=tr(_WHY[c]))
 
 
 def mixed_adam_bytes(fn) -> bool:
@@ -46,23 +47,23 @@ def mixed_adam_bytes(fn) -> bool:
         try:
             got = fn(n)
         except NotImplementedError:
-            print(_STUB)
+            print("mixed_adam_bytes: not implemented yet" + NOT_IMPLEMENTED_HOW())
             return False
         except Exception as exc:       # noqa: BLE001 - a checker never raises at the learner
             return report("mixed_adam_bytes", False,
-                          f"n_params={n:g}: raised {type(exc).__name__}: {exc}" +
-                          (" (n_params may be a float such as 7e9: use it in arithmetic, not in "
-                           "range() or as an index)" if isinstance(n, float) and
+                          f"n_params={n:g}: " + tr("raised {error}", error=f"{type(exc).__name__}: {exc}") +
+                          (tr(" (n_params may be a float such as 7e9: use it in arithmetic, not in "
+                              "range() or as an index)") if isinstance(n, float) and
                            isinstance(exc, TypeError) else ""))
         if not isinstance(got, dict):
             return report("mixed_adam_bytes", False,
-                          f"n_params={n:g}: returned {type(got).__name__}; return a dict with keys "
-                          + ", ".join(CATEGORIES))
+                          f"n_params={n:g}: " + tr("returned {type}; return a dict with keys {keys}",
+                                                   type=type(got).__name__, keys=", ".join(CATEGORIES)))
         missing = [c for c in CATEGORIES if c not in got]
         if missing:
             return report("mixed_adam_bytes", False,
-                          f"n_params={n:g}: the dict has no {', '.join(missing)} (keys: "
-                          + ", ".join(CATEGORIES) + ")")
+                          f"n_params={n:g}: " + tr("the dict has no {missing} (keys: {keys})",
+                                                   missing=", ".join(missing), keys=", ".join(CATEGORIES)))
         wrong = []
         for c in CATEGORIES:
             w = getattr(want, c)
@@ -70,18 +71,19 @@ def mixed_adam_bytes(fn) -> bool:
                 ok = abs(float(got[c]) - w) <= 1e-9 * w
             except (TypeError, ValueError):
                 return report("mixed_adam_bytes", False,
-                              f"n_params={n:g}: {c} is {got[c]!r}, not a number of bytes")
+                              f"n_params={n:g}: " + tr("{c} is {value!r}, not a number of bytes", c=c, value=got[c]))
             if not ok:
                 wrong.append(c)
         if {"params", "master"} <= set(wrong) and \
                 abs(float(got["params"]) - want.master) <= 1e-9 * want.master and \
                 abs(float(got["master"]) - want.params) <= 1e-9 * want.params:
             return report("mixed_adam_bytes", False,
-                          f"n_params={n:g}: params and master are swapped: the working weights "
-                          "are fp16/bf16 (2 bytes), the master copy fp32 (4 bytes)")
+                          f"n_params={n:g}: " + tr("params and master are swapped: the working weights "
+                                                   "are fp16/bf16 (2 bytes), the master copy fp32 (4 bytes)"))
         if wrong:
             c = wrong[0]
             return report("mixed_adam_bytes", False,
                           f"n_params={n:g}: " + _wrong(c, got[c], getattr(want, c), n))
     return report("mixed_adam_bytes", True,
-                  f"{len(SIZES)} sizes from 1 to {max(SIZES):.0e} parameters, 5 categories each")
+                  tr("{n} sizes from 1 to {biggest:.0e} parameters, 5 categories each",
+                     n=len(SIZES), biggest=max(SIZES)))

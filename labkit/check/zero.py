@@ -9,6 +9,7 @@ an all-reduce where a reduce-scatter suffices (1.5x the bytes at N = 4).
 """
 from labkit.check.core import caught_verdict, checker, new_token
 from labkit.check.guard import HANG_LIMIT_S   # a right step takes well under a second
+from labkit.i18n import tr
 
 __all__ = ["zero1_step"]
 
@@ -22,12 +23,12 @@ class _Stop(Exception):
 def _hint(caught) -> str:
     """A sentence for an exception the learner's step raised, when its cause is known."""
     if "worldSize == inputShape" in caught.message or "divisible by" in caught.message:
-        return ("torch's reduce_scatter_tensor and all_gather_into_tensor need a length that the "
-                "world size divides (equal shards); use labkit.comm.ring_reduce_scatter(grads) and "
-                "ring_all_gather(params), which cut the uneven shards of chunk_bounds")
+        return tr("torch's reduce_scatter_tensor and all_gather_into_tensor need a length that the "
+                  "world size divides (equal shards); use labkit.comm.ring_reduce_scatter(grads) and "
+                  "ring_all_gather(params), which cut the uneven shards of chunk_bounds")
     if "must match the size of tensor" in caught.message:
-        return ("a shard, its gradient and its momentum must all be the length of "
-                "chunk_bounds(numel, n)[rank] (ring_reduce_scatter already returns just your shard)")
+        return tr("a shard, its gradient and its momentum must all be the length of "
+                  "chunk_bounds(numel, n)[rank] (ring_reduce_scatter already returns just your shard)")
     return ""
 
 
@@ -66,20 +67,22 @@ def _diagnose(results, n) -> tuple:
         lo, hi = res["bounds"]
         sizes = set(res["state"].values())
         if n > 1 and L in sizes:
-            return False, (f"rank {r} keeps optimizer state for all {L} elements: ZeRO-1 updates "
-                           f"only its own shard [{lo}, {hi}) and keeps momentum for those "
-                           f"{hi - lo} elements only (you updated the full parameter)")
+            return False, tr("rank {r} keeps optimizer state for all {L} elements: ZeRO-1 updates "
+                             "only its own shard [{lo}, {hi}) and keeps momentum for those "
+                             "{k} elements only (you updated the full parameter)",
+                             r=r, L=L, lo=lo, hi=hi, k=hi - lo)
         if sizes and sizes != {hi - lo}:
-            equal = (f"; equal shards of {L} // {n} = {L // n} leave {L % n} element(s) to no "
-                     "rank") if sizes == {L // n} and L % n else ""
+            equal = tr("; equal shards of {L} // {n} = {q} leave {rem} element(s) to no rank",
+                       L=L, n=n, q=L // n, rem=L % n) if sizes == {L // n} and L % n else ""
             torch_cut = _torch_chunks(L, n)
             if sizes == {torch_cut[r]} and not equal:
-                equal = (f"; params.chunk({n}) cuts {', '.join(map(str, torch_cut))}, not the "
-                         "shards the ring collectives use")
-            return False, (f"wrong shard bounds: rank {r} keeps state for {sorted(sizes)} elements, "
-                           f"its shard is chunk_bounds({L}, {n})[{r}] = [{lo}, {hi}) ({hi - lo} "
-                           f"elements: with an uneven size the first {L % n} shard(s) are one "
-                           f"longer{equal})")
+                equal = tr("; params.chunk({n}) cuts {cuts}, not the shards the ring collectives use",
+                           n=n, cuts=", ".join(map(str, torch_cut)))
+            return False, tr("wrong shard bounds: rank {r} keeps state for {sizes} elements, "
+                             "its shard is chunk_bounds({L}, {n})[{r}] = [{lo}, {hi}) ({k} "
+                             "elements: with an uneven size the first {rem} shard(s) are one "
+                             "longer{equal})", r=r, sizes=sorted(sizes), L=L, n=n, lo=lo, hi=hi,
+                             k=hi - lo, rem=L % n, equal=equal)
     init = results[0]["init"]
     for step in range(len(results[0]["after"])):
         one = results[0]["one"][step]
@@ -87,70 +90,73 @@ def _diagnose(results, n) -> tuple:
         bad = [(r, d) for r, d in bad if d.max().item() > TOL]
         if not bad:
             continue
-        where = f"after step {step + 1}"
+        where = tr("after step {step}", step=step + 1)
         if step > 0:
-            return False, (f"{where}: step 1 matched one process but this one differs "
-                           "(momentum not kept between steps? store it in the `momentum` dict)")
+            return False, where + tr(": step 1 matched one process but this one differs "
+                                     "(momentum not kept between steps? store it in the `momentum` dict)")
         # which elements are right on which rank
         right = [(res["after"][0] - one).abs() <= TOL for res in results]
         if all(right[r][lo:hi].all() and not right[r].all() for r, (lo, hi) in enumerate(bounds)):
-            return False, (f"{where}: on each rank only its own shard is up to date (rank 0 holds "
-                           f"[{bounds[0][0]}, {bounds[0][1]}) right, the rest stale): after "
-                           "updating your shard, all-gather (ring_all_gather(params)) so every "
-                           "rank gets every updated shard")
+            return False, where + tr(": on each rank only its own shard is up to date (rank 0 holds "
+                                     "[{lo}, {hi}) right, the rest stale): after updating your shard, "
+                                     "all-gather (ring_all_gather(params)) so every rank gets every "
+                                     "updated shard", lo=bounds[0][0], hi=bounds[0][1])
         stale = [i for i in range(L) if all((res["after"][0][i] - init[i]).abs() <= TOL
                                             for res in results)]
         if len(stale) == L:
-            return False, (f"{where}: no element changed on any rank: update params in place "
-                           f"(params[lo:hi] -= ...) where lo, hi = chunk_bounds({L}, {n})[rank], "
-                           "the shard the all-gather takes from this rank")
+            return False, where + tr(": no element changed on any rank: update params in place "
+                                     "(params[lo:hi] -= ...) where lo, hi = chunk_bounds({L}, {n})[rank], "
+                                     "the shard the all-gather takes from this rank", L=L, n=n)
         from labkit.zero.exercise import local_grad
         lr = results[0].get("lr", 0.1)
         for r, (res, (lo, hi)) in enumerate(zip(results, bounds)):
             mine = res["after"][0][lo:hi] - init[lo:hi]
             if hi > lo and (mine + lr * local_grad(L, 0, r)[lo:hi]).abs().max() <= TOL:
-                return False, (f"{where}: rank {r} updated its shard with its own local gradient: "
-                               "reduce the gradients over ranks first (reduce-scatter, then divide "
-                               f"by {n})")
+                return False, where + tr(": rank {r} updated its shard with its own local gradient: "
+                                         "reduce the gradients over ranks first (reduce-scatter, then "
+                                         "divide by {n})", r=r, n=n)
         if stale and len(stale) < L:
-            return False, (f"{where}: elements {stale[:4]} were updated by no rank: your shards do "
-                           f"not cover all {L} elements; use chunk_bounds({L}, {n}) = {bounds} "
-                           f"(equal shards of {L} // {n} = {L // n} miss the remainder)")
+            return False, where + tr(": elements {stale} were updated by no rank: your shards do "
+                                     "not cover all {L} elements; use chunk_bounds({L}, {n}) = {bounds} "
+                                     "(equal shards of {L} // {n} = {q} miss the remainder)",
+                                     stale=stale[:4], L=L, n=n, bounds=bounds, q=L // n)
         upd = results[0]["after"][0] - init
         want = one - init
         ratio = (upd.norm() / want.norm()).item() if want.norm() > 0 else 0
         if abs(ratio - n) < 0.05 * n and n > 1:
-            return False, (f"{where}: the update is {n} times too large (a factor N = {n}): divide "
-                           f"the summed gradient by the world size ({n}) to get the mean")
+            return False, where + tr(": the update is {n} times too large (a factor N = {n}): divide "
+                                     "the summed gradient by the world size ({n}) to get the mean", n=n)
         if n > 1 and abs(ratio - 1 / n) < 0.05 / n:
-            return False, (f"{where}: the update is 1/{n} of one process's (a factor 1/N): the "
-                           f"gradient was divided by {n} twice; ring_reduce_scatter sums, so divide "
-                           "once, before or after it")
+            return False, where + tr(": the update is 1/{n} of one process's (a factor 1/N): the "
+                                     "gradient was divided by {n} twice; ring_reduce_scatter sums, so "
+                                     "divide once, before or after it", n=n)
         if n > 2 and abs(ratio - (n - 1) / n) < 0.05:
-            return False, (f"{where}: the update is {n - 1}/{n} of one process's (a factor "
-                           "(N-1)/N): one rank's gradient is missing from the sum")
+            return False, where + tr(": the update is {m}/{n} of one process's (a factor "
+                                     "(N-1)/N): one rank's gradient is missing from the sum", m=n - 1, n=n)
         disagree = any((res["after"][0] - results[0]["after"][0]).abs().max() > TOL
                        for res in results)
         r, d = bad[0]
         i = int(d.argmax())
-        hint = ("ranks disagree with each other: was the gradient reduced over ranks?"
-                if disagree else "reduce-scatter the gradient, update your shard, all-gather")
-        return False, f"{where}: rank {r} element {i} differs from one process by {d[i]:.3g} ({hint})"
+        hint = (tr("ranks disagree with each other: was the gradient reduced over ranks?")
+                if disagree else tr("reduce-scatter the gradient, update your shard, all-gather"))
+        return False, where + tr(": rank {r} element {i} differs from one process by {d:.3g} ({hint})",
+                                 r=r, i=i, d=d[i].item(), hint=hint)
     sent = max(res.get("sent", 0) for res in results)
     big = results[0].get("big")
     if big and n > 1:
         ideal = 2 * (n - 1) / n * big * 4
         if sent > 1.2 * ideal:
             factor = sent / ideal
-            named = (f" (3/2 as much: an all-reduce, 2(N-1)/N, plus the all-gather, (N-1)/N, is "
-                     f"3(N-1)/N against 2(N-1)/N; the right bytes are 2/3 of yours)"
-                     if abs(factor - 1.5) < 0.1 else f" ({factor:.2f} times as much)")
-            return False, (f"right values, but each rank sent {sent / (big * 4):.2f}x the vector's "
-                           f"bytes where reduce-scatter + all-gather send {ideal / (big * 4):.2f}x"
-                           f"{named}: an all-reduce where a reduce-scatter suffices?")
-    return True, (f"{n} ranks, {len(results[0]['after'])} steps on {L} elements (uneven shards): "
-                  "same as labkit's reference and as one process; momentum kept for the own "
-                  "shard only; reduce-scatter + all-gather bytes")
+            named = (tr(" (3/2 as much: an all-reduce, 2(N-1)/N, plus the all-gather, (N-1)/N, is "
+                        "3(N-1)/N against 2(N-1)/N; the right bytes are 2/3 of yours)")
+                     if abs(factor - 1.5) < 0.1 else tr(" ({factor:.2f} times as much)", factor=factor))
+            return False, tr("right values, but each rank sent {sent:.2f}x the vector's bytes where "
+                             "reduce-scatter + all-gather send {ideal:.2f}x{named}: an all-reduce "
+                             "where a reduce-scatter suffices?", sent=sent / (big * 4),
+                             ideal=ideal / (big * 4), named=named)
+    return True, tr("{n} ranks, {steps} steps on {L} elements (uneven shards): same as labkit's "
+                    "reference and as one process; momentum kept for the own shard only; "
+                    "reduce-scatter + all-gather bytes", n=n, steps=len(results[0]["after"]), L=L)
 
 
 @checker("zero1_step")
@@ -164,11 +170,11 @@ def zero1_step(fn, cluster, steps: int = 3, timeout: float = HANG_LIMIT_S):
         dead = sorted(r for r, f in (exc.failures or {}).items() if f.type == "RankDied")
         if not dead:
             raise
-        return False, (f"rank {dead[0]} crashed inside a collective "
-                       f"({exc.failures[dead[0]].message.splitlines()[0]}): gloo aborts a rank "
-                       "when a message does not match the one it waits for. Every rank must make "
-                       "the same collective calls, in the same order, with the same sizes (is one "
-                       "inside an `if rank == ...`?)")
+        return False, tr("rank {r} crashed inside a collective ({error}): gloo aborts a rank "
+                         "when a message does not match the one it waits for. Every rank must make "
+                         "the same collective calls, in the same order, with the same sizes (is one "
+                         "inside an `if rank == ...`?)", r=dead[0],
+                         error=exc.failures[dead[0]].message.splitlines()[0])
     if any("raised" in res for res in results):
         return False, caught_verdict([res.get("raised") for res in results])
     ref = cluster.run(trial, reference_step, steps=steps, big=0, timeout=30)

@@ -8,6 +8,7 @@
 import matplotlib.pyplot as plt
 from matplotlib.colors import LinearSegmentedColormap
 from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
+from labkit.i18n import tr_fig                 # figure text in the learner's language
 
 _CMAP = LinearSegmentedColormap.from_list("partial", ["#f3f0e7", "#f6c76b", "#e07b39", "#2a9d5c"])
 
@@ -162,21 +163,22 @@ def draw_bytes_vs_n(rows: list, ax=None):
     ns = sorted({r["world_size"] for r in rows})
     grid = [x / 10 for x in range(int(min(ns) * 10), int(max(ns) * 10) + 1)]
     slide = _on_slide()                              # larger text: short labels, legend outside
-    ax.plot(grid, [2 * (x - 1) / x for x in grid], color="#2a9d5c", label="ring formula 2(N-1)/N")
-    ax.plot(grid, [x - 1 for x in grid], color="#c0392b", label=f"naive root{'' if slide else ' formula'} N-1")
-    ax.axhline(1, color="#7f8c8d", ls=":", label="naive others 1" if slide else "naive non-root formula 1")
-    ax.axhline(2, color="#2a9d5c", ls="--", lw=0.8, label="ring limit 2 (N large)")
+    ax.plot(grid, [2 * (x - 1) / x for x in grid], color="#2a9d5c", label=tr_fig("ring formula 2(N-1)/N"))
+    ax.plot(grid, [x - 1 for x in grid], color="#c0392b", label=tr_fig("naive root N-1" if slide else "naive root formula N-1"))
+    ax.axhline(1, color="#7f8c8d", ls=":", label=tr_fig("naive others 1" if slide else "naive non-root formula 1"))
+    ax.axhline(2, color="#2a9d5c", ls="--", lw=0.8, label=tr_fig("ring limit 2 (N large)"))
     for op, colour, marker, dx in (("ring_all_reduce", "#2a9d5c", "o", -0.12), ("naive_all_reduce", "#c0392b", "s", 0),
                                    ("torch_all_reduce", "#34495e", "x", 0.12)):
         pts = [(r["world_size"] + dx + 0.04 * (r["rank"] - 1.5), r["sent"] / r["bytes"]) for r in rows if r["op"] == op]
         if pts:
             ax.scatter(*zip(*pts), color=colour, marker=marker, zorder=3, s=60 if slide else 26,
-                       label=f"{op.replace('_all_reduce', '')}: measured" if slide else f"{op}: measured, each rank")
+                       label=tr_fig("{op}: measured", op=op.replace('_all_reduce', '')) if slide
+                       else tr_fig("{op}: measured, each rank", op=op))
     ax.set_xticks(ns)
-    ax.set_xlabel("number of ranks N")
-    ax.set_ylabel("bytes sent by a rank / S")
-    ax.set_title("bytes per rank in one all-reduce of S bytes" if slide else
-                 "traffic per rank in one all-reduce of S bytes (kernel TCP counters)")
+    ax.set_xlabel(tr_fig("number of ranks N"))
+    ax.set_ylabel(tr_fig("bytes sent by a rank / S"))
+    ax.set_title(tr_fig("bytes per rank in one all-reduce of S bytes") if slide else
+                 tr_fig("traffic per rank in one all-reduce of S bytes (kernel TCP counters)"))
     ax.grid(alpha=0.3)
     if slide:
         ax.legend(fontsize=_fs(7), loc="upper left", bbox_to_anchor=(1.01, 1))

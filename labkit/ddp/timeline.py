@@ -16,6 +16,7 @@ running all-reduce time that fell inside its own backward. Waiting is not counte
 
 from labkit.models import GPTConfig
 from labkit.figtext import figsize as _figsize, size as _fs
+from labkit.i18n import tr_fig                 # figure text in the learner's language
 
 # A course-sized model for timing on CPU: 13.8 M parameters, 55 MB of fp32 gradients.
 BENCH_GPT = GPTConfig(vocab_size=8192, block_size=64, n_layer=6, n_head=6, n_embd=384)
@@ -137,19 +138,21 @@ def plot_timelines(runs: dict, path: str = None):
         n = len(ranks[0]["buckets"])
         mean = sum(r["overlap"] for r in ranks) / len(ranks)
         step = max(r["step"] for r in ranks) * 1e3
-        ax.set_title(f"{label}: {n} bucket{'s' * (n != 1)}, step {step:.0f} ms, overlap "
-                     f"{mean:.0%} (mean over ranks)", fontsize=_fs(9), loc="left")
+        ax.set_title(tr_fig("{label}: {n} buckets, step {step:.0f} ms, overlap {mean:.0%} (mean over ranks)",
+                            label=label, n=n, step=step, mean=mean) if n != 1 else
+                     tr_fig("{label}: {n} bucket, step {step:.0f} ms, overlap {mean:.0%} (mean over ranks)",
+                            label=label, n=n, step=step, mean=mean), fontsize=_fs(9), loc="left")
         ax.set_yticks([r["rank"] + 0.5 for r in ranks], [f"rank {r['rank']}" for r in ranks])
         ax.set_ylim(0, len(ranks))
     axes[-1, 0].set_xlim(0, longest * 1.02)
-    axes[-1, 0].set_xlabel("ms since the step started (same scale in every panel)")
-    handles = [Patch(color=colour["forward"], label="forward"),
-               Patch(color=colour["backward"], label="backward"),
-               Patch(color=colour["running"], label="all-reduce running (one bar per bucket)"),
+    axes[-1, 0].set_xlabel(tr_fig("ms since the step started (same scale in every panel)"))
+    handles = [Patch(color=colour["forward"], label=tr_fig("forward")),
+               Patch(color=colour["backward"], label=tr_fig("backward")),
+               Patch(color=colour["running"], label=tr_fig("all-reduce running (one bar per bucket)")),
                Patch(facecolor=colour["waiting"], hatch="///", edgecolor="0.55", linewidth=0.4,
-                     label="all-reduce launched, waiting for a slower rank"),
-               Line2D([], [], color="k", lw=0.7, label="bucket launched"),
-               Line2D([], [], color="k", ls=":", label="gradients synced")]
+                     label=tr_fig("all-reduce launched, waiting for a slower rank")),
+               Line2D([], [], color="k", lw=0.7, label=tr_fig("bucket launched")),
+               Line2D([], [], color="k", ls=":", label=tr_fig("gradients synced"))]
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=_fs(8), frameon=False)
     legend_in = 0.45 * _fs(8) / 8 + (0.2 if _fs(8) > 8 else 0)     # two legend rows, in inches
     fig.tight_layout(rect=(0, legend_in / fig.get_size_inches()[1], 1, 1))

@@ -20,6 +20,7 @@ import weakref
 
 from labkit.livefig import LiveFigure
 from labkit.figtext import figsize as _figsize, size as _fs
+from labkit.i18n import tr_fig                 # figure text in the learner's language
 
 CATEGORIES = ("params", "grads", "master", "moments", "gathered", "activations")
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "moments": "#c44e52",
@@ -181,7 +182,7 @@ def figure(bars: dict, title: str = "", unit: float = 1e6, unit_name: str = "MB"
                 labels.append(lb)
     if handles:
         fig.legend(handles, labels, loc="upper right", fontsize=_fs(7), ncol=1)
-    fig.suptitle(title, fontsize=_fs(10))
+    fig.suptitle(tr_fig(title), fontsize=_fs(10))
     fig.tight_layout(rect=(0, 0, 0.88 if _fs(7) == 7 else 0.8, 1))   # room for the legend
     return fig
 

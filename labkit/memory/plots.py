@@ -12,6 +12,7 @@ from labkit.memory.activations import activations, fits, gpt_shape
 from labkit.memory.breakdown import CATEGORIES, GB, Breakdown
 from labkit.memory.formulas import model_states
 from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
+from labkit.i18n import tr_fig                 # figure text in the learner's language
 
 COLORS = {"params": "#4C72B0", "grads": "#DD8452", "master": "#55A868", "momentum": "#8172B3",
           "variance": "#937860", "other": "#DA8BC3", "buffers": "#8C8C8C",
@@ -38,7 +39,7 @@ def _stack(ax, x, b: Breakdown, div: float, width: float, hatch=None, alpha=1.0)
 
 def _legend(ax, used) -> None:
     handles = [Patch(color=COLORS[c], label=c) for c in CATEGORIES if c in used]
-    handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="formula"))
+    handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label=tr_fig("formula")))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=_fs(8))
 
 
@@ -67,11 +68,11 @@ def plot_ranks(measured: list, formula=None, title: str = "memory per rank", ax=
                     ha="center", va="bottom", fontsize=_fs(9),
                     bbox=dict(facecolor="white", edgecolor="#999999", boxstyle="round,pad=0.2"))
     ax.set_xticks(range(len(measured)),
-                  [f"rank {r}\nmeasured | formula" if f is not None and not _on_slide() else f"rank {r}"
+                  [f"rank {r}\n" + tr_fig("measured | formula") if f is not None and not _on_slide() else f"rank {r}"
                    for r, f in enumerate(formulas)], fontsize=_fs(8))      # on a slide: the legend says it
     ax.set_ylabel(name)
-    ax.set_title(title + ("\nabove each pair: measured - formula" if any(f is not None for f in formulas)
-                          else ""), fontsize=_fs(10))
+    ax.set_title(tr_fig(title) + ("\n" + tr_fig("above each pair: measured - formula")
+                                  if any(f is not None for f in formulas) else ""), fontsize=_fs(10))
     ax.set_ylim(0, 1.25 * max(b.total for b in shown) / div)
     _legend(ax, used)
     if fig is not None:
@@ -101,8 +102,8 @@ def plot_breakdown(breakdowns: list, labels=None, gpu_gb: float = None, title: s
     if gpu_gb:
         _gpu_line(ax, gpu_gb, div)
     ax.set_xticks(range(len(breakdowns)), labels or [b.label for b in breakdowns], fontsize=_fs(8))
-    ax.set_ylabel(f"{name} per {per}")
-    ax.set_title(title, fontsize=_fs(10))
+    ax.set_ylabel(tr_fig("{name} per {per}", name=name, per=tr_fig(per)))
+    ax.set_title(tr_fig(title), fontsize=_fs(10))
     top = max([b.total / div for b in breakdowns] + [(gpu_gb or 0) * GB / div])
     ax.set_ylim(0, 1.15 * top)
     handles = [Patch(color=COLORS[c], label=c) for c in CATEGORIES if c in used]
@@ -149,11 +150,11 @@ def _plot_groups_log(breakdowns, labels, gpu_gb, title, ax, per):
     high = max([v[g] for v in values for g in groups] + [gpu_gb or 0])
     ax.set_ylim(low / 3, high * 6)
     ax.set_xticks(range(len(breakdowns)), labels or [b.label for b in breakdowns], fontsize=_fs(8))
-    ax.set_ylabel(f"GB per {per} (log scale)")
-    ax.set_title(title, fontsize=_fs(10))
+    ax.set_ylabel(tr_fig("GB per {per} (log scale)", per=tr_fig(per)))
+    ax.set_title(tr_fig(title), fontsize=_fs(10))
     from matplotlib.lines import Line2D
     ax.legend(handles=[Patch(color=GROUP_COLORS[g], label=g) for g in groups]
-              + [Line2D([], [], color="black", linewidth=1.5, label=f"total per {per}")],
+              + [Line2D([], [], color="black", linewidth=1.5, label=tr_fig("total per {per}", per=tr_fig(per)))],
               loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=_fs(8))
     if fig is not None:
         fig.tight_layout()

@@ -20,6 +20,7 @@ import threading
 import time
 import weakref
 
+from labkit.i18n.lang import lang as i18n_lang
 from labkit.runtime import errors, interrupts, protocol, shm, wire
 from labkit.runtime.collect import Event, collect, wait_joined
 from labkit.runtime.context import EVENT_LIMITS
@@ -156,6 +157,7 @@ class Cluster:
             w.conn.send(protocol.Init({
                 "rank": r, "world_size": self.world_size, "backend": self.backend,
                 "pg_timeout": self.pg_timeout, "sys_path": sys_path,
+                "lang": i18n_lang(),          # what labkit prints on the rank: the notebook's language
                 **self._source.init_options(w, r, self._gen)}))
         self._ranks = ranks
         wait_joined(self, deadline + self._source.join_grace, self._kill_ranks)

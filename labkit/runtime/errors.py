@@ -9,6 +9,7 @@ says why ranks could not start. Every failure is worded here: raised, hung, died
 from dataclasses import dataclass
 from typing import Optional
 
+from labkit.i18n import tr
 from labkit.runtime.stacks import format_frames, is_runtime
 
 
@@ -73,21 +74,21 @@ def how_it_ended(returncode, what: str = "the process", *, stopped_by: str = Non
     it), >= 0, or UNKNOWN. stopped_by: why labkit stopped it, if it did; lost: why the node it
     ran on was lost (a remote rank), if it was."""
     if stopped_by:
-        return f"was stopped: {stopped_by}"
+        return tr("was stopped: {why}", why=stopped_by)
     if lost:
-        return f"is gone: {lost}"
+        return tr("is gone: {why}", why=lost)
     if returncode == UNKNOWN:
-        return "exited (torchrun collected its exit status before labkit could read it)"
+        return tr("exited (torchrun collected its exit status before labkit could read it)")
     if returncode is None:
-        return "closed its connection but is still running"
+        return tr("closed its connection but is still running")
     if returncode < 0:
         import signal
         try:
             name = signal.Signals(-returncode).name
         except ValueError:
             name = f"signal {-returncode}"
-        return f"died: {_SIGNALS.get(name, f'killed by {name}')}"
-    return f"exited with code {returncode} (os._exit or a C-level exit; {what} is gone)"
+        return tr("died: {how}", how=tr(_SIGNALS[name]) if name in _SIGNALS else tr("killed by {signal}", signal=name))
+    return tr("exited with code {code} (os._exit or a C-level exit; {what} is gone)", code=returncode, what=tr(what))
 
 
 MAX_ERROR_CHARS = 20_000     # of one rank's error message, per run; the rest is counted
@@ -151,8 +152,8 @@ def _short(message: str) -> str:
 def _pg_timeout_hint(f: Failure) -> str:
     text = f.message.lower()
     if "timed out" in text or "monitoredbarrier" in text or "timeout" in f.type.lower():
-        return (" (the process group's timeout: a collective or recv waited for a rank that never "
-                "joined it; Cluster(pg_timeout=...) sets how long)")
+        return tr(" (the process group's timeout: a collective or recv waited for a rank that never "
+                  "joined it; Cluster(pg_timeout=...) sets how long)")
     return ""
 
 
@@ -169,7 +170,8 @@ def failure_message(label: str, world_size: int, failures: dict, stuck: dict,
             key = (f.type, f.message, "") if f.type == "RankDied" or not f.traceback else (f.type, None, f.traceback)
             groups.setdefault(key, []).append(r)
     n = len(failures)
-    parts = [f"{n} of {world_size} rank{'s' if world_size > 1 else ''} failed in {label}:"]
+    parts = [tr("{n} of {world_size} ranks failed in {label}:", n=n, world_size=world_size, label=label)
+             if world_size > 1 else tr("{n} of {world_size} rank failed in {label}:", n=n, world_size=world_size, label=label)]
     for (typ, msg, tb), ranks in groups.items():
         if typ == "RankDied":
             parts.append(f"--- {_rank_list(ranks, nodes)} {msg}")
@@ -184,33 +186,34 @@ def failure_message(label: str, world_size: int, failures: dict, stuck: dict,
             parts += [f"rank {r}: {typ}: {m}" for r, m in msgs.items()]
         if tb:
             parts[-1] += _pg_timeout_hint(failures[ranks[0]])
-            parts.append(f"Traceback (on {_rank_list(ranks, nodes)}, most recent call last):\n{tb}")
+            parts.append(tr("Traceback (on {ranks}, most recent call last):", ranks=_rank_list(ranks, nodes)) + f"\n{tb}")
     if knock_on:
         first = failures[min(knock_on)]
-        parts.append(f"--- {_rank_list(knock_on, nodes)} then failed because a rank they were talking to "
-                     f"died ({first.type}: {_short(first.message)})")
+        parts.append("--- " + tr("{ranks} then failed because a rank they were talking to died ({error})",
+                                 ranks=_rank_list(knock_on, nodes), error=f"{first.type}: {_short(first.message)}"))
     if stuck:
-        parts.append(f"--- {_rank_list(stuck, nodes)} had not finished (waiting for a failed rank in a "
-                     "collective, probably) and were stopped:")
+        parts.append("--- " + tr("{ranks} had not finished (waiting for a failed rank in a "
+                                 "collective, probably) and were stopped:", ranks=_rank_list(stuck, nodes)))
         parts += [f"rank {r}: {s}" for r, s in sorted(stuck.items())]
     if restarted:
-        parts.append("The cluster starts fresh ranks for the next run; variables made by "
-                     "%%ranks cells or cluster.push are gone.")
+        parts.append(tr("The cluster starts fresh ranks for the next run; variables made by "
+                        "%%ranks cells or cluster.push are gone."))
     return "\n".join(parts)
 
 
 def timeout_message(label: str, timeout: float, stuck: dict, done: list, restarted: bool,
                     nodes: dict = None) -> str:
-    parts = [f"{label} did not finish within {timeout:g} s on {_rank_list(stuck, nodes)} "
-             "(a deadlock: a collective that not every rank called, a recv without a send, "
-             "or simply more work than the timeout allows). Where each rank was:"]
+    parts = [tr("{label} did not finish within {timeout:g} s on {ranks} "
+                "(a deadlock: a collective that not every rank called, a recv without a send, "
+                "or simply more work than the timeout allows). Where each rank was:",
+                label=label, timeout=timeout, ranks=_rank_list(stuck, nodes))]
     parts += [f"rank {r}: {s}" for r, s in sorted(stuck.items())]
     if done:
-        parts.append(f"{_rank_list(done, nodes)}: finished.")
+        parts.append(tr("{ranks}: finished.", ranks=_rank_list(done, nodes)))
     if restarted:
-        parts.append("The stuck ranks were stopped; the cluster starts fresh ranks for the next "
-                     "run (variables made by %%ranks cells are gone). Pass timeout=... to "
-                     "cluster.run for longer work.")
+        parts.append(tr("The stuck ranks were stopped; the cluster starts fresh ranks for the next "
+                        "run (variables made by %%ranks cells are gone). Pass timeout=... to "
+                        "cluster.run for longer work."))
     return "\n".join(parts)
 
 

@@ -132,6 +132,8 @@ def _init(conn, opts: dict) -> None:
         if p not in sys.path:
             sys.path.insert(0, p)
     torch.set_num_threads(opts["threads"])
+    if opts.get("lang"):                          # labkit.set_lang in the notebook, remote ranks too
+        os.environ["LABKIT_LANG"] = opts["lang"]
     rank, world_size, backend = opts["rank"], opts["world_size"], opts["backend"]
     if backend == "nccl":
         device = torch.device("cuda", opts.get("local_rank", rank))   # remote: torchrun's LOCAL_RANK

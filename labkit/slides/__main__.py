@@ -1,4 +1,4 @@
-"""python -m labkit.slides build [--execute] [--reuse] [--only 00 --only 03] slides build/slides"""
+"""python -m labkit.slides build [--execute] [--reuse] [--only 00 --only 03] [--lang zh] slides build/slides"""
 import argparse
 import pathlib
 import sys
@@ -14,11 +14,14 @@ def main(argv=None) -> int:
     b.add_argument("--reuse", action="store_true", help="skip decks whose earlier build is up to date")
     b.add_argument("--only", action="append", help="build only decks whose name starts with this (repeatable)")
     b.add_argument("--timeout", type=int, default=180, help="seconds a cell may run (default 180)")
+    b.add_argument("--lang", default="en", choices=("en", "zh"),
+                   help="build the decks in this language (default en; a deck not translated yet "
+                        "stays English, with a line on stderr)")
     b.add_argument("src", type=pathlib.Path)
     b.add_argument("dst", type=pathlib.Path)
     args = p.parse_args(argv)
     failed = 0
-    for built in build(args.src, args.dst, args.execute, args.timeout, args.reuse, args.only):
+    for built in build(args.src, args.dst, args.execute, args.timeout, args.reuse, args.only, args.lang):
         ran = f", ran in {built.seconds:.0f} s" if built.executed else ""
         print(f"wrote {built.html} ({built.html.stat().st_size / 1e6:.1f} MB{ran})")
         for error in built.errors:

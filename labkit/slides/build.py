@@ -5,6 +5,8 @@ not in a cell tagged `raises-exception` (naming the deck and the cell), and writ
 `<dst>/<deck>.slides.html` plus `<dst>/<deck>.build.json` (the errors, the time, a key). The
 key hashes the deck, this package and (when executed) the rest of labkit, so the tests and the
 browser checks reuse an executed build instead of running a deck twice (`cached`).
+With ``lang="zh"`` the deck is built in Chinese: its translation (i18n/zh/slides/<deck>.md,
+`labkit.i18n.notebooks`) applied first, and the key hashes that file too.
 """
 import copy
 import dataclasses
@@ -31,7 +33,7 @@ class Built:
     executed: bool
 
 
-def key(path: pathlib.Path, execute: bool) -> str:
+def key(path: pathlib.Path, execute: bool, lang: str = "en") -> str:
     """The deck, this package's template and style, and (for an executed build) every module of
     labkit: a deck's figures and tables come from the library, so a changed plot rebuilds it."""
     h = hashlib.sha256(path.read_bytes())
@@ -42,16 +44,20 @@ def key(path: pathlib.Path, execute: bool) -> str:
         if part.suffix in (".py", ".css", ".j2"):
             h.update(str(part.relative_to(HERE.parent)).encode() + part.read_bytes())
     h.update(b"executed" if execute else b"as committed")
+    if lang != "en":
+        from labkit.i18n.notebooks import translation_path
+        tr_file = translation_path(path, lang)
+        h.update(lang.encode() + (tr_file.read_bytes() if tr_file.exists() else b"none"))
     return h.hexdigest()[:16]
 
 
-def cached(path: pathlib.Path, dst: pathlib.Path, execute: bool):
+def cached(path: pathlib.Path, dst: pathlib.Path, execute: bool, lang: str = "en"):
     """The Built of an earlier build of this exact deck (and labkit.slides), or None."""
     meta, html = dst / f"{path.stem}.build.json", dst / f"{path.stem}.slides.html"
     if not (meta.exists() and html.exists()):
         return None
     record = json.loads(meta.read_text())
-    if record.get("key") != key(path, execute):
+    if record.get("key") != key(path, execute, lang):
         return None
     return Built(path.name, html, record["errors"], record["seconds"], record["executed"])
 
@@ -131,20 +137,25 @@ def _has_math(nb) -> bool:
     return bool(re.search(r"\$[^$\s][^$]*\$|\\\(|\\\[", text))
 
 
-def export(nb, title: str, deck_key: str, cache: pathlib.Path) -> str:
+def export(nb, title: str, deck_key: str, cache: pathlib.Path, lang: str = "en") -> str:
     from nbconvert import SlidesExporter
     exporter = SlidesExporter(template_file=str(HERE / "deck.html.j2"))
     labkit = dict(vendor.assets(cache, _has_math(nb)), key=deck_key, title=title,
+                  lang={"zh": "zh-Hans"}.get(lang, lang),
                   deck_css=(HERE / "deck.css").read_text(), width=WIDTH, height=HEIGHT, margin=MARGIN)
     html, _ = exporter.from_notebook_node(_static(nb), resources={"labkit": labkit})
     return html
 
 
 def build_deck(path: pathlib.Path, dst: pathlib.Path, execute: bool = False, timeout: int = 180,
-               cache: pathlib.Path = None) -> Built:
+               cache: pathlib.Path = None, lang: str = "en") -> Built:
+    import sys
     import nbformat
+    from labkit.i18n.notebooks import in_language
     cache = vendor.fetch(cache or pathlib.Path(os.environ.get("LABKIT_VENDOR") or dst.parent / "vendor"))
-    nb = nbformat.read(path, as_version=4)
+    nb, notes = in_language(nbformat.read(path, as_version=4), path, lang)
+    for line in notes:
+        print(line, file=sys.stderr)
     t0, errors = time.perf_counter(), []
     if execute:
         notebooks = path.resolve().parent.parent / "notebooks"
@@ -155,20 +166,20 @@ def build_deck(path: pathlib.Path, dst: pathlib.Path, execute: bool = False, tim
     title = slides[0]["title"] if slides and slides[0]["title"] else path.stem
     dst.mkdir(parents=True, exist_ok=True)
     html = dst / f"{path.stem}.slides.html"
-    html.write_text(export(nb, title, key(path, execute), cache))
+    html.write_text(export(nb, title, key(path, execute, lang), cache, lang))
     (dst / f"{path.stem}.build.json").write_text(json.dumps(
-        {"key": key(path, execute), "errors": errors, "seconds": round(seconds, 1), "executed": execute}, indent=1))
+        {"key": key(path, execute, lang), "errors": errors, "seconds": round(seconds, 1), "executed": execute}, indent=1))
     return Built(path.name, html, errors, seconds, execute)
 
 
 def build(src: pathlib.Path, dst: pathlib.Path, execute: bool = False, timeout: int = 180,
-          reuse: bool = False, only=None) -> list:
+          reuse: bool = False, only=None, lang: str = "en") -> list:
     """Build every deck `src/*.ipynb` (or those whose name starts with one of `only`) into `dst`;
     with `reuse`, a deck whose earlier build has the same key is not run again."""
     out = []
     for path in sorted(pathlib.Path(src).glob("*.ipynb")):
         if only and not any(path.name.startswith(o) for o in only):
             continue
-        out.append((reuse and cached(path, pathlib.Path(dst), execute))
-                   or build_deck(path, pathlib.Path(dst), execute, timeout))
+        out.append((reuse and cached(path, pathlib.Path(dst), execute, lang))
+                   or build_deck(path, pathlib.Path(dst), execute, timeout, lang=lang))
     return out

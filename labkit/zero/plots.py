@@ -4,6 +4,7 @@ import matplotlib.pyplot as plt
 
 from labkit.memory.formulas import world_size_for_savings, zero_savings, zero_savings_limit
 from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
+from labkit.i18n import tr_fig                 # figure text in the learner's language
 
 CATS = ("params", "grads", "master", "momentum", "variance", "other")
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "momentum": "#c44e52",
@@ -54,18 +55,18 @@ def traffic_figure(reports: list, collectives: dict = None, title: str = ""):
     n = reports[0]["world"]
     for i, r in enumerate(reports):
         pb = r["param_bytes"]
-        ax.bar(i, r["sent"] / pb, 0.6, color="#4c72b0", label="measured" if i == 0 else None)
+        ax.bar(i, r["sent"] / pb, 0.6, color="#4c72b0", label=tr_fig("measured") if i == 0 else None)
         ax.plot([i - 0.3, i + 0.3], [r["expected_sent"] / pb] * 2, color="k", lw=2,
-                label="formula" if i == 0 else None)
+                label=tr_fig("formula") if i == 0 else None)
         ax.text(i, r["sent"] / pb, f"{r['sent'] / pb:.2f}", ha="center", va="bottom", fontsize=_fs(8))
     ax.set_xticks(range(len(reports)))
     ax.set_xticklabels([f"ZeRO-{r['stage']}" + (("\n" if _on_slide() else " ") + "(DDP)" if r["stage"] == 0 else "")
                         for r in reports], fontsize=_fs(8))
     slide = _on_slide()                              # larger text: shorter titles and labels
-    ax.set_ylabel("sent / parameter bytes" if slide else "bytes sent per rank per step\n/ parameter bytes")
-    ax.set_title(f"one step, N={n}" if slide else
-                 f"traffic per step, N={n}: 2(N-1)/N = {2 * (n - 1) / n:.2f}, "
-                 f"3(N-1)/N = {3 * (n - 1) / n:.2f}", fontsize=_fs(9))
+    ax.set_ylabel(tr_fig("sent / parameter bytes") if slide else tr_fig("bytes sent per rank per step\n/ parameter bytes"))
+    ax.set_title(tr_fig("one step, N={n}", n=n) if slide else
+                 tr_fig("traffic per step, N={n}: 2(N-1)/N = {two:.2f}, 3(N-1)/N = {three:.2f}",
+                        n=n, two=2 * (n - 1) / n, three=3 * (n - 1) / n), fontsize=_fs(9))
     ax.set_ylim(0, 3)
     ax.legend(fontsize=_fs(8), loc="upper left")
     if collectives:
@@ -82,9 +83,9 @@ def traffic_figure(reports: list, collectives: dict = None, title: str = ""):
                  "torch\nall-gather", "labkit ring reduce-scatter": "labkit ring\nreduce-\nscatter"}
         ax.set_xticklabels([short.get(k, k) if slide else k.replace(" ", "\n", 2) for k in names],
                            fontsize=_fs(7))
-        ax.set_ylabel("sent / tensor bytes" if slide else "bytes sent / tensor bytes")
+        ax.set_ylabel(tr_fig("sent / tensor bytes") if slide else tr_fig("bytes sent / tensor bytes"))
         ax.set_ylim(0, 2)
-        ax.set_title(f"one collective on gloo, N={n}", fontsize=_fs(9))
+        ax.set_title(tr_fig("one collective on gloo, N={n}", n=n), fontsize=_fs(9))
         ax.legend(fontsize=_fs(8))
     fig.suptitle(title, fontsize=_fs(10))
     fig.tight_layout()
@@ -101,13 +102,13 @@ def savings_figure(measured: dict, n_max: int = 1024, precision: str = "mixed"):
     out = {}
     for s in (1, 2, 3):
         ax.plot(ns, [zero_savings(s, n, precision) for n in ns], color=colors[s],
-                label=f"ZeRO-{s} formula")
+                label=tr_fig("ZeRO-{s} formula", s=s))
         lim = zero_savings_limit(s, precision)
         if lim != float("inf"):
             n90 = world_size_for_savings(s, 0.9 * lim, precision)
             ax.axhline(lim, color=colors[s], ls=":", lw=1)
             ax.plot([n90], [zero_savings(s, n90, precision)], "v", color=colors[s], ms=8)
-            ax.annotate(f"90 % of {lim:g}x at N={n90}", (n90, zero_savings(s, n90, precision)),
+            ax.annotate(tr_fig("90 % of {lim:g}x at N={n}", lim=lim, n=n90), (n90, zero_savings(s, n90, precision)),
                         textcoords="offset points", xytext=(5, -12), fontsize=_fs(8), color=colors[s])
             out[s] = n90
         pts = [(n, v) for (st, n), v in measured.items() if st == s]
@@ -115,12 +116,13 @@ def savings_figure(measured: dict, n_max: int = 1024, precision: str = "mixed"):
             ax.plot(*zip(*pts), "o", color=colors[s], mec="k", ms=7)
     shown = sorted({n for _, n in measured})
     if shown:
-        ax.plot([], [], "o", color="w", mec="k", label=f"measured (N = {', '.join(map(str, shown))})")
+        ax.plot([], [], "o", color="w", mec="k", label=tr_fig("measured (N = {ns})", ns=", ".join(map(str, shown))))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
-    ax.set_xlabel("data-parallel ranks N")
-    ax.set_ylabel("model state: DDP / ZeRO (x less)")
-    ax.set_title(f"ZeRO savings per rank, {precision} Adam (ZeRO-3's is exactly N)", fontsize=_fs(10))
+    ax.set_xlabel(tr_fig("data-parallel ranks N"))
+    ax.set_ylabel(tr_fig("model state: DDP / ZeRO (x less)"))
+    ax.set_title(tr_fig("ZeRO savings per rank, {precision} Adam (ZeRO-3's is exactly N)", precision=precision),
+                 fontsize=_fs(10))
     ax.legend(fontsize=_fs(8), loc="upper left")
     fig.tight_layout()
     return fig, out
@@ -181,7 +183,7 @@ def layer_figure(events: list, units=None, title: str = ""):
               bbox_to_anchor=(1.0, 1.0))
     ax.set_yticks(range(len(units)))
     ax.set_yticklabels([UNIT_NAMES.get(u, u) for u in reversed(units)], fontsize=_fs(8))
-    ax.set_xlabel("ms since the step started (rank 0)")
+    ax.set_xlabel(tr_fig("ms since the step started (rank 0)"))
     ax.set_title(title, fontsize=_fs(10))
     fig.tight_layout()
     return fig
