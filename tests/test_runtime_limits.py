@@ -13,7 +13,7 @@ import pytest
 
 import labkit
 from labkit.runtime import errors
-from labkit.runtime.local import procs
+from labkit.runtime.local import procs, zygote
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.timeout(120), pytest.mark.cluster]
@@ -192,6 +192,7 @@ def test_numpy_and_bytes_reach_every_rank(c2):
     assert got == [(float(a.sum()), "<i4", (100, 1000), 100_000, b"\x07")] * 2
 
 
+@pytest.mark.skipif(not zygote.ENABLED, reason="no zygote without fork and pidfd (LABKIT_PORTABLE=1, macOS)")
 def test_a_killed_zygote_is_named_as_killed(capfd):
     import signal
     with labkit.Cluster(2, backend="gloo", spares=1) as c:

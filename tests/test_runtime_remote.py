@@ -16,13 +16,16 @@ import time
 import pytest
 
 import labkit
+from labkit.runtime import portable
 from labkit.runtime.remote import agent
 from labkit.runtime.remote import tls
 from labkit.runtime.stacks import proc_state
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TORCHRUN = str(pathlib.Path(sys.executable).with_name("torchrun"))
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster,
+              pytest.mark.skipif(not portable.NODE_AGENT, reason="the node side of Cluster.remote "
+                                 "needs Linux (pidfd, /proc, SO_PEERCRED): off with LABKIT_PORTABLE=1")]
 
 
 def _torchrun(command: str, node: int, log) -> subprocess.Popen:

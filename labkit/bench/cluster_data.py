@@ -13,6 +13,11 @@ import time
 
 
 def _pss(pid: int) -> int:
+    from labkit.runtime import portable
+    if not portable.PROC:                         # macOS, LABKIT_PORTABLE=1: no Pss to read
+        raise RuntimeError("the memory columns read /proc/<pid>/smaps_rollup (Linux): "
+                           + portable.why_not("/proc") + "; the times do not need it: run "
+                           "`python -m labkit.bench cluster` without --only data/standby")
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:

@@ -27,6 +27,11 @@ stays near 0: use the payload counters there (untested: no GPU on the course mac
 
 labkit's own collectives also add their payload (tensor bytes, no headers) and message
 count to ``m.payload_sent``, ``m.payload_received``, ``m.messages_sent``, through `count`.
+
+Linux only: TCP_INFO and /proc/self/fd. On macOS (and with LABKIT_PORTABLE=1) `measure()`
+raises `TrafficUnavailable`, whose words say so; nothing is estimated in its place. A Mac's
+kernel keeps per-connection byte counters too (getsockopt TCP_CONNECTION_INFO: tcpi_txbytes,
+tcpi_rxbytes), which labkit does not read yet: no Mac to test it on.
 """
 import os
 import socket
@@ -42,6 +47,21 @@ _BYTES_RECEIVED = 128   # __u64 tcpi_bytes_received
 _BYTES_SENT = 200       # __u64 tcpi_bytes_sent (Linux 4.19+)
 _BYTES_RETRANS = 208    # __u64 tcpi_bytes_retrans
 _TCP_INFO_LEN = 232
+
+class TrafficUnavailable(RuntimeError):
+    """Bytes on the wire cannot be measured on this system."""
+
+
+def unavailable_reason() -> str:
+    """Why `measure()` cannot count bytes here ('' where it can)."""
+    from labkit.runtime import portable
+    if portable.TCP_COUNTERS:
+        return ""
+    return ("bytes on the wire are not measured on this system: labkit reads Linux's per-socket "
+            "TCP counters (TCP_INFO, the sockets found through /proc/self/fd), and "
+            + portable.why_not("that") + ". The formulas in this course hold all the same; to "
+            "see them measured, run this notebook on Linux (a Linux machine or container).")
+
 
 _payload = [0, 0, 0, 0]   # bytes sent, bytes received, messages sent, messages received
 
@@ -76,6 +96,9 @@ def _control_fd() -> int:
 
 def _tcp_counters() -> dict:
     """{socket inode: (sent, received)} for this process's connected TCP sockets."""
+    why = unavailable_reason()
+    if why:
+        raise TrafficUnavailable(why)
     skip_peers, skip_fd, out = _excluded_peers(), _control_fd(), {}
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)

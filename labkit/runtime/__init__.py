@@ -8,6 +8,7 @@ errors.py    RankError / RankTimeout / StartError, and every failure in words (r
              died by a signal, out of memory, node lost, failed to start): how_it_ended
 stacks.py    where a rank is: frames from a traceback or a faulthandler dump, in the learner's
              words; a process's state; the folders stack dumps go to
+portable.py  the Linux-only pieces used here and their fallbacks (LABKIT_PORTABLE=1: none used)
 
 The run loop, for local and remote ranks alike:
 cluster.py   Cluster: one class; start ranks, run work, recover after failures
@@ -35,6 +36,7 @@ local/ - ranks on this machine:
   handle.py    LocalRank: a worker process (signals, /proc, its stack file); local stack dumps
   pool.py      spares and every worker process of one Cluster
   procs.py     starting workers: the launcher thread, environment, threads, the rendezvous file
+  watchdog.py  without PR_SET_PDEATHSIG (macOS): kills the workers once the notebook is gone
   zygote.py    one process with torch imported that forks ready workers in ~0.1 s (the notebook
                side; zygote_main.py is the process itself)
 

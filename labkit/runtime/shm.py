@@ -15,7 +15,8 @@ SIGKILL of any process (notebook or rank) can leave nothing behind, in /dev/shm 
 The sender closes its fd once every receiver has loaded the message (`close`).
 This is torch.multiprocessing's "file_descriptor" strategy without the Unix socket: the fd
 is reached through /proc, since the control connections are TCP.
-LABKIT_SHM=0 in the environment turns it off (tensors are pickled through the socket).
+LABKIT_SHM=0 in the environment turns it off (tensors are pickled through the socket), as does
+a system without memfd or /proc (macOS) and LABKIT_PORTABLE=1 (portable.py).
 """
 import contextlib
 import mmap
@@ -26,7 +27,8 @@ _PAGE = mmap.PAGESIZE
 
 
 def _probe() -> bool:
-    if os.environ.get("LABKIT_SHM", "1") == "0" or not hasattr(os, "memfd_create"):
+    from labkit.runtime import portable
+    if os.environ.get("LABKIT_SHM", "1") == "0" or not portable.MEMFD:
         return False
     try:                                          # can this system reopen an fd through /proc?
         fd = os.memfd_create("labkit-probe", os.MFD_CLOEXEC)

@@ -119,12 +119,27 @@ def describe_stack(frames: list, limit: int = 4) -> str:
 
 # -- processes and the folders their dumps go to ---------------------------------------------
 def proc_state(pid) -> str:
-    """The kernel's one-letter state of a process (R, S, D, T stopped, Z ...), '' if gone."""
+    """The kernel's one-letter state of a process (R, S, D, T stopped, Z ...), '' if gone.
+    From /proc on Linux; elsewhere (macOS, LABKIT_PORTABLE=1) from `ps -o stat=`, whose first
+    letter is the same (macOS's U, uninterruptible, reads as D, and I, idle, as S)."""
+    from labkit.runtime import portable
+    if not portable.PROC:
+        return _ps_state(pid)
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return ""
+
+
+def _ps_state(pid) -> str:
+    import subprocess
+    try:
+        out = subprocess.run(["ps", "-o", "stat=", "-p", str(int(pid))], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return ""
+    return {"U": "D", "I": "S"}.get(out[:1], out[:1])
 
 
 def make_stack_dir() -> str:

@@ -12,7 +12,8 @@ Life of a worker:
 A second thread only reads the control socket. When the notebook's kernel dies the socket
 closes, that thread sees EOF and the worker kills its process group (itself and anything it
 started) at once, so no rank outlives its kernel; a worker that cannot run that thread
-(stopped, or holding the GIL in C code) is killed by the kernel: PR_SET_PDEATHSIG.
+(stopped, or holding the GIL in C code) is killed by the kernel: PR_SET_PDEATHSIG (without it:
+the notebook's watchdog process, local/watchdog.py).
 A process forked from a rank never answers for it: it exits where it would return to the loop.
 Output goes to fd 1/2, a pipe that the notebook reads and prefixes with ``[rank N]``.
 Where a rank is stuck (even inside C++), the notebook sends SIGUSR1 and faulthandler writes
@@ -37,8 +38,10 @@ PR_SET_PDEATHSIG = 1
 
 def die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when its parent goes, even if it is stopped or holds
-    the GIL in C code (when no Python code of ours can run)."""
-    if sys.platform.startswith("linux"):
+    the GIL in C code (when no Python code of ours can run). Without prctl (macOS,
+    LABKIT_PORTABLE=1) the notebook's watchdog process does it (local/watchdog.py)."""
+    from labkit.runtime import portable
+    if portable.PRCTL:
         try:
             _libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         except (AttributeError, OSError):

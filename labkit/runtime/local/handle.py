@@ -8,6 +8,7 @@ import time
 
 from labkit.runtime import stacks
 from labkit.runtime.handle import RankHandle
+from labkit.runtime.local import watchdog
 
 
 class LocalRank(RankHandle):
@@ -65,6 +66,7 @@ class LocalRank(RankHandle):
             os.killpg(self.pid, signal.SIGKILL)       # children left after the worker died
         except OSError:
             pass
+        watchdog.forget(self.pid)
         for f in (self.conn, self.proc.stdout, self.proc.stdin):
             try:
                 if f is not None:

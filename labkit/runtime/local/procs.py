@@ -13,6 +13,8 @@ import sys
 import threading
 
 import labkit
+from labkit.runtime import portable
+from labkit.runtime.local import watchdog
 from labkit.runtime.local.handle import LocalRank
 
 _LABKIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(labkit.__file__)))
@@ -81,6 +83,7 @@ def launch(server, stack_dir: str, threads: int, extra_env: dict = None) -> Loca
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         env=worker_env(threads, extra_env), cwd=os.getcwd(), close_fds=True,
         start_new_session=True))
+    watchdog.watch(proc.pid)                      # no PR_SET_PDEATHSIG here: killed from outside
     proc.stdin.write(server.authkey.hex().encode() + b"\n")   # the key never shows in `ps`
     proc.stdin.flush()
     return LocalRank(proc)
@@ -88,10 +91,7 @@ def launch(server, stack_dir: str, threads: int, extra_env: dict = None) -> Loca
 
 def fair_threads(world_size: int) -> int:
     """Cores available to this process divided among the ranks, at least one each."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0)) if portable.AFFINITY else os.cpu_count() or 1
     return max(1, cores // world_size)
 
 

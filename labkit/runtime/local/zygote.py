@@ -27,11 +27,10 @@ import sys
 import threading
 import time
 
-from labkit.runtime import protocol
+from labkit.runtime import portable, protocol
 from labkit.runtime.local import procs
 
-ENABLED = (os.environ.get("LABKIT_ZYGOTE", "1") != "0" and hasattr(os, "fork")
-           and hasattr(socket, "send_fds") and hasattr(os, "pidfd_open"))
+ENABLED = os.environ.get("LABKIT_ZYGOTE", "1") != "0" and portable.FORK_ZYGOTE   # Linux: pidfd, prctl
 UNKNOWN_EXIT = 255          # a child's status after its zygote died (no one left to ask)
 
 

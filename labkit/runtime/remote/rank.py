@@ -140,6 +140,11 @@ def main(argv=None) -> None:
         tls.read_join_file(args.join)
     except tls.JoinFileError as exc:
         _stop(2, str(exc))
+    from labkit.runtime import portable
+    if not portable.NODE_AGENT:
+        _stop(2, "a node of Cluster.remote needs Linux: its labkit agent watches the ranks "
+                 f"through pidfds and /proc ({portable.why_not('the node agent')}). Run the ranks "
+                 "on a Linux machine; the notebook itself may run anywhere.")
     if "RANK" not in os.environ or "MASTER_ADDR" not in os.environ:
         _stop(2, "run this module with torchrun (it reads RANK, WORLD_SIZE, MASTER_ADDR ...); "
                  "the notebook printed the command.")
