@@ -32,11 +32,11 @@ UNTAGGED_EXPECT_FAIL = {}
 
 
 SERIAL = {                                  # test files that assert times: run alone (see above)
-    "test_runtime_failures.py", "test_runtime_process.py", "test_runtime_io.py",
-    "test_runtime_data.py",
+    "test_runtime_failures.py", "test_runtime_io.py",
     "test_runtime_speed.py", "test_check_guard.py", "test_zero_check.py", "test_moe_check.py", "test_cp_check.py",
     "test_browser_lab.py",
-}                                           # and single tests marked `serial` (test_ddp, test_runtime, test_pipeline_run)
+}       # and single tests marked `serial` (test_ddp, test_runtime, test_runtime_data, test_runtime_process,
+        #   test_pipeline_run)
 
 
 def pytest_addoption(parser):
