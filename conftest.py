@@ -14,8 +14,10 @@ the SERIAL files on pytest-xdist workers (`--dist loadfile`: each notebook and e
 runs in order on one worker; tests/deck_build.py locks each deck, so the two files that use the
 built decks execute each deck once between them); `--phase serial` then runs the SERIAL files alone, because they
 assert wall-clock times (a recovery within 1 s, a round trip against a pipe, a pipeline's
-bubble) that a second worker beside them would blur. The default, `--phase all`, runs
-everything, as a plain `pytest` does.
+bubble) that a second worker beside them would blur. A test that asserts a time in a file
+that mostly does not carries the marker `serial` instead (it alone runs in the serial phase, the
+rest of its file with the bulk). The default, `--phase all`, runs everything, as a plain
+`pytest` does.
 """
 import pathlib
 
@@ -30,11 +32,11 @@ UNTAGGED_EXPECT_FAIL = {}
 
 
 SERIAL = {                                  # test files that assert times: run alone (see above)
-    "test_runtime.py", "test_runtime_failures.py", "test_runtime_process.py", "test_runtime_io.py",
-    "test_runtime_data.py",
+    "test_runtime_failures.py", "test_runtime_io.py",
     "test_runtime_speed.py", "test_check_guard.py", "test_zero_check.py", "test_moe_check.py", "test_cp_check.py",
-    "test_pipeline_run.py", "test_browser_lab.py", "test_ddp.py",
-}
+    "test_browser_lab.py",
+}       # and single tests marked `serial` (test_ddp, test_runtime, test_runtime_data, test_runtime_process,
+        #   test_pipeline_run)
 
 
 def pytest_addoption(parser):
@@ -47,13 +49,17 @@ def _file(item) -> str:
     return item.nodeid.split("::")[0]
 
 
+def _serial(item) -> bool:
+    return pathlib.Path(_file(item)).name in SERIAL or item.get_closest_marker("serial") is not None
+
+
 def pytest_collection_modifyitems(config, items):
     phase = config.getoption("--phase")
     if phase == "all":
         return
     keep, drop = [], []
     for item in items:
-        serial = pathlib.Path(_file(item)).name in SERIAL
+        serial = _serial(item)
         (keep if serial == (phase == "serial") else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

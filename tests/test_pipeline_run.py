@@ -44,6 +44,7 @@ def _measure(cluster, s, tries=3, ok=lambda t: True, **kw):
     return t
 
 
+@pytest.mark.serial      # the bubble measured in seconds: alone in CI
 def test_measured_bubble_matches_formula_and_simulation(cluster4):
     for name in ("gpipe", "1f1b"):
         for m in (4, 8, 16):
@@ -80,6 +81,7 @@ def test_activations_held_on_the_ranks_as_counted(cluster, name):
     assert held_measured(t)[0] == pytest.approx(first_stage_activations(name, p, 8))
 
 
+@pytest.mark.serial      # bubbles measured in seconds: alone in CI
 def test_slow_stage_and_rebalancing(cluster4):
     s = one_f_one_b(4, 4)
     slow = _measure(cluster4, s, sizes=[1, 1, 5, 1], pad=0.006)

@@ -60,6 +60,7 @@ class _Stream:
         pass
 
 
+@pytest.mark.serial      # lines must arrive 0.7 s before the end: alone in CI
 def test_output_streams_while_running_in_order_per_rank(cluster, monkeypatch):
     stream = _Stream()
     monkeypatch.setattr(sys, "stdout", stream)
@@ -92,6 +93,7 @@ def test_stderr_and_warnings_reach_the_cell(cluster2, capsys):
     assert "[rank 1] to stderr" in out and "careful on rank 1" in out
 
 
+@pytest.mark.serial      # events must arrive 0.4 s before the end: alone in CI
 def test_events_reach_the_notebook_during_the_run(cluster2):
     seen = []
     stop = cluster2.on_event(lambda e: seen.append((e.rank, e.data["step"], time.monotonic())))

@@ -157,6 +157,7 @@ def _identity():
             signal.getsignal(signal.SIGINT) is signal.SIG_IGN, float(numpy.random.rand()))
 
 
+@pytest.mark.serial      # recovery within 1 s: beside a second worker it took 1.07 s
 @pytest.mark.skipif(not zygote.ENABLED, reason="no fork on this system")
 def test_three_failures_in_a_row_recover_from_the_zygote():
     with labkit.Cluster(2, backend="gloo", spares=0, timeout=60) as c:   # a fresh notebook

@@ -66,6 +66,7 @@ def _pids(out: str):
     return ranks, spares
 
 
+@pytest.mark.serial      # every rank stops within 2 s: alone in CI
 def test_interrupting_the_kernel_stops_every_rank(kernel):
     km, kc = kernel
     content, out = _execute(kc, START)
@@ -94,6 +95,7 @@ def test_interrupting_the_kernel_stops_every_rank(kernel):
     assert content["status"] == "ok" and "NEXT [7, 8]" in out
 
 
+@pytest.mark.serial      # the ranks are gone within 5 s: alone in CI
 @pytest.mark.parametrize("how", ["kill", "restart"])
 def test_no_worker_outlives_its_kernel(kernel, how):
     km, kc = kernel

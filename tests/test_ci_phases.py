@@ -1,0 +1,56 @@
+"""CI's two phases (root conftest.py): every item runs in exactly one of them; a file in SERIAL
+and a single test marked `serial` run alone, everything else with the bulk. Pure: no process."""
+import importlib.util
+import pathlib
+import types
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _root_conftest():
+    spec = importlib.util.spec_from_file_location("labkit_root_conftest", ROOT / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Item:
+    def __init__(self, nodeid, marked=False):
+        self.nodeid = nodeid
+        self._marked = marked
+
+    def get_closest_marker(self, name):
+        return pytest.mark.serial.mark if (self._marked and name == "serial") else None
+
+
+def _config(phase, deselected):
+    hook = types.SimpleNamespace(pytest_deselected=lambda items: deselected.extend(items))
+    return types.SimpleNamespace(getoption=lambda name: phase, hook=hook)
+
+
+def test_each_item_runs_in_exactly_one_phase():
+    conftest = _root_conftest()
+    serial_file = sorted(conftest.SERIAL)[0]
+    items = [_Item(f"tests/{serial_file}::test_a"),                         # the whole file is serial
+             _Item("tests/test_ddp.py::test_overlap", marked=True),         # one marked test
+             _Item("tests/test_ddp.py::test_parity[2ranks]"),               # the rest of its file
+             _Item("notebooks/00_cluster.ipynb::Cell 0")]
+    ran = {}
+    for phase in ("parallel", "serial"):
+        kept, dropped = list(items), []
+        conftest.pytest_collection_modifyitems(_config(phase, dropped), kept)
+        ran[phase] = [i.nodeid for i in kept]
+        assert sorted(ran[phase] + [i.nodeid for i in dropped]) == sorted(i.nodeid for i in items)
+    assert ran["serial"] == [f"tests/{serial_file}::test_a", "tests/test_ddp.py::test_overlap"]
+    assert ran["parallel"] == ["tests/test_ddp.py::test_parity[2ranks]", "notebooks/00_cluster.ipynb::Cell 0"]
+    everything = list(items)
+    conftest.pytest_collection_modifyitems(_config("all", []), everything)
+    assert everything == items
+
+
+def test_the_serial_marker_is_declared():
+    """pytest warns of (and --strict-markers refuses) a marker pyproject.toml does not declare."""
+    text = (ROOT / "pyproject.toml").read_text()
+    assert '"serial: ' in text
