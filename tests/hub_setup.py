@@ -119,7 +119,7 @@ class Hub:
                                      cwd=self.folder, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
 
-    def wait_up(self, timeout: float = 60.0) -> None:
+    def wait_up(self, timeout: float = 150.0) -> None:
         import requests
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
