@@ -88,7 +88,7 @@ c.Spawner.start_timeout = 90
 START = """\
 #!/bin/sh
 set -e
-"{python}" -m labkit.exercises build "{course}" "$HOME/labkit" --keep >/dev/null
+"{python}" -m labkit.exercises build "{course}" "$HOME/course" --keep >/dev/null
 exec taskset -c "$LABKIT_CPUS" "{python}" -m jupyterhub.singleuser "$@"
 """
 

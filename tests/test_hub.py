@@ -5,7 +5,7 @@ The hub is JupyterHub from PyPI with configurable-http-proxy from npm, the local
 and PAM logins (JupyterHub's defaults for a class on one machine: each learner a system user
 with their own password, set here with chpasswd, so the test logs in as a learner would; one
 learner's password does not open the other's account). Each server starts as in
-docs/teaching.md: the learner's copy of the course built into ~/labkit, the kernel `labkit`.
+docs/teaching.md: the learner's copy of the course built into ~/course, the kernel `labkit`.
 
 Then each learner's kernel tries the other's cluster: its control port with a guessed key, its
 stack folder, a SIGKILL to a rank, a rank's /proc environment and memory, the kernel's
@@ -156,11 +156,11 @@ def test_two_learners_on_one_hub():
         assert r.status_code == 403, f"{b.name} reached {a.name}'s server: {r.status_code}"
         cells = {}
         for u, learner in learners.items():
-            r = learner.server("GET", "contents/labkit/00_cluster.ipynb?content=1")
-            assert r.status_code == 200, f"{u} has no labkit/00_cluster.ipynb: {r.status_code}"
+            r = learner.server("GET", "contents/course/00_cluster.ipynb?content=1")
+            assert r.status_code == 200, f"{u} has no course/00_cluster.ipynb: {r.status_code}"
             cells[u] = code_cells_until(r.json()["content"], "cluster.run(")
             home = pathlib.Path(os.path.expanduser(f"~{u}"))
-            assert (home / "labkit" / "00_cluster.ipynb").stat().st_uid == sysusers.ensure_user(u)[0]
+            assert (home / "course" / "00_cluster.ipynb").stat().st_uid == sysusers.ensure_user(u)[0]
         kernels = {u: learner.start_kernel() for u, learner in learners.items()}
 
         outcome, times = {}, {}
