@@ -137,8 +137,10 @@ class Hub:
         self.log.flush()
         return (self.folder / "hub.log").read_bytes()[-n:].decode(errors="replace")
 
-    def stop(self) -> None:
-        """SIGTERM: the hub stops the servers it spawned and its proxy; SIGKILL after 30 s."""
+    def stop(self) -> list:
+        """SIGTERM: the hub stops the servers it spawned and its proxy; SIGKILL after 30 s.
+        Returns the proxy processes the hub left behind (ended here: a hub stopped while it was
+        still starting leaves its proxy running)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -147,6 +149,11 @@ class Hub:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         self.log.close()
+        left = [p for p in processes_of({0})
+                if "configurable-http-proxy" in p[2] and f"--port {self.port} " in p[2] + " "]
+        for pid, _, _ in left:
+            os.kill(pid, signal.SIGTERM)
+        return left
 
 
 def pss_mib(pids) -> float:

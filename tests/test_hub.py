@@ -210,11 +210,10 @@ def test_two_learners_on_one_hub():
         left = end_all(set(uids))
         assert not left, f"left behind after the servers stopped: {left}"
     finally:
-        hub.stop()
+        proxy = hub.stop()
         end_all(set(uids), timeout=0)
         for u in USERS:
             hub_setup.lock_password(u)
         shutil.rmtree(folder, ignore_errors=True)
     assert hub.proc.returncode is not None
-    proxy = [p for p in processes_of({0}) if "configurable-http-proxy" in p[2] and str(hub.port) in p[2]]
     assert not proxy, f"the proxy outlived the hub: {proxy}"
