@@ -87,3 +87,32 @@ def test_decide_backend_reads_the_ranks_cuda_visible_devices(monkeypatch):
     assert decide_backend("auto", 2).note == ""
     c = decide_backend("auto", 2, {"CUDA_VISIBLE_DEVICES": "3"})
     assert c.backend == "gloo" and "CUDA_VISIBLE_DEVICES=3" in c.note
+
+
+def _doc_block(n: int) -> str:
+    """The n-th ```python block of docs/teaching.md."""
+    import pathlib
+    text = pathlib.Path(__file__).resolve().parents[1].joinpath("docs", "teaching.md").read_text()
+    return text.split("```python\n")[n + 1].split("```")[0]
+
+
+def test_the_documented_pre_spawn_hook_gives_each_learner_their_own_gpus():
+    # The hook of docs/teaching.md, run on stand-ins for JupyterHub's config and spawners.
+    import io
+    import types
+    names = ["ana", "bo", "cy", "di", "ed"]
+    c = types.SimpleNamespace(Spawner=types.SimpleNamespace())
+    ns = {"c": c, "open": lambda path: io.StringIO("\n".join(names) + "\n")}
+    exec(_doc_block(0), ns)
+    shared = {"OMP_NUM_THREADS": "4"}                  # config's dict, the same for every spawner
+    given = {}
+    for name in names:
+        spawner = types.SimpleNamespace(user=types.SimpleNamespace(name=name), environment=shared)
+        c.Spawner.pre_spawn_hook(spawner)
+        given[name] = spawner.environment["CUDA_VISIBLE_DEVICES"]
+        assert spawner.environment["OMP_NUM_THREADS"] == "4"
+    assert shared == {"OMP_NUM_THREADS": "4"}          # the hook did not write into config's dict
+    assert given == {"ana": "0,1", "bo": "2,3", "cy": "4,5", "di": "6,7", "ed": "0,1"}
+    for name, cvd in given.items():                    # and labkit then runs NCCL on 2 ranks
+        assert rank_gpus(2, cvd, 8) == [int(g) for g in cvd.split(",")]
+        assert choose_backend("auto", 4, 2, cvd).backend == "gloo"

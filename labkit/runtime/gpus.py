@@ -68,7 +68,8 @@ def choose_backend(requested: str, world_size: int, visible: int, cvd: str | Non
     if requested == "nccl" and not enough:
         raise ValueError(
             f"backend='nccl' needs one GPU per rank: world_size={world_size} but {visible} GPU(s) "
-            f"are visible here{_given(cvd)}. Use backend='gloo' (CPU) or world_size<={visible}"
+            f"are visible here{_given(cvd)}. Use backend='gloo' (CPU)"
+            + (f" or world_size<={visible}" if visible else "")
             + (f"; {VAR} is how this notebook's GPUs were given (ask whoever runs the server "
                f"for more)." if cvd is not None else "."))
     if requested == "gloo":
