@@ -37,7 +37,7 @@ def _first(x):
     return t.item(), os.getuid(), os.getpid()
 
 _t0 = time.time()
-cluster = labkit.Cluster({WORLD}, start_timeout=600, timeout=600)
+cluster = labkit.Cluster({WORLD}, start_timeout=300, timeout=300)
 _res = cluster.run(_first, 1)
 print('INFO', json.dumps({{"start": _t0, "end": time.time(), "results": _res,
                           "uid": os.getuid(), "kernel": os.getpid()}}))
@@ -83,17 +83,18 @@ def _cluster_ports(k, fam) -> dict:
     return ports
 
 
+@pytest.mark.timeout(1200)      # each step has its own limit below; on 2 cores it takes 1-2 minutes
 def test_eight_clusters_of_four_from_eight_kernels_of_two_users(kernels):
     uids = {k.user: k.uid for k in kernels}
     homes = {k.user: k.home for k in kernels}
-    warm = execute_all(kernels, WARM, timeout=600)
+    warm = execute_all(kernels, WARM, timeout=300)
     for k, r in zip(kernels, warm):
         assert r.status == "ok" and r.lines("UID") == [str(k.uid)], (k.user, r)
     before = {u: proc_view.owned_files(uid, homes[u]) for u, uid in uids.items()}
 
     print(f"kernels ready and torch imported in {time.monotonic() - T0[0]:.1f} s")
     t0 = time.monotonic()
-    replies = execute_all(kernels, START, timeout=900)
+    replies = execute_all(kernels, START, timeout=420)
     took = time.monotonic() - t0
     infos = []
     for k, r in zip(kernels, replies):
@@ -125,7 +126,7 @@ def test_eight_clusters_of_four_from_eight_kernels_of_two_users(kernels):
     print(f"{len(owner)} distinct listening ports over the 8 clusters")
 
     # close every cluster at once: only the kernels are left, nothing new on disk
-    closed = execute_all(kernels, CLOSE, timeout=300)
+    closed = execute_all(kernels, CLOSE, timeout=120)
     for k, r in zip(kernels, closed):
         assert r.status == "ok" and not r.error and not r.stderr.strip(), (k.user, r)
     kernel_pids = {k.pid for k in kernels}
