@@ -29,10 +29,6 @@ def decide_backend(backend: str, world_size: int, env: dict = None):
     return gpus.choose_backend(backend, world_size, visible, cvd)
 
 
-def resolve_backend(backend: str, world_size: int, env: dict = None) -> str:
-    return decide_backend(backend, world_size, env).backend
-
-
 def seconds(value, name: str, none_ok: bool = True):
     """A positive, finite number of seconds (or None where allowed), else a clear ValueError."""
     if value is None and none_ok:
