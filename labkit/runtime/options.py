@@ -8,18 +8,25 @@ def check_world_size(world_size) -> int:
     return world_size
 
 
-def resolve_backend(backend: str, world_size: int) -> str:
-    import torch
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if backend == "auto":
-        return "nccl" if gpus >= world_size else "gloo"
-    if backend == "nccl" and gpus < world_size:
-        raise ValueError(f"backend='nccl' needs one GPU per rank: world_size={world_size} but this "
-                         f"machine has {gpus} GPU(s) visible (torch.cuda.device_count()). Use "
-                         f"backend='gloo' (CPU) or world_size<={gpus}.")
-    if backend not in ("nccl", "gloo"):
+def decide_backend(backend: str, world_size: int, env: dict = None):
+    """The backend of local ranks (`gpus.Choice`: the backend and a line for the learner), from
+    the GPUs the ranks will see: the notebook's own (``torch.cuda.device_count()`` honours the
+    ``CUDA_VISIBLE_DEVICES`` a spawner set), or those named by ``env={"CUDA_VISIBLE_DEVICES": ...}``."""
+    import os
+    from labkit.runtime import gpus
+    if backend not in ("auto", "nccl", "gloo"):
         raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {backend!r}")
-    return backend
+    import torch
+    mine = os.environ.get(gpus.VAR)
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    cvd = (env or {}).get(gpus.VAR, mine)
+    if torch.version.cuda is None:                 # a CPU build of torch: no GPU whatever is set
+        visible = 0
+    elif env and gpus.VAR in env:                  # the ranks get their own list
+        visible = len(gpus.visible_devices(cvd, count if mine is None else None))
+    else:
+        visible = count
+    return gpus.choose_backend(backend, world_size, visible, cvd)
 
 
 def seconds(value, name: str, none_ok: bool = True):

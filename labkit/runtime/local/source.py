@@ -2,13 +2,19 @@
 
 The pool keeps spares ready (forked by the zygote in ~0.1 s, else spawned); the ranks meet in a
 FileStore: a file in the cluster's private folder (0700), which no other local user can reach
-(a loopback TCP store is open to every local user: procs.rendezvous_store); the backend is decided at start (NCCL with
-one GPU per rank, else gloo) and each rank gets a fair share of the cores as torch threads.
+(a loopback TCP store is open to every local user: procs.rendezvous_store); the backend is decided
+at start (NCCL with one GPU per rank among the GPUs visible to the ranks, else gloo, saying why
+when GPUs were given but too few: ../gpus.py) and each rank gets a fair share of the cores as
+torch threads.
 """
+import os
+import sys
+
+from labkit.runtime import gpus
 from labkit.runtime.local import procs
 from labkit.runtime.local.handle import dump_stacks
 from labkit.runtime.local.pool import WorkerPool, shutdown
-from labkit.runtime.options import resolve_backend
+from labkit.runtime.options import decide_backend
 
 
 class LocalRanks:
@@ -23,10 +29,16 @@ class LocalRanks:
         self.pool = None
         self.store_path = None                     # the rendezvous file, in the pool's folder
         self.backend = "?"
+        self.cvd, self.world_size = None, 0
         self.threads_per_rank = None
 
     def start(self, world_size: int, backend: str, env: dict, start_timeout: float) -> None:
-        self.backend = resolve_backend(backend, world_size)
+        choice = decide_backend(backend, world_size, env)
+        self.backend = choice.backend
+        if choice.note:                           # fewer GPUs given than ranks: say what and why
+            print(choice.note, file=sys.stderr)
+        self.cvd = (env or {}).get(gpus.VAR, os.environ.get(gpus.VAR))
+        self.world_size = world_size
         self.threads_per_rank = procs.fair_threads(world_size)
         self.start_timeout, self.restart_timeout = start_timeout, 120.0
         self.pool = WorkerPool(self.threads_per_rank, world_size if self.spares_wanted is None
@@ -64,7 +76,11 @@ class LocalRanks:
         return dump_stacks(ranks, which)
 
     def describe(self) -> str:
-        return ""
+        """With NCCL under a spawner's CUDA_VISIBLE_DEVICES: which given GPU each rank uses."""
+        if self.backend != "nccl" or self.cvd is None:
+            return ""
+        shown = gpus.rank_gpus(self.world_size, self.cvd, None)
+        return f"rank r on the r-th GPU of {gpus.VAR}={self.cvd} ({', '.join(map(str, shown))})"
 
     def close(self) -> None:
         """Every process of the pool killed, its sockets and folder (with the rendezvous file)

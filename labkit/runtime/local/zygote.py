@@ -180,7 +180,10 @@ class Zygote:
             self.proc.wait(1.0)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.wait(1.0)
+            try:                                  # a killed process can take seconds to go on a
+                self.proc.wait(10.0)              # loaded machine (8 clusters on 2 cores: > 1 s)
+            except subprocess.TimeoutExpired:
+                pass                              # killed; Popen reaps it later. close() never raises
         self.sock.close()
         self._reader.join(1.0)
 
