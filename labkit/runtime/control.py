@@ -56,9 +56,25 @@ class ControlServer:
         for s in late:
             _shut(s)
 
+    def _make_room(self) -> None:
+        """At most `max_pending` sockets held for handshakes: shut the oldest and wait for its
+        thread to close it before accepting another (a flood then waits in the kernel's backlog of
+        64, not in this process's descriptors). A thread starved for 5 s lets the loop go on."""
+        deadline = time.monotonic() + 5.0
+        while not self._closed:
+            with self._lock:
+                if len(self._pending) < self.max_pending:
+                    return
+                oldest = min(self._pending, key=self._pending.get)
+            _shut(oldest)
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
+
     def _accept_loop(self) -> None:
         while not self._closed:
             self._shut_expired()
+            self._make_room()
             try:
                 s, _ = self.sock.accept()
             except socket.timeout:
@@ -71,8 +87,6 @@ class ControlServer:
                 continue
             s.setblocking(True)
             with self._lock:
-                if len(self._pending) >= self.max_pending:
-                    _shut(min(self._pending, key=self._pending.get))
                 self._pending[s] = time.monotonic() + self.handshake_timeout
             try:
                 threading.Thread(target=self._handshake, args=(s,), daemon=True,
