@@ -89,11 +89,14 @@ def test_decide_backend_reads_the_ranks_cuda_visible_devices(monkeypatch):
     assert c.backend == "gloo" and "CUDA_VISIBLE_DEVICES=3" in c.note
 
 
-def _doc_block(n: int) -> str:
-    """The n-th ```python block of docs/teaching.md."""
+def _doc_block(needle: str) -> str:
+    """The ```python block of docs/teaching.md (the section on GPUs) that holds `needle`."""
     import pathlib
     text = pathlib.Path(__file__).resolve().parents[1].joinpath("docs", "teaching.md").read_text()
-    return text.split("```python\n")[n + 1].split("```")[0]
+    blocks = [b.split("```")[0] for b in text.split("```python\n")[1:]]
+    found = [b for b in blocks if needle in b]
+    assert len(found) == 1, f"{len(found)} python blocks of docs/teaching.md hold {needle!r}"
+    return found[0]
 
 
 def test_the_documented_pre_spawn_hook_gives_each_learner_their_own_gpus():
@@ -103,7 +106,7 @@ def test_the_documented_pre_spawn_hook_gives_each_learner_their_own_gpus():
     names = ["ana", "bo", "cy", "di", "ed"]
     c = types.SimpleNamespace(Spawner=types.SimpleNamespace())
     ns = {"c": c, "open": lambda path: io.StringIO("\n".join(names) + "\n")}
-    exec(_doc_block(0), ns)
+    exec(_doc_block("def gpus_for("), ns)
     shared = {"OMP_NUM_THREADS": "4"}                  # config's dict, the same for every spawner
     given = {}
     for name in names:
