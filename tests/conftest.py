@@ -5,9 +5,17 @@
 a test that breaks one gets fresh ranks through a cold start. Tests that deliberately crash
 or hang ranks make their own Cluster.
 """
+import signal
+
 import pytest
 
 import labkit
+
+# A pytest started in the background by a non-interactive shell (scripts/test runs the portable
+# pass that way) inherits SIGINT ignored, so Python installs no KeyboardInterrupt handler and the
+# tests that press Ctrl-C (os.kill(pid, SIGINT)) would see nothing. A notebook's kernel has it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _shared(n: int):
