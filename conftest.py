@@ -23,6 +23,7 @@ import pathlib
 
 import pytest
 
+from labkit.exercises import BEGIN as BEGIN_SOLUTION
 from labkit.verdict import EXPECT_FAIL_TAG, failing_lines
 
 # Cells that show a FAIL on purpose in notebooks this change could not edit, until they carry
@@ -51,6 +52,17 @@ def _file(item) -> str:
 
 def _serial(item) -> bool:
     return pathlib.Path(_file(item)).name in SERIAL or item.get_closest_marker("serial") is not None
+
+
+def pytest_ignore_collect(collection_path, config):
+    """A learner copy (build/learner*/NN.ipynb) of a notebook with no exercise is the reference
+    notebook itself, cell for cell: nbval runs the reference once, not its copy again."""
+    p = pathlib.Path(collection_path)
+    if p.suffix == ".ipynb" and p.parent.name.startswith("learner") and p.parent.parent.name == "build":
+        ref = pathlib.Path(__file__).parent / "notebooks" / p.name
+        if ref.exists() and BEGIN_SOLUTION not in ref.read_text(encoding="utf-8"):
+            return True
+    return None
 
 
 def pytest_collection_modifyitems(config, items):

@@ -54,3 +54,18 @@ def test_the_serial_marker_is_declared():
     """pytest warns of (and --strict-markers refuses) a marker pyproject.toml does not declare."""
     text = (ROOT / "pyproject.toml").read_text()
     assert '"serial: ' in text
+
+
+def test_a_learner_copy_runs_only_where_it_differs_from_its_notebook():
+    # A learner copy of a notebook with no exercise is that notebook again: nbval runs it once.
+    ignore = _root_conftest().pytest_ignore_collect
+    with_exercise = [p.name for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
+                     if "### BEGIN SOLUTION" in p.read_text(encoding="utf-8")]
+    without = [p.name for p in sorted((ROOT / "notebooks").glob("*.ipynb")) if p.name not in with_exercise]
+    assert with_exercise and without
+    for name in with_exercise:
+        for folder in ("learner", "learner-zh"):
+            assert ignore(ROOT / "build" / folder / name, None) is None, name
+    for name in without:
+        assert ignore(ROOT / "build" / "learner" / name, None) is True, name
+        assert ignore(ROOT / "notebooks" / name, None) is None, name

@@ -175,6 +175,7 @@ def test_a_flood_of_connections_by_another_user_breaks_nothing(c, other_python):
     cluster listens on (the control port, each rank's gloo listener); meanwhile the learner's
     next run and a new Cluster work, and the notebook's descriptors stay bounded."""
     ports = listening_ports(cluster_pids(c))
+    own = len(listening_ports([os.getpid()]))          # of them, this process's control servers
     fds_before = len(os.listdir("/proc/self/fd"))
     floods = [as_other(other_python, "flood", "10000", *map(str, ports)) for _ in range(2)]
     try:
@@ -191,7 +192,11 @@ def test_a_flood_of_connections_by_another_user_breaks_nothing(c, other_python):
         fds = len(os.listdir("/proc/self/fd"))
         print(f"during the flood: run {t1 - t0:.2f} s, a new Cluster started and ran in "
               f"{t2 - t1:.1f} s; the notebook holds {fds} descriptors ({fds_before} before)")
-        assert fds < fds_before + 200, "the flood's connections do not pile up in the notebook"
+        # Each of this process's listening sockets that the flood reached is a control server (this
+        # cluster's, and any other cluster this test process holds) that keeps at most 64 sockets
+        # in handshake (runtime/control.py): the rest wait in the kernel's backlog.
+        assert fds < fds_before + 64 * own + 100, \
+            f"the flood's connections pile up in the notebook ({own} control servers here)"
     finally:
         for p in floods:
             p.stdin.close()
