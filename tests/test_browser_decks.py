@@ -12,8 +12,11 @@
   silently cut off). A failure names the deck, the slide and what is cut (tag, text or image);
 - no Chinese on a slide (the notes keep the course's Chinese): a projector's browser may have no
   CJK font (this chromium has none) and would show boxes.
-Every slide's screenshot is kept under build/browser/decks/<deck>/ (test artefacts).
+The screenshot of each slide that shows a problem is kept under build/browser/decks/<deck>/
+(test artefacts); LABKIT_DECK_SHOTS=1 keeps every slide's (a PNG per slide costs CPU in CI).
 """
+import os
+
 import pytest
 
 from browser_helpers import chromium, shot_path, variance
@@ -95,7 +98,9 @@ def test_every_slide_readable_at_1280x720(deck, page):
     page.evaluate("() => Reveal.configure({fragments: false, transition: 'none'})")   # all fragments shown
     slides = page.evaluate("() => Reveal.getSlides().map(s => Reveal.getIndices(s))")
     small, small_figs, blank, with_figure, cut, cjk = [], [], [], [], [], []
+    all_shots = os.environ.get("LABKIT_DECK_SHOTS") == "1"
     for n, ix in enumerate(slides, 1):
+        found = len(small) + len(small_figs) + len(cut) + len(cjk)
         page.evaluate(f"() => Reveal.slide({ix['h']}, {ix['v'] or 0})")
         page.wait_for_timeout(50)
         m = page.evaluate(MEASURE)
@@ -114,13 +119,15 @@ def test_every_slide_readable_at_1280x720(deck, page):
             px = img["shown"] / img["natural"] * MIN_FONT_PT * DPI / 72
             if px < FIGURE_PX:
                 small_figs.append(f"{where}: figure text {px:.1f} px (shown {img['shown']:.0f} of {img['natural']} px wide)")
-        page.screenshot(path=str(shot_path(f"decks/{deck.stem}/{n:02d}.png")))
+        if all_shots or len(small) + len(small_figs) + len(cut) + len(cjk) > found:
+            page.screenshot(path=str(shot_path(f"decks/{deck.stem}/{n:02d}.png")))
         if m["imgs"] and not with_figure:
             with_figure.append(n)
             v = variance(page.locator("section.present img").first.screenshot())
             if v < 100:
                 blank.append(f"{where}: the figure is blank (pixel variance {v:.0f})")
-    print(f"\n{deck.name}: {len(slides)} slides, screenshots in {shot_path('decks/' + deck.stem)}")
+    print(f"\n{deck.name}: {len(slides)} slides; screenshots of the slides with a problem (of every "
+          f"slide with LABKIT_DECK_SHOTS=1) in {shot_path('decks/' + deck.stem)}")
     assert not cut, f"{deck.name}: slides that do not fit 1280 x 720 (content cut off):\n" + "\n".join(cut)
     assert not cjk, f"{deck.name}: Chinese on a slide (put it in the notes, or say it in English):\n" + "\n".join(cjk[:10])
     assert not small, f"{deck.name}: text under {BODY_PX} px:\n" + "\n".join(small[:15])
