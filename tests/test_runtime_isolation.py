@@ -194,8 +194,10 @@ def test_a_flood_of_connections_by_another_user_breaks_nothing(c, other_python):
               f"{t2 - t1:.1f} s; the notebook holds {fds} descriptors ({fds_before} before)")
         # Each of this process's listening sockets that the flood reached is a control server (this
         # cluster's, and any other cluster this test process holds) that keeps at most 64 sockets
-        # in handshake (runtime/control.py): the rest wait in the kernel's backlog.
-        assert fds < fds_before + 64 * own + 100, \
+        # in handshake (runtime/control.py); the sockets it shut wait for their thread to close them,
+        # which under CI's load took a while (352 descriptors with 2 servers, 96 before). The bound:
+        # far below the 20,000 the flood holds and the 1024 of a default descriptor limit.
+        assert fds < fds_before + 64 * own + 300, \
             f"the flood's connections pile up in the notebook ({own} control servers here)"
     finally:
         for p in floods:
