@@ -8,8 +8,10 @@ marks each cell `id="cell-id=<id>"`), against the English deck:
 - every code cell is there with the English deck's code (comments may be translated:
   `labkit.i18n.cells.code_tokens` of the shown code equals the English cell's);
 - the page is marked `<html lang="zh-Hans">`, so a browser picks a Simplified Chinese font.
-The English deck 00 is built first through tests/deck_build (once per CI run, shared with
-test_slides.py), so reveal.js is fetched under its lock and never twice at once.
+The decks are built into build/slides-zh (tests/deck_build.chinese; a deck unchanged since
+its last build is reused, and the browser test opens deck 00 from there). The English deck 00
+is built first through tests/deck_build (once per CI run, shared with test_slides.py), so
+reveal.js is fetched under its lock and never twice at once.
 """
 import html.parser
 import pathlib
@@ -105,33 +107,28 @@ def deck_problems(deck: pathlib.Path, page: str) -> list:
     return out
 
 
-_built = {}
+_pages = {}
 
 
-def built_page(deck: pathlib.Path, dst: pathlib.Path) -> str:
-    if deck.name not in _built:
-        from deck_build import DECKS as ENGLISH, executed
+def built_page(deck: pathlib.Path) -> str:
+    """The Chinese deck's HTML, built into build/slides-zh (reused by the browser test)."""
+    if deck.name not in _pages:
+        from deck_build import DECKS as ENGLISH, chinese, executed
         executed(next(d for d in ENGLISH if d.name == "00_cluster.ipynb"))   # reveal.js is in build/vendor
-        b = build_deck(deck, dst, execute=False, cache=ROOT / "build" / "vendor", lang="zh")
-        _built[deck.name] = b.html.read_text(encoding="utf-8")
-    return _built[deck.name]
-
-
-@pytest.fixture(scope="module")
-def out(tmp_path_factory):
-    return tmp_path_factory.mktemp("zh-decks")
+        _pages[deck.name] = chinese(deck).html.read_text(encoding="utf-8")
+    return _pages[deck.name]
 
 
 @pytest.mark.parametrize("deck", DECKS, ids=[d.stem for d in DECKS])
-def test_every_deck_builds_in_chinese(deck, out):
-    page = built_page(deck, out)
+def test_every_deck_builds_in_chinese(deck):
+    page = built_page(deck)
     bad = deck_problems(deck, page)
     assert not bad, f"slides/{deck.name} in Chinese:\n" + "\n".join(bad[:10])
 
 
-def test_deck_00_reads_in_chinese(out):
+def test_deck_00_reads_in_chinese():
     """Spot checks of one deck against the words a reader sees (the test above is generic)."""
-    html = built_page(DECKS[0], out)
+    html = built_page(DECKS[0])
     assert "00 · 你的集群" in html and "集群只启动一次" in html          # slides
     assert "问大家" in html                                             # speaker notes
     assert "Start the cluster once" not in html and "Ask the room" not in html
