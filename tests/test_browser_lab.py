@@ -299,23 +299,23 @@ def test_chinese_notebook_and_slide_show_chinese_glyphs(page):
     nb = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown"
     page.locator(f"{nb} p").first.wait_for(timeout=90_000)
     page.screenshot(path=str(shot_path("lab_zh_00_notebook.png")))
-    found, seen = [], []
-    for sel, name in ((f"{nb} h1", "heading"), (f"{nb} p", "paragraph")):
-        bad, said = browser_glyphs.problems(page, sel, f"notebook 00 (Chinese) {name}",
-                                            shot_path(f"lab_zh_00_notebook_{name}_glyphs.png"))
-        found += bad
-        seen.append(said)
+    # the first paragraph (the system's fonts) in the notebook; the slide's title (reveal's web
+    # font for Latin letters, the system's CJK font for the rest)
+    # (JupyterLab's page is lang="en", so chromium takes the first CJK font fontconfig offers, on
+    # Debian Noto Sans CJK JP: Japanese forms of some shared characters; the deck is zh-Hans: SC)
+    found, said = browser_glyphs.problems(page, f"{nb} p", "notebook 00 (Chinese), first paragraph",
+                                          shot_path("lab_zh_00_notebook_glyphs.png"))
+    seen = [said]
     deck = chinese(ROOT / "slides" / "00_cluster.ipynb")       # built by test_i18n_deck.py
     slide = page.context.browser.new_page(viewport={"width": 1280, "height": 720})
     try:
         slide.goto(deck.html.as_uri())
         slide.wait_for_function("() => window.Reveal && Reveal.isReady()")
         slide.screenshot(path=str(shot_path("lab_zh_00_slide1.png")))
-        for sel, name in (("section.present h1", "title"), ("section.present p", "paragraph")):
-            bad, said = browser_glyphs.problems(slide, sel, f"deck 00 (Chinese) slide 1 {name}",
-                                                shot_path(f"lab_zh_00_slide1_{name}_glyphs.png"))
-            found += bad
-            seen.append(said)
+        bad, said = browser_glyphs.problems(slide, "section.present h1", "deck 00 (Chinese), slide 1's title",
+                                            shot_path("lab_zh_00_slide1_glyphs.png"))
+        found += bad
+        seen.append(said)
     finally:
         slide.close()
     print("\n" + "\n".join(seen))
