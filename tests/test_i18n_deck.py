@@ -22,7 +22,7 @@ import pytest
 
 from labkit.i18n.cells import code_tokens, first_line
 from labkit.i18n.notebooks import read_entries
-from labkit.slides.build import build_deck, slide_type
+from labkit.slides.build import slide_type
 
 pytestmark = pytest.mark.cluster          # the English deck it waits for runs ranks
 
