@@ -8,6 +8,8 @@ One JupyterLab (free loopback port, random token) serves a copy of notebooks/ an
 - 01_memory: the explorer; dragging a slider redraws the figure (the PNG's bytes change).
 - 07_pipeline: the live Gantt chart's picture changes at least twice while the run goes on.
 - RISE (when jupyterlab_rise is installed): a deck shows as a reveal.js presentation.
+- Chinese: notebook 00's Chinese learner copy in this JupyterLab and the Chinese deck 00 (built
+  unexecuted) at 1280 x 720 show real Chinese glyphs, not missing-glyph boxes (browser_glyphs).
 Screenshots go to build/browser/ (test artefacts).
 """
 import importlib.util
@@ -20,6 +22,7 @@ import urllib.request
 
 import pytest
 
+import browser_glyphs
 from browser_helpers import ROOT, chromium, jupyterlab, shot_path
 
 pytestmark = [pytest.mark.browser, pytest.mark.cluster]
@@ -35,6 +38,8 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     shutil.copytree(ROOT / "notebooks", root / "notebooks")
     shutil.copytree(ROOT / "slides", root / "slides")
+    from labkit.exercises import build
+    build(ROOT / "notebooks", root / "learner-zh", lang="zh", only=["00"], notes=[])
     with jupyterlab(root, SETTINGS) as (base, token), chromium() as page:
         page.set_viewport_size({"width": 1400, "height": 1000})
         page.on("dialog", lambda d: d.accept())     # "leave the page with unsaved changes?": yes
@@ -285,3 +290,34 @@ def test_rise_shows_a_deck_as_slides(page):
     shown = page.evaluate("() => [...document.querySelectorAll('.reveal .slides section')]"
                           ".filter(s => !s.querySelector('section')).length")
     assert shown == slides, f"RISE shows {shown} slides of {deck.name}, which has {slides}"
+
+
+def test_chinese_notebook_and_slide_show_chinese_glyphs(page):
+    page, base, _ = page
+    from deck_build import chinese
+    page.goto(f"{base}/lab/tree/learner-zh/00_cluster.ipynb?reset")   # no cell is run: no kernel wait
+    nb = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown"
+    page.locator(f"{nb} p").first.wait_for(timeout=90_000)
+    page.screenshot(path=str(shot_path("lab_zh_00_notebook.png")))
+    # the first paragraph (the system's fonts) in the notebook; the slide's title (reveal's web
+    # font for Latin letters, the system's CJK font for the rest)
+    # (JupyterLab's page is lang="en", so chromium takes the first CJK font fontconfig offers, on
+    # Debian Noto Sans CJK JP: Japanese forms of some shared characters; the deck is zh-Hans: SC)
+    found, said = browser_glyphs.problems(page, f"{nb} p", "notebook 00 (Chinese), first paragraph",
+                                          shot_path("lab_zh_00_notebook_glyphs.png"))
+    seen = [said]
+    deck = chinese(ROOT / "slides" / "00_cluster.ipynb")       # built by test_i18n_deck.py
+    slide = page.context.browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        slide.goto(deck.html.as_uri())
+        slide.wait_for_function("() => window.Reveal && Reveal.isReady()")
+        slide.screenshot(path=str(shot_path("lab_zh_00_slide1.png")))
+        bad, said = browser_glyphs.problems(slide, "section.present h1", "deck 00 (Chinese), slide 1's title",
+                                            shot_path("lab_zh_00_slide1_glyphs.png"))
+        found += bad
+        seen.append(said)
+    finally:
+        slide.close()
+    print("\n" + "\n".join(seen))
+    assert not found, "Chinese text shown without Chinese glyphs (screenshots in build/browser/):\n" + \
+        "\n".join(found)

@@ -10,6 +10,7 @@ With ``lang="zh"`` the deck is built in Chinese: its translation (i18n/zh/slides
 """
 import copy
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -137,9 +138,15 @@ def _has_math(nb) -> bool:
     return bool(re.search(r"\$[^$\s][^$]*\$|\\\(|\\\[", text))
 
 
-def export(nb, title: str, deck_key: str, cache: pathlib.Path, lang: str = "en") -> str:
+@functools.lru_cache(maxsize=1)
+def _exporter():
+    """One exporter per process: its templates compile once (about 1 s a deck otherwise)."""
     from nbconvert import SlidesExporter
-    exporter = SlidesExporter(template_file=str(HERE / "deck.html.j2"))
+    return SlidesExporter(template_file=str(HERE / "deck.html.j2"))
+
+
+def export(nb, title: str, deck_key: str, cache: pathlib.Path, lang: str = "en") -> str:
+    exporter = _exporter()
     labkit = dict(vendor.assets(cache, _has_math(nb)), key=deck_key, title=title,
                   lang={"zh": "zh-Hans"}.get(lang, lang),
                   deck_css=(HERE / "deck.css").read_text(), width=WIDTH, height=HEIGHT, margin=MARGIN)
