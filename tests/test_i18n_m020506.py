@@ -1,0 +1,55 @@
+"""What the checkers and library of notebooks 02, 05a/05b and 06 say, in Chinese (pure: no
+cluster; the diagnoses are built from logs and tensors, the way the ranks build them).
+
+Each test sets LABKIT_LANG=zh, feeds a plausible wrong answer to the diagnosis, and asserts the
+Chinese sentence with the same numbers as the English one, while the words programs read
+(`FAIL`, the checker's name) stay English."""
+import pytest
+import torch
+
+from labkit.check import ring_diagnosis as why
+from labkit.check.core import report
+
+
+@pytest.fixture
+def zh(monkeypatch):
+    monkeypatch.setenv("LABKIT_LANG", "zh")
+
+
+# -- notebook 02: ring_all_reduce ---------------------------------------------------------------
+def _floor_cut_log():
+    """Rank 0 of 2, length 7, chunks cut with 7 // 2 = 3: element 6 is never sent."""
+    return [("isend", 1, 3, 3, True), ("irecv", 1, None, 3, True),
+            ("isend", 1, 0, 3, True), ("irecv", 1, 3, 3, True)]
+
+
+def test_ring_diagnoses_in_chinese(zh, capsys):
+    text = why.dropped_remainder(_floor_cut_log(), 0, 2, 7)
+    assert text.startswith("rank 0 从没发送 7 个元素中的第 6..6 个"), text
+    assert "（7 // 2 = 3）" in text and "numel % n = 1 个元素" in text
+    assert why.extra_bytes([], 1, 2, 7).startswith("和是对的，但 rank 1 没有发送任何点对点消息")
+    missing = why.schedule([("isend", 1, 4, 3, True)], 0, 2, 7)       # the reduce-scatter only
+    assert missing.startswith("rank 0 做了 1 次非空发送，环形算法在这里需要 2 次"), missing
+    assert "（1 步 reduce-scatter + 1 步 all-gather）：少了一步" in missing
+    unmet = why.unmatched({0: [("isend", 1, 0, 4, True)], 1: []})
+    assert unmet == "rank 0 向 rank 1 发起了 1 次发送，而对方发起了 0 次来自 rank 0 的接收"
+    report("ring_all_reduce", False, "world size 2" + "：" + missing)
+    line = capsys.readouterr().out
+    assert line.startswith("ring_all_reduce: FAIL (world size 2：rank 0 做了"), line
+
+
+def test_ring_arithmetic_diagnoses_in_chinese(zh):
+    from labkit.check.comm import _arithmetic, _wrong_values
+    from labkit.comm.formulas import chunk_bounds
+    x = torch.arange(7.0)
+    expected = 2 * x + 1
+    assert _arithmetic(expected / 2, x, expected, chunk_bounds(7, 2), 0, 2, 1e-6) == (
+        "每个值都是和除以 2，即平均值：练习要的是和（dist.all_reduce 默认做的就是求和）；去掉这次除法")
+    text = _wrong_values(x.clone(), x, x + 0, expected, [], 0, 2, 7, torch.float32)
+    assert text.startswith("rank 0：你的函数没有改动 `tensor`，而是返回了一个新张量：练习要求原地 all-reduce")
+
+
+def test_ring_watch_words_in_chinese(zh):
+    from labkit.check.ring_watch import _who
+    assert _who(None, 5) == "全局 rank 5，它不在这个进程组里"
+    assert _who(2, 3) == "rank 2"
