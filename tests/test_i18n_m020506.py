@@ -53,3 +53,18 @@ def test_ring_watch_words_in_chinese(zh):
     from labkit.check.ring_watch import _who
     assert _who(None, 5) == "全局 rank 5，它不在这个进程组里"
     assert _who(2, 3) == "rank 2"
+
+
+# -- notebooks 05a/05b: fsdp_budget ------------------------------------------------------------
+def test_fsdp_budget_diagnoses_in_chinese(zh):
+    from labkit.check.fsdp import _validate
+    fsdp1 = dict(wrap="block", strategy="FULL_SHARD", precision="bf16", offload=True)
+    assert _validate(fsdp1) == ("strategy='FULL_SHARD' 是 FSDP1 的名字（ShardingStrategy.FULL_SHARD）；"
+                                "labkit.fsdp.shard 用的是 FSDP2 的写法：strategy='full'")
+    fp16 = dict(fsdp1, strategy="full", precision="fp16")
+    assert _validate(fp16) == ("precision='fp16' 既不是 'fp32' 也不是 'bf16'"
+                               "（fp16 需要损失缩放器；这里 FSDP2 的混合精度策略用 bf16）")
+    no_offload = dict(wrap="block", strategy="full", precision="bf16")
+    assert _validate(no_offload) == ("这个 dict 的键必须恰好是 ['wrap', 'strategy', 'precision', "
+                                     "'offload']；缺少 ['offload']")
+
