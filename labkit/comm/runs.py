@@ -24,7 +24,7 @@ def _record_rank(length, fast):
     with comm.record() as rec:
         (comm.ring_all_reduce if fast else comm.ring_all_reduce_simple)(t)
     if not torch.equal(t, expected):
-        raise AssertionError(f"rank {labkit.rank()}: the recorded ring gave a wrong sum")
+        raise AssertionError(tr("rank {rank}: the recorded ring gave a wrong sum", rank=labkit.rank()))
     return rec.events
 
 
@@ -76,7 +76,8 @@ def traffic_rows(cluster, nbytes: int = 4 << 20, ops=TRAFFIC_OPS, repeats: int =
     others wait), so N = 2, 3, 4 can be measured on one cluster of 4."""
     n = cluster.world_size if world_size is None else world_size
     if not 1 <= n <= cluster.world_size:
-        raise ValueError(f"world_size must be between 1 and the cluster's {cluster.world_size}, got {n}")
+        raise ValueError(tr("world_size must be between 1 and the cluster's {most}, got {n}",
+                            most=cluster.world_size, n=n))
     nbytes = nbytes // 4 * 4
     per_rank = cluster.run(_traffic_rank, nbytes, list(ops), repeats, n, timeout=120)[:n]
     rows = []

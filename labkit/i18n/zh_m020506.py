@@ -167,6 +167,11 @@ MESSAGES = {
     # -- notebook 02: what the library prints and draws (labkit/comm/busbw.py, draw.py, runs.py)
     ", ": "、",
     "({n} more events not shown)": "（另有 {n} 条事件未显示）",
+    "rank {rank}: the recorded ring gave a wrong sum": "rank {rank}：录制的环形 all-reduce 算出的和不对",
+    "world_size must be between 1 and the cluster's {most}, got {n}":
+        "world_size 必须在 1 到集群的 {most} 之间，却得到了 {n}",
+    "expected a torch.Tensor, got {kind}": "需要一个 torch.Tensor，却得到了 {kind}",
+    "what each rank holds": "每个 rank 持有的内容",
     "N={n} {op}: sent / S per rank {sent}, formula {form} (largest gap {gap:+,} B on rank {rank}, "
     "allowed {allowed:,.0f} B)":
         "N={n} {op}：每个 rank 的 发送 / S 为 {sent}，公式 {form}（最大偏差 {gap:+,} B，在 rank {rank}，"
@@ -241,6 +246,20 @@ MESSAGES = {
     "cost the most: {k}={mine!r} ({k}={thrifty!r} would save {saved})":
         "{said}：每个 rank 的显存峰值 {peak}（rank {rank}），超出 {budget} 的预算 {over}；"
         "代价最大的选择是 {k}={mine!r}（改成 {k}={thrifty!r} 能省下 {saved}）",
+
+    # -- notebooks 05a/05b: errors of labkit.fsdp (apply.py, runs.py, strategies.py) ----------
+    "wrap must be one of {wraps}, got {wrap!r}": "wrap 必须是 {wraps} 之一，却得到了 {wrap!r}",
+    "wrap='block' looks for the model's nn.ModuleList of blocks; {kind} has none: use "
+    "wrap='linear' or 'model'":
+        "wrap='block' 要在模型里找由 block 组成的 nn.ModuleList；{kind} 没有：改用 wrap='linear' 或 'model'",
+    "strategy='hybrid' needs 1 < replicas < world size and replicas dividing it: world_size={n}, "
+    "replicas={replicas}":
+        "strategy='hybrid' 要求 1 < replicas < world size 且 replicas 整除 world size：world_size={n}，"
+        "replicas={replicas}",
+    "precision must be 'fp32' or 'bf16', got {precision!r}":
+        "precision 必须是 'fp32' 或 'bf16'，却得到了 {precision!r}",
+    "strategy must be one of {names} (FSDP1: {fsdp1}), got {name!r}":
+        "strategy 必须是 {names} 之一（FSDP1 的写法：{fsdp1}），却得到了 {name!r}",
 
     # -- notebooks 05a/05b: the figures (labkit/fsdp/plots.py) ---------------------------------
     "peak gathered params (kB)": "gather 后参数的峰值（kB）",
