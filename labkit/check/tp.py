@@ -105,7 +105,7 @@ class _Agreed:
             if time.monotonic() > deadline:
                 late = [r for r, k in enumerate(keys) if not store.check([k])]
                 raise _Mismatch(tr("rank {late} did not reach its {nth} collective of {phase} "
-                                   "within {limit:.0f} s, where rank {rank} called {what}",
+                                   "within {limit:.0f} s, where rank {rank} {what}",
                                    late=late[0], nth=_nth(self.i), phase=self.phase,
                                    limit=self.timeout, rank=rank, what=_shown(what, self.phase)))
             time.sleep(0.002)

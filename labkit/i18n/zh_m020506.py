@@ -322,7 +322,7 @@ MESSAGES = {
         "相同的形状调用相同的集合通信（否则 gloo 会卡住或中止进程）：不要把集合通信放在 "
         "`if rank == ...` 里",
     "rank {late} did not reach its {nth} collective of {phase} within {limit:.0f} s, where rank "
-    "{rank} called {what}":
+    "{rank} {what}":
         "rank {late} 在 {limit:.0f} s 内没有走到 {phase} 的第 {nth} 个集合通信，而 rank {rank} "
         "在这里{what}",
     "forward returned {kind}, not a tensor": "forward 返回的是 {kind}，不是张量",
