@@ -33,8 +33,7 @@ _CACHE = {}
 
 
 def _validate(choice):
-    from labkit.fsdp.apply import WRAPS
-    from labkit.fsdp.strategies import STRATEGIES
+    from labkit.fsdp.strategies import STRATEGIES, WRAPS
     if not isinstance(choice, dict):
         return tr("choose() must return a dict with keys {keys}, got {got}", keys=list(KEYS),
                   got=type(choice).__name__)

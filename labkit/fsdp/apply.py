@@ -26,11 +26,8 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
 from labkit.comm.compat import all_gather_into_tensor, reduce_scatter_tensor
-from labkit.fsdp.strategies import Group, _strategy, padded_numel
+from labkit.fsdp.strategies import WRAPS, Group, _strategy, padded_numel
 from labkit.i18n import tr
-
-WRAPS = ("model", "block", "linear")
-
 
 
 def units(model: nn.Module, wrap: str) -> list:

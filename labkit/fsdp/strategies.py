@@ -29,6 +29,10 @@ class Strategy:
     note: str
 
 
+# the granularities labkit.fsdp.shard(wrap=...) takes: one unit for the whole model, one per
+# transformer block, one per nn.Linear (data, so the checker validates a choice without FSDP)
+WRAPS = ("model", "block", "linear")
+
 STRATEGIES = {
     "full": Strategy("full", "FULL_SHARD", True, 3, "fully_shard(m, mesh=1-D mesh)",
                      "parameters, gradients and optimizer state sharded; parameters gathered "
