@@ -92,8 +92,8 @@ MESSAGES = {
     "a buffer of {n} elements": "一个 {n} 个元素的缓冲区",
     "rank {src} sent {what} to rank {dst}, whose matching recv (its message {i} from rank {src}) "
     "was into {into}":
-        "rank {src} 把{what}发给了 rank {dst}，而与之匹配的 recv（它来自 rank {src} 的第 {i} 条消息）"
-        "接收到的是{into}",
+        "rank {src} 把{what}发给了 rank {dst}，而对方与之匹配的 recv（收自 rank {src} 的第 {i} 条消息）"
+        "的接收缓冲是{into}",
     "rank {r} finished its part and waits for the others": "rank {r} 已完成自己的部分，在等其他 rank",
     "its last message, number {n}, was {kind} to rank {peer}":
         "它的最后一条消息是第 {n} 条，向 rank {peer} 的 {kind}",
@@ -142,16 +142,16 @@ MESSAGES = {
         "所以这指的是{reads}；改用 {garg}={want}（或者 {arg}=dist.get_global_rank(group, {want})）",
     "rank {me} sends to {who} ({kind}); the ring sends to the right-hand neighbour {right} (group "
     "ranks: rank + 1 and rank - 1, mod the group's size)":
-        "rank {me} 发给了{who}（{kind}）；环形算法发给右邻居 {right}（组内 rank：rank + 1 和 "
+        "rank {me} 发给了 {who}（{kind}）；环形算法发给右邻居 {right}（组内 rank：rank + 1 和 "
         "rank - 1，对组的大小取模）",
     "rank {me} receives from {who} ({kind}); the ring receives from the left-hand neighbour "
     "{left} (group ranks: rank + 1 and rank - 1, mod the group's size)":
-        "rank {me} 从{who}接收（{kind}）；环形算法从左邻居 {left} 接收（组内 rank：rank + 1 和 "
+        "rank {me} 从 {who} 接收（{kind}）；环形算法从左邻居 {left} 接收（组内 rank：rank + 1 和 "
         "rank - 1，对组的大小取模）",
     "rank {me} sends a {dtype} buffer while the tensor is {want}":
-        "rank {me} 发送的是 {dtype} 缓冲区，而张量是 {want}",
+        "rank {me} 用 {dtype} 缓冲区发送，而张量是 {want}",
     "rank {me} receives into a {dtype} buffer while the tensor is {want}":
-        "rank {me} 接收到 {dtype} 缓冲区，而张量是 {want}",
+        "rank {me} 用 {dtype} 缓冲区接收，而张量是 {want}",
     ": make buffers with torch.empty_like(chunk), the same dtype as the tensor (gloo and NCCL "
     "match messages by bytes)":
         "：用 torch.empty_like(chunk) 创建缓冲区，与张量同一 dtype（gloo 和 NCCL 按字节匹配消息）",
@@ -184,16 +184,16 @@ MESSAGES = {
     "{ratios}":
         "labkit 环形 / torch all_reduce 的 busbw（逐次配对比值的中位数，> 1 表示环形更快）：{ratios}",
     "labkit's ring took longer than torch's all_reduce at {sizes}":
-        "labkit 的环形 all-reduce 比 torch 的 all_reduce 慢的大小：{sizes}",
-    "the naive all-reduce beat the ring at {sizes}": "朴素 all-reduce 胜过环形的大小：{sizes}",
-    "{size} (the ring {x:.1f}x the time)": "{size}（环形耗时是它的 {x:.1f} 倍）",
+        "labkit 的环形比 torch 的 all_reduce 慢的消息大小：{sizes}",
+    "the naive all-reduce beat the ring at {sizes}": "朴素 all-reduce 比环形快的消息大小：{sizes}",
+    "{size} (the ring {x:.1f}x the time)": "{size}（环形用时是它的 {x:.1f} 倍）",
     "at {top}, but not level in this range: at {last} it is {part:.0%} of that":
-        "在 {top}，但在这个范围内没有走平：到 {last} 只有它的 {part:.0%}",
-    "from {size} on": "从 {size} 起",
+        "只在 {top} 处，且这个范围内没有走平：到 {last} 只剩最佳值的 {part:.0%}",
+    "from {size} on": "从 {size} 起一直如此",
     "only at the largest size, {size}: no level stretch in this range":
-        "只在最大的 {size}：这个范围内没有走平的一段",
+        "只在最大的 {size} 处：这个范围内没有走平的一段",
     "{op}: busbw within {share:.0%} of its best ({best:.3g} GB/s) {where}":
-        "{op}：busbw 保持在最佳值（{best:.3g} GB/s）的 {share:.0%} 以上的范围：{where}",
+        "{op}：busbw 不低于最佳值（{best:.3g} GB/s）的 {share:.0%}：{where}",
     "message size S (bytes)": "消息大小 S（字节）",
     "busbw (GB/s, log scale)": "busbw（GB/s，对数坐标）",
     "bus bandwidth on {n} ranks (nccl-tests convention)": "{n} 个 rank 上的总线带宽（nccl-tests 口径）",
