@@ -14,6 +14,7 @@ import torch
 
 from labkit.check.core import caught_verdict, checker, new_token, _learner_frame
 from labkit.check.guard import HANG_LIMIT_S
+from labkit.i18n import tr
 
 __all__ = ["ring_all_reduce"]
 
@@ -34,20 +35,20 @@ def _wrong_values(t, x, out, expected, log, rank, k, length, dt):
         return ""
     if torch.equal(t, x):
         fresh = isinstance(out, torch.Tensor) and out.data_ptr() != t.data_ptr()
-        return (f"rank {rank}: your function left `tensor` unchanged" +
-                (" and returned a new tensor" if fresh else "") +
-                ": the exercise asks for an in-place all-reduce (write the sum into `tensor`, "
-                "for example through the views flat[a:b] of flat = tensor.view(-1))")
+        return tr("rank {rank}: your function left `tensor` unchanged{fresh}: the exercise asks "
+                  "for an in-place all-reduce (write the sum into `tensor`, for example through "
+                  "the views flat[a:b] of flat = tensor.view(-1))", rank=rank,
+                  fresh=tr(" and returned a new tensor") if fresh else "")
     i = bad[0].item()
     bounds = chunk_bounds(length, k)
     chunk = next(c for c, (a, b) in enumerate(bounds) if a <= i < b)
-    text = (f"rank {rank}, chunk {chunk} (element {i}) is {t[i].item():.6g}, "
-            f"expected {expected[i].item():.6g}")
+    text = tr("rank {rank}, chunk {chunk} (element {i}) is {got:.6g}, expected {want:.6g}",
+              rank=rank, chunk=chunk, i=i, got=t[i].item(), want=expected[i].item())
     summed = any(b > a and not len([j for j in bad.flatten().tolist() if a <= j < b])
                  for a, b in bounds)
     cause = why.dropped_remainder(log, rank, k, length) or \
         why.schedule(log, rank, k, length, summed=summed)
-    return text + "; " + (cause or _arithmetic(t, x, expected, bounds, rank, k, tol))
+    return text + tr("; ") + (cause or _arithmetic(t, x, expected, bounds, rank, k, tol))
 
 
 def _arithmetic(t, x, expected, bounds, rank, k, tol) -> str:
@@ -55,24 +56,26 @@ def _arithmetic(t, x, expected, bounds, rank, k, tol) -> str:
     def close(a, b):
         return bool(((a.double() - b.double()).abs() <= tol * (1 + b.double().abs())).all())
     if t.is_floating_point() and close(t * k, expected):
-        return (f"every value is the sum divided by {k}, the mean: the exercise asks for the sum "
-                "(what dist.all_reduce does by default); leave the division out")
+        return tr("every value is the sum divided by {k}, the mean: the exercise asks for the "
+                  "sum (what dist.all_reduce does by default); leave the division out", k=k)
     for c, (a, b) in enumerate(bounds):
         if b > a and torch.equal(t[a:b], x[a:b]) and not close(x[a:b], expected[a:b]):
-            return (f"chunk {c} on rank {rank} still holds this rank's own input: what arrived was "
-                    "never added into it. In the reduce-scatter add in place, `recv += incoming` "
-                    "(`recv = recv + incoming` only makes a new tensor; a copy replaces instead "
-                    "of adding)")
-    return ("the sends follow the ring schedule, so check the arithmetic: add in reduce-scatter, "
-            "copy in all-gather")
+            return tr("chunk {c} on rank {rank} still holds this rank's own input: what arrived "
+                      "was never added into it. In the reduce-scatter add in place, `recv += "
+                      "incoming` (`recv = recv + incoming` only makes a new tensor; a copy "
+                      "replaces instead of adding)", c=c, rank=rank)
+    return tr("the sends follow the ring schedule, so check the arithmetic: add in "
+              "reduce-scatter, copy in all-gather")
 
 
 def _chunk_hint(caught, k, length) -> str:
     if caught.type == "IndexError" and len(torch.empty(length).chunk(k)) < k:
         m = len(torch.empty(length).chunk(k))
-        return (f"tensor.chunk({k}) makes only {m} chunk{'s' if m > 1 else ''} of a length-{length} "
-                f"tensor (chunks of ceil(length / n) elements, no empty ones): cut with "
-                "chunk_bounds(numel, n), which always makes n chunks, some of them empty")
+        made = tr("tensor.chunk({k}) makes only {m} chunks", k=k, m=m) if m > 1 else \
+            tr("tensor.chunk({k}) makes only {m} chunk", k=k, m=m)
+        return made + tr(" of a length-{length} tensor (chunks of ceil(length / n) elements, no "
+                         "empty ones): cut with chunk_bounds(numel, n), which always makes n "
+                         "chunks, some of them empty", length=length)
     return ""
 
 
@@ -95,10 +98,11 @@ def _case(fn, rank, k, length, dtype, key, world):
     labkit.emit(case=[k, length, dtype])
     with ring_watch.watch(t, group, k, world, log, notes, labkit.emit):
         out, caught = guard.attempt(fn, t, group=group)
-    case = f"world size {k}, length {length}, {dtype}"
+    case = tr("world size {k}, length {length}, {dtype}", k=k, length=length, dtype=dtype)
     if first:
-        case = (f"a group of {k} ranks, global ranks {first}..{world - 1} (rank r of the group is "
-                f"global rank r + {first}), length {length}, {dtype}")
+        case = tr("a group of {k} ranks, global ranks {first}..{last} (rank r of the group is "
+                  "global rank r + {first}), length {length}, {dtype}", k=k, first=first,
+                  last=world - 1, length=length, dtype=dtype)
     found = {"case": case, "k": k, "key": key, "rank": glob, "grank": rank, "log": log,
              "dtype": dtype}
     if caught is not None and caught.type == "RingMistake":
@@ -213,14 +217,15 @@ def ring_all_reduce(fn, cluster, timeout: float = HANG_LIMIT_S):
     if not found:
         w = cluster.world_size
         sizes = ", ".join(str(k) for k in range(2, min(4, w) + 1))
-        shifted = f" and {w - 1} on global ranks 1..{w - 1}" if w > 2 else ""
-        return True, (f"world sizes {sizes}{shifted}; lengths {', '.join(map(str, _LENGTHS))}; "
-                      f"{', '.join(_DTYPES)}")
+        shifted = tr(" and {k} on global ranks 1..{k}", k=w - 1) if w > 2 else ""
+        return True, tr("world sizes {sizes}{shifted}; lengths {lengths}; {dtypes}", sizes=sizes,
+                        shifted=shifted, lengths=", ".join(map(str, _LENGTHS)),
+                        dtypes=", ".join(_DTYPES))
     _tidy(cluster, found)
     if any(p.get("caught") for p in found):
-        return False, f"{found[0]['case']}: {caught_verdict([p.get('caught') for p in found])}"
+        return False, found[0]["case"] + tr(": ") + caught_verdict([p.get("caught") for p in found])
     p = min((p for p in found if p["text"]), key=lambda p: p["grank"])
-    return False, f"{p['case']}: {p['text']}"
+    return False, p["case"] + tr(": ") + p["text"]
 
 
 def _describe_crash(exc, events):
@@ -233,16 +238,18 @@ def _describe_crash(exc, events):
     frames = [ln.strip() for ln in lines[2:] if ln.startswith("  ") and not ln.startswith("    ")]
     case, logs = why.case_logs(events)
     k, length, dtype = case.get(r, (None, None, None))
-    text = f"rank {r} crashed ({lines[0]})" + (f" in {frames[0]}" if frames else "")
+    text = tr("rank {r} crashed ({why}) in {frame}", r=r, why=lines[0], frame=frames[0]) if frames \
+        else tr("rank {r} crashed ({why})", r=r, why=lines[0])
     if k is not None:
-        text = f"world size {k}, length {length}, {dtype}: {text}"
+        text = tr("world size {k}, length {length}, {dtype}", k=k, length=length,
+                  dtype=dtype) + tr(": ") + text
         clash = why.size_clash(logs, k, length)
         if clash:
-            text += f"; {clash}"
+            text += tr("; ") + clash
         for q in sorted(logs):
             cause = why.schedule(logs[q], q, k, length, partial=True)
             if cause:
-                text += f"; {cause}"
+                text += tr("; ") + cause
                 break
-    return text + (". gloo aborts when a send and the recv it meets differ in size: each "
-                   "receive must be exactly as long as the chunk its neighbour sends")
+    return text + tr(". gloo aborts when a send and the recv it meets differ in size: each "
+                     "receive must be exactly as long as the chunk its neighbour sends")

@@ -23,6 +23,7 @@ garbage collection). The verdict names the larger of the ranks' peaks; a differe
 matters only for a choice that much within the budget.
 """
 from labkit.check.core import checker
+from labkit.i18n import tr
 
 __all__ = ["fsdp_budget"]
 
@@ -32,29 +33,31 @@ _CACHE = {}
 
 
 def _validate(choice):
-    from labkit.fsdp.apply import WRAPS
-    from labkit.fsdp.strategies import STRATEGIES
+    from labkit.fsdp.strategies import STRATEGIES, WRAPS
     if not isinstance(choice, dict):
-        return (f"choose() must return a dict with keys {list(KEYS)}, got {type(choice).__name__}")
+        return tr("choose() must return a dict with keys {keys}, got {got}", keys=list(KEYS),
+                  got=type(choice).__name__)
     missing = [k for k in KEYS if k not in choice]
     extra = [k for k in choice if k not in KEYS]
     if missing or extra:
-        return (f"the dict needs exactly the keys {list(KEYS)}" + (f"; missing {missing}" if missing else "")
-                + (f"; unknown {extra}" if extra else ""))
+        return (tr("the dict needs exactly the keys {keys}", keys=list(KEYS))
+                + (tr("; missing {missing}", missing=missing) if missing else "")
+                + (tr("; unknown {extra}", extra=extra) if extra else ""))
     w, s, p, o = (choice[k] for k in KEYS)
     if w not in WRAPS:
-        return f"wrap={w!r} is not one of {list(WRAPS)} (whole model, one unit per transformer block, one per nn.Linear)"
+        return tr("wrap={w!r} is not one of {wraps} (whole model, one unit per transformer block, "
+                  "one per nn.Linear)", w=w, wraps=list(WRAPS))
     fsdp1 = {v.fsdp1: k for k, v in STRATEGIES.items()}
     if s in fsdp1:
-        return (f"strategy={s!r} is FSDP1's name (ShardingStrategy.{s}); labkit.fsdp.shard takes "
-                f"the FSDP2 form: strategy={fsdp1[s]!r}")
+        return tr("strategy={s!r} is FSDP1's name (ShardingStrategy.{s}); labkit.fsdp.shard takes "
+                  "the FSDP2 form: strategy={new!r}", s=s, new=fsdp1[s])
     if s not in STRATEGIES:
-        return f"strategy={s!r} is not one of {sorted(STRATEGIES)}"
+        return tr("strategy={s!r} is not one of {names}", s=s, names=sorted(STRATEGIES))
     if p not in ("fp32", "bf16"):
-        hint = " (fp16 needs a loss scaler; FSDP2's policy here is bf16)" if p == "fp16" else ""
-        return f"precision={p!r} is not 'fp32' or 'bf16'{hint}"
+        hint = tr(" (fp16 needs a loss scaler; FSDP2's policy here is bf16)") if p == "fp16" else ""
+        return tr("precision={p!r} is not 'fp32' or 'bf16'{hint}", p=p, hint=hint)
     if not isinstance(o, bool):
-        return f"offload must be True or False, got {o!r} ({type(o).__name__})"
+        return tr("offload must be True or False, got {o!r} ({kind})", o=o, kind=type(o).__name__)
     return None
 
 
@@ -86,13 +89,15 @@ def fsdp_budget(choose, cluster, budget: int = 600_000):
     if bad:
         return False, bad
     if cluster.world_size < 4 and choice["strategy"] == "hybrid":
-        return False, f"strategy='hybrid' needs a 2 x 2 mesh: run it on 4 ranks (this cluster has {cluster.world_size})"
+        return False, tr("strategy='hybrid' needs a 2 x 2 mesh: run it on 4 ranks (this cluster has "
+                         "{n})", n=cluster.world_size)
     mine = tuple(choice[k] for k in KEYS)
     said = ", ".join(f"{k}={v!r}" for k, v in choice.items())
     peak, rank = _peaks(cluster, [mine])[mine]
     if peak <= budget:
-        return True, (f"{said}: peak {_mb(peak)} per rank (rank {rank}), "
-                      f"{_mb(budget - peak)} under the {_mb(budget)} budget")
+        return True, tr("{said}: peak {peak} per rank (rank {rank}), {left} under the {budget} "
+                        "budget", said=said, peak=_mb(peak), rank=rank, left=_mb(budget - peak),
+                        budget=_mb(budget))
     alts = {}
     for i, k in enumerate(KEYS):
         if mine[i] != THRIFTY[k]:
@@ -100,6 +105,8 @@ def fsdp_budget(choose, cluster, budget: int = 600_000):
     got = _peaks(cluster, list(alts.values()))
     saving = {k: peak - got[c][0] for k, c in alts.items()}
     k = max(saving, key=lambda x: (saving[x], x))
-    return False, (f"{said}: peak {_mb(peak)} per rank (rank {rank}), {_mb(peak - budget)} over the "
-                   f"{_mb(budget)} budget; the choice that cost the most: {k}={choice[k]!r} "
-                   f"({k}={THRIFTY[k]!r} would save {_mb(saving[k])})")
+    return False, tr("{said}: peak {peak} per rank (rank {rank}), {over} over the {budget} "
+                     "budget; the choice that cost the most: {k}={mine!r} ({k}={thrifty!r} would "
+                     "save {saved})", said=said, peak=_mb(peak), rank=rank,
+                     over=_mb(peak - budget), budget=_mb(budget), k=k, mine=choice[k],
+                     thrifty=THRIFTY[k], saved=_mb(saving[k]))

@@ -7,6 +7,7 @@ The schedule compared with is `labkit.comm.formulas.ring_schedule`, the one ever
 labkit follows.
 """
 from labkit.comm.formulas import chunk_bounds, ring_schedule
+from labkit.i18n import tr
 
 
 def stuck_in(where: str) -> str:
@@ -49,9 +50,10 @@ def dropped_remainder(log, rank, k, length) -> str:
     if not missing or missing != list(range(k * q, length)) or \
             any(e[3] != q for e in _sends(log)):            # not the floor cut's pattern
         return ""
-    return (f"rank {rank} never sends elements {missing[0]}..{missing[-1]} of {length}: chunks cut "
-            f"with numel // n ({length} // {k} = {length // k}) leave out the last numel % n "
-            f"= {length % k}; cut with chunk_bounds(numel, n) (sizes differ by at most one)")
+    return tr("rank {rank} never sends elements {a}..{b} of {length}: chunks cut with numel // n "
+              "({length} // {k} = {q}) leave out the last numel % n = {rest}; cut with "
+              "chunk_bounds(numel, n) (sizes differ by at most one)", rank=rank, a=missing[0],
+              b=missing[-1], length=length, k=k, q=length // k, rest=length % k)
 
 
 def schedule(log, r, k, length, partial=False, summed=False) -> str:
@@ -67,34 +69,41 @@ def schedule(log, r, k, length, partial=False, summed=False) -> str:
     shift = shifts[0] if shifts else 0
     want = [st for st in ring_schedule(r, k, shift) if sizes[st.send]]
     for s, st in enumerate(want):
-        where = f"rank {r}, send {s + 1} ({st.phase} step {st.step + 1})"
+        where = tr("rank {r}, send {s} ({phase} step {step})", r=r, s=s + 1, phase=st.phase,
+                   step=st.step + 1)
         if s >= len(sends):
             if partial:
                 return ""
             n_rs = sum(st.phase == "reduce-scatter" for st in want)
             if len(sends) == n_rs and summed:
-                return (f"rank {r} made the reduce-scatter's {n_rs} sends and no all-gather: after "
-                        "the reduce-scatter each rank holds only its own summed chunk; the "
-                        f"all-gather's n - 1 = {k - 1} steps pass the summed chunks around the ring")
-            return (f"rank {r} made {len(sends)} non-empty sends, the ring needs {len(want)} here "
-                    f"({k - 1} reduce-scatter + {k - 1} all-gather steps): a step is missing")
+                return tr("rank {r} made the reduce-scatter's {n_rs} sends and no all-gather: "
+                          "after the reduce-scatter each rank holds only its own summed chunk; "
+                          "the all-gather's n - 1 = {steps} steps pass the summed chunks around "
+                          "the ring", r=r, n_rs=n_rs, steps=k - 1)
+            return tr("rank {r} made {sent} non-empty sends, the ring needs {need} here ({steps} "
+                      "reduce-scatter + {steps} all-gather steps): a step is missing", r=r,
+                      sent=len(sends), need=len(want), steps=k - 1)
         c = chunk_index(sends[s], bounds)
         if c == -1:
             a = sends[s][2]
-            return (f"{where}: sent elements {a}..{a + sends[s][3] - 1}, which is not one of the "
-                    f"ring's chunks (chunk_bounds({length}, {k}) = {bounds})")
+            return tr("{where}: sent elements {a}..{b}, which is not one of the ring's chunks "
+                      "(chunk_bounds({length}, {k}) = {bounds})", where=where, a=a,
+                      b=a + sends[s][3] - 1, length=length, k=k, bounds=bounds)
         if c is not None and c != st.send:
-            text = f"{where}: sent chunk {c}, the ring sends chunk {st.send} at this step"
+            text = tr("{where}: sent chunk {c}, the ring sends chunk {want} at this step",
+                      where=where, c=c, want=st.send)
             if st.phase == "all-gather":
                 own = ring_schedule(r, k, shift)[k - 2].recv      # the last reduce-scatter step's
-                return text + (f": after your reduce-scatter rank {r} holds the whole sum of chunk "
-                               f"{own}, so the all-gather sends that chunk first, then at each step "
-                               "the chunk it received the step before")
+                return text + tr(": after your reduce-scatter rank {r} holds the whole sum of "
+                                 "chunk {own}, so the all-gather sends that chunk first, then at "
+                                 "each step the chunk it received the step before", r=r, own=own)
             before = ring_schedule(r, k, shift)[st.step - 1].recv if st.step else None
-            return text + (f": at each reduce-scatter step a rank passes on the chunk it added "
-                           f"into the step before (chunk {before})" if st.step else "")
+            return text + (tr(": at each reduce-scatter step a rank passes on the chunk it added "
+                              "into the step before (chunk {before})", before=before)
+                           if st.step else "")
     if len(sends) > len(want):
-        return f"rank {r}: {len(sends)} sends, the ring needs {len(want)}"
+        return tr("rank {r}: {sent} sends, the ring needs {need}", r=r, sent=len(sends),
+                  need=len(want))
     return ""
 
 
@@ -107,13 +116,15 @@ def extra_bytes(log, r, k, length) -> str:
     sends = _sends(log)
     sent = sum(e[3] for e in sends)
     if not sends and need:
-        return (f"the sum is right, but rank {r} sent no point-to-point message: the exercise is "
-                "to build the all-reduce from isend/irecv (or send/recv), not to call a collective")
+        return tr("the sum is right, but rank {r} sent no point-to-point message: the exercise "
+                  "is to build the all-reduce from isend/irecv (or send/recv), not to call a "
+                  "collective", r=r)
     if sent <= need:
         return ""
-    return (f"the sum is right, but rank {r} sent {sent} elements in {len(sends)} messages where "
-            f"the ring sends {need} ({k - 1} reduce-scatter + {k - 1} all-gather steps of one "
-            "chunk each): a step too many? Each phase has n - 1 steps (range(n - 1))")
+    return tr("the sum is right, but rank {r} sent {sent} elements in {messages} messages where "
+              "the ring sends {need} ({steps} reduce-scatter + {steps} all-gather steps of one "
+              "chunk each): a step too many? Each phase has n - 1 steps (range(n - 1))", r=r,
+              sent=sent, messages=len(sends), need=need, steps=k - 1)
 
 
 def leftovers(logs: dict) -> dict:
@@ -140,8 +151,8 @@ def unmatched(logs: dict) -> str:
             sends = [e for e in logs[a] if e[0].endswith("send") and e[1] == b]
             recvs = [e for e in logs.get(b, []) if e[0].endswith("recv") and e[1] == a]
             if len(sends) != len(recvs):
-                return (f"rank {a} posted {len(sends)} sends to rank {b}, which posted "
-                        f"{len(recvs)} receives from rank {a}")
+                return tr("rank {a} posted {sends} sends to rank {b}, which posted {recvs} "
+                          "receives from rank {a}", a=a, b=b, sends=len(sends), recvs=len(recvs))
     return ""
 
 
@@ -152,15 +163,17 @@ def size_clash(logs: dict, k: int, length: int) -> str:
 
     def what(e):
         c = chunk_index(e, bounds)
-        return f"chunk {c} ({e[3]} elements)" if c not in (None, -1) else f"a buffer of {e[3]} elements"
+        return tr("chunk {c} ({n} elements)", c=c, n=e[3]) if c not in (None, -1) else \
+            tr("a buffer of {n} elements", n=e[3])
     for dst in range(k):
         for src in range(k):
             sends = [e for e in logs.get(src, []) if e[0].endswith("send") and e[1] == dst]
             recvs = [e for e in logs.get(dst, []) if e[0].endswith("recv") and e[1] == src]
             for i, (a, b) in enumerate(zip(sends, recvs)):
                 if a[3] != b[3]:
-                    return (f"rank {src} sent {what(a)} to rank {dst}, whose matching recv "
-                            f"(its message {i + 1} from rank {src}) was into {what(b)}")
+                    return tr("rank {src} sent {what} to rank {dst}, whose matching recv (its "
+                              "message {i} from rank {src}) was into {into}", src=src, dst=dst,
+                              what=what(a), i=i + 1, into=what(b))
     return ""
 
 
@@ -188,26 +201,33 @@ def hang(stuck: dict, events, frame_of) -> str:
         if k is not None and r not in case:
             continue                            # outside the group: it only waits for it
         if "in settle()" in where.splitlines()[0]:
-            parts.append(f"rank {r} finished its part and waits for the others")
+            parts.append(tr("rank {r} finished its part and waits for the others", r=r))
             continue
         posted = logs.get(r, [])
-        msg = (f"its last message, number {len(posted)}, was {posted[-1][0]} "
-               f"{'to' if posted[-1][0].endswith('send') else 'from'} rank {posted[-1][1]}"
-               if posted else "no message posted")
+        msg = ((tr("its last message, number {n}, was {kind} to rank {peer}", n=len(posted),
+                   kind=posted[-1][0], peer=posted[-1][1]) if posted[-1][0].endswith("send") else
+                tr("its last message, number {n}, was {kind} from rank {peer}", n=len(posted),
+                   kind=posted[-1][0], peer=posted[-1][1]))
+               if posted else tr("no message posted"))
         at = frame_of(where)
-        parts.append(f"rank {r} waits {stuck_in(where)}" + (f" at {at}" if at else "") + f" ({msg})")
-    head = f"hung (world size {k}, length {length}, {dtype})" if k else "hung"
-    text = head + ": " + "; ".join(parts)
+        parts.append(tr("rank {r} waits {where} at {at} ({msg})", r=r, where=stuck_in(where),
+                        at=at, msg=msg) if at else
+                     tr("rank {r} waits {where} ({msg})", r=r, where=stuck_in(where), msg=msg))
+    head = tr("hung (world size {k}, length {length}, {dtype})", k=k, length=length,
+              dtype=dtype) if k else tr("hung")
+    text = head + tr(": ") + tr("; ").join(parts)
     mine = {r: v for r, v in logs.items() if k is None or r in case}
     dropped = [e.data["dropped"] for e in events if "dropped" in e.data]
     if dropped:
-        return text + ". " + dropped[0][0].upper() + dropped[0][1:]
+        return text + tr(". {sentence}", sentence=dropped[0][0].upper() + dropped[0][1:])
     last = [mine[r][-1][0] for r in stuck if mine.get(r)]
     if last and all(kind in ("send", "recv") for kind in last):
-        return text + (". A blocking send or recv waits for the other side, and every rank "
-                       "started with the same one: post them with isend/irecv, then wait on both")
+        return text + tr(". A blocking send or recv waits for the other side, and every rank "
+                         "started with the same one: post them with isend/irecv, then wait on "
+                         "both")
     pair = unmatched(mine)
     if pair:
-        return text + f". {pair}: every send needs a matching receive on the other side"
-    return text + (". Every rank waits for a message no one sends: post the step's irecv and "
-                   "isend before waiting on either")
+        return text + tr(". {pair}: every send needs a matching receive on the other side",
+                         pair=pair)
+    return text + tr(". Every rank waits for a message no one sends: post the step's irecv and "
+                     "isend before waiting on either")

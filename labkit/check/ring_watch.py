@@ -20,6 +20,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from labkit.i18n import tr
+
 P2P = ("send", "recv", "isend", "irecv")
 
 
@@ -74,10 +76,13 @@ class _Request:
     def __del__(self):
         if not self.waited:
             rank, kind, number, peer = self.what
-            text = (f"rank {rank} never waited on its {kind} number {number} "
-                    f"({'to' if kind == 'isend' else 'from'} rank {peer}): keep every request "
-                    "and call .wait() on it; a message whose request is dropped unwaited is not "
-                    "sure to arrive (nor its buffer safe to reuse)")
+            way = (tr("{kind} number {number} (to rank {peer})", kind=kind, number=number,
+                      peer=peer) if kind == "isend" else
+                   tr("{kind} number {number} (from rank {peer})", kind=kind, number=number,
+                      peer=peer))
+            text = tr("rank {rank} never waited on its {which}: keep every request and call "
+                      ".wait() on it; a message whose request is dropped unwaited is not sure to "
+                      "arrive (nor its buffer safe to reuse)", rank=rank, which=way)
             self.notes.append(text)
             try:
                 self.emit(dropped=text)
@@ -102,7 +107,8 @@ def _group_rank(group, peer):
 
 
 def _who(gpeer, peer) -> str:
-    return f"rank {gpeer}" if gpeer is not None else f"global rank {peer}, which is not in the group"
+    return tr("rank {r}", r=gpeer) if gpeer is not None else \
+        tr("global rank {peer}, which is not in the group", peer=peer)
 
 
 def _global_peer(kind, me, want, peer, group, no_group) -> str:
@@ -111,15 +117,21 @@ def _global_peer(kind, me, want, peer, group, no_group) -> str:
     arg, garg = ("dst", "group_dst") if send else ("src", "group_src")
     mine, theirs = dist.get_global_rank(group, me), dist.get_global_rank(group, want)
     there = _group_rank(group, peer)
-    reads = (f"global rank {peer}" + (" (not in the group)" if there is None
-                                      else f" (rank {there} of the group)"))
-    head = (f"rank {me} of the group (global rank {mine}) {'sends to' if send else 'receives from'} "
-            f"rank {want} of the group (global rank {theirs}) as {kind}(..., {arg}={peer}")
+    reads = (tr("global rank {peer} (not in the group)", peer=peer) if there is None
+             else tr("global rank {peer} (rank {there} of the group)", peer=peer, there=there))
+    head = (tr("rank {me} of the group (global rank {mine}) sends to rank {want} of the group "
+               "(global rank {theirs})", me=me, mine=mine, want=want, theirs=theirs) if send else
+            tr("rank {me} of the group (global rank {mine}) receives from rank {want} of the "
+               "group (global rank {theirs})", me=me, mine=mine, want=want, theirs=theirs))
     if no_group:
-        return (head + f") without group=: on the whole world that is {reads}. Pass group=group "
-                f"and {garg}={want} (group ranks; or {arg}=dist.get_global_rank(group, {want}))")
-    return (head + f", group=group): {arg}= is a global rank even with group=, so that is {reads}; "
-            f"use {garg}={want} (or {arg}=dist.get_global_rank(group, {want}))")
+        return head + tr(" as {kind}(..., {arg}={peer}) without group=: on the whole world that "
+                         "is {reads}. Pass group=group and {garg}={want} (group ranks; or "
+                         "{arg}=dist.get_global_rank(group, {want}))", kind=kind, arg=arg,
+                         peer=peer, reads=reads, garg=garg, want=want)
+    return head + tr(" as {kind}(..., {arg}={peer}, group=group): {arg}= is a global rank even "
+                     "with group=, so that is {reads}; use {garg}={want} (or "
+                     "{arg}=dist.get_global_rank(group, {want}))", kind=kind, arg=arg, peer=peer,
+                     reads=reads, garg=garg, want=want)
 
 
 @contextlib.contextmanager
@@ -156,17 +168,24 @@ def watch(flat, group, k, world, log, notes, emit):
                 if gpeer != want and peer == want and ring_group is not None:
                     raise RingMistake(_global_peer(kind, me, want, peer, ring_group, group is None))
             if gpeer is not None and gpeer != want and tensor.numel():
-                side = "sends to" if send else "receives from"
-                ring = (f"sends to the right-hand neighbour {right}" if send
-                        else f"receives from the left-hand neighbour {left}")
-                raise RingMistake(f"rank {me} {side} {_who(gpeer, peer)} ({kind}); the ring {ring} "
-                                  "(group ranks: rank + 1 and rank - 1, mod the group's size)")
+                who = _who(gpeer, peer)
+                raise RingMistake(
+                    tr("rank {me} sends to {who} ({kind}); the ring sends to the right-hand "
+                       "neighbour {right} (group ranks: rank + 1 and rank - 1, mod the group's "
+                       "size)", me=me, who=who, kind=kind, right=right) if send else
+                    tr("rank {me} receives from {who} ({kind}); the ring receives from the "
+                       "left-hand neighbour {left} (group ranks: rank + 1 and rank - 1, mod the "
+                       "group's size)", me=me, who=who, kind=kind, left=left))
             real, convert = tensor, None
             if tensor.dtype != flat.dtype and tensor.numel():
-                what = "sends a" if send else "receives into a"
-                notes.append(f"rank {me} {what} {str(tensor.dtype)[6:]} buffer while the tensor is "
-                             f"{str(flat.dtype)[6:]}: make buffers with torch.empty_like(chunk), "
-                             "the same dtype as the tensor (gloo and NCCL match messages by bytes)")
+                fields = dict(me=me, dtype=str(tensor.dtype)[6:], want=str(flat.dtype)[6:])
+                head = (tr("rank {me} sends a {dtype} buffer while the tensor is {want}", **fields)
+                        if send else
+                        tr("rank {me} receives into a {dtype} buffer while the tensor is {want}",
+                           **fields))
+                notes.append(head + tr(": make buffers with torch.empty_like(chunk), the same "
+                                       "dtype as the tensor (gloo and NCCL match messages by "
+                                       "bytes)"))
                 if send:
                     real = tensor.to(flat.dtype)
                 else:
@@ -192,21 +211,22 @@ def watch(flat, group, k, world, log, notes, emit):
             if group is not None and group_arg is None and (lab or _from_learner()):
                 if lab and not _from_learner():
                     return fn_orig(*a, **kw)
-                raise RingMistake(
-                    f"your function asked for the {what} without the group: inside a group of {k} "
-                    f"of the {world} ranks that is the world's, not the group's; use "
-                    "dist.get_world_size(group) and dist.get_rank(group)")
+                raise RingMistake(tr(
+                    "your function asked for the {what} without the group: inside a group of {k} "
+                    "of the {world} ranks that is the world's, not the group's; use "
+                    "dist.get_world_size(group) and dist.get_rank(group)", what=what, k=k,
+                    world=world))
             return fn_orig(group_arg, *a, **kw) if not lab else fn_orig()
         return call
 
     patched = {name: p2p(name) for name in P2P}
-    patched["get_world_size"] = asked("world size (dist.get_world_size())", orig["get_world_size"])
-    patched["get_rank"] = asked("rank (dist.get_rank())", orig["get_rank"])
+    patched["get_world_size"] = asked(tr("world size (dist.get_world_size())"), orig["get_world_size"])
+    patched["get_rank"] = asked(tr("rank (dist.get_rank())"), orig["get_rank"])
     try:
         for name, f in patched.items():
             setattr(dist, name, f)
-        labkit.world_size = asked("world size (labkit.world_size())", orig_lab["world_size"], lab=True)
-        labkit.rank = asked("rank (labkit.rank())", orig_lab["rank"], lab=True)
+        labkit.world_size = asked(tr("world size (labkit.world_size())"), orig_lab["world_size"], lab=True)
+        labkit.rank = asked(tr("rank (labkit.rank())"), orig_lab["rank"], lab=True)
         yield
     finally:
         for name, f in orig.items():

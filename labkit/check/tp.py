@@ -21,6 +21,7 @@ import time
 
 from labkit.check.core import checker
 from labkit.check.guard import HANG_LIMIT_S
+from labkit.i18n import lang, tr
 
 __all__ = ["row_parallel"]
 
@@ -103,8 +104,10 @@ class _Agreed:
         while not store.check(keys):     # poll: store.wait's timeout prints C++ warnings
             if time.monotonic() > deadline:
                 late = [r for r, k in enumerate(keys) if not store.check([k])]
-                raise _Mismatch(f"rank {late[0]} did not reach its {_nth(self.i)} collective of "
-                                f"{self.phase} within {self.timeout:.0f} s, where rank {rank} called {what}")
+                raise _Mismatch(tr("rank {late} did not reach its {nth} collective of {phase} "
+                                   "within {limit:.0f} s, where rank {rank} {what}",
+                                   late=late[0], nth=_nth(self.i), phase=self.phase,
+                                   limit=self.timeout, rank=rank, what=_shown(what, self.phase)))
             time.sleep(0.002)
         calls = [store.get(k).decode() for k in keys]
         if len(set(calls)) > 1:
@@ -122,18 +125,31 @@ def _scopes(fn) -> list:
 
 
 def _nth(i: int) -> str:
-    return _ORDINAL.get(i, f"{i}th")
+    """'1st', '2nd' ... in English; the bare number where the catalog writes 第 {nth} 个."""
+    return _ORDINAL.get(i, f"{i}th") if lang() == "en" else str(i)
+
+
+def _shown(call: str, phase: str) -> str:
+    """A position as the learner reads it: the ranks compare the English text (the same on every
+    rank), the message shows it in the learner's language."""
+    if call == f"returned from {phase}":
+        return tr("returned from {phase}", phase=phase)
+    if call.startswith("raised "):
+        return tr("raised {error}", error=call[len("raised "):])
+    return tr("called {call}", call=call)
 
 
 def _mismatch_text(calls: list, i: int, phase: str) -> str:
     by_call = {}
     for r, c in enumerate(calls):
         by_call.setdefault(c, []).append(r)
-    said = [f"{'ranks' if len(rs) > 1 else 'rank'} {', '.join(map(str, rs))} "
-            f"{c if c.startswith(('returned', 'raised')) else 'called ' + c}" for c, rs in by_call.items()]
-    return (f"the ranks disagree at the {_nth(i)} collective of {phase}: " + "; ".join(said) +
-            ". Every rank must call the same collectives in the same order with the same shapes "
-            "(gloo hangs or aborts the process otherwise): no collective under `if rank == ...`")
+    said = [(tr("ranks {ranks} {what}", ranks=", ".join(map(str, rs)), what=_shown(c, phase))
+             if len(rs) > 1 else tr("rank {ranks} {what}", ranks=rs[0], what=_shown(c, phase)))
+            for c, rs in by_call.items()]
+    return tr("the ranks disagree at the {nth} collective of {phase}: {said}. Every rank must call "
+              "the same collectives in the same order with the same shapes (gloo hangs or aborts "
+              "the process otherwise): no collective under `if rank == ...`", nth=_nth(i),
+              phase=phase, said=tr("; ").join(said))
 
 
 def _case(fn, token: str = "", timeout: float = 30):
@@ -162,11 +178,12 @@ def _case(fn, token: str = "", timeout: float = 30):
     except _Mismatch as exc:
         return {**out, "error": str(exc)}
     if not isinstance(y, torch.Tensor):
-        return {**out, "error": f"forward returned {type(y).__name__}, not a tensor"}
+        return {**out, "error": tr("forward returned {kind}, not a tensor", kind=type(y).__name__)}
     out["y"] = y.detach().clone()
     if tuple(y.shape) != tuple(out["ref_y"].shape):
-        return {**out, "error": f"forward returned shape {tuple(y.shape)}, expected "
-                                f"{tuple(out['ref_y'].shape)} (batch, seq, out_features)"}
+        return {**out, "error": tr("forward returned shape {got}, expected {want} (batch, seq, "
+                                   "out_features)", got=tuple(y.shape),
+                                   want=tuple(out["ref_y"].shape))}
     try:
         with _Agreed(token, "backward", timeout, fn):
             y.backward(dy)
@@ -174,8 +191,9 @@ def _case(fn, token: str = "", timeout: float = 30):
         return {**out, "error": str(exc)}
     except RuntimeError as exc:
         msg = str(exc).strip().splitlines()[0]
-        return {**out, "error": f"backward failed: {msg} (return one gradient per input of forward, "
-                                "each shaped like that input: x shard, weight shard, bias, None)"}
+        return {**out, "error": tr("backward failed: {msg} (return one gradient per input of "
+                                   "forward, each shaped like that input: x shard, weight shard, "
+                                   "bias, None)", msg=msg)}
     out.update(gx=xs.grad, gw=ws.grad, gb=bs.grad)
     return out
 
@@ -195,90 +213,101 @@ def _scale(a, b):
 def _factor(c: float, t: int) -> str:
     """'4x the right one (4 = the number of ranks: ...)', '1/4 of the right one (...)'."""
     if abs(c - t) < 1e-6:
-        return (f"{t}x the right one ({t} = the number of ranks: summed over the ranks once too "
-                "often, or multiplied by the world size)")
+        return tr("{t}x the right one ({t} = the number of ranks: summed over the ranks once too "
+                  "often, or multiplied by the world size)", t=t)
     if abs(c - 1 / t) < 1e-6:
-        return (f"{c:.3g}x the right one (1/{t}, one over the number of ranks: divided by the "
-                "world size, or averaged where a sum is needed)")
-    return f"{c:.3g}x the right one"
+        return tr("{c:.3g}x the right one (1/{t}, one over the number of ranks: divided by the "
+                  "world size, or averaged where a sum is needed)", c=c, t=t)
+    return tr("{c:.3g}x the right one", c=c)
 
 
 def diagnose(res: dict, rank: int) -> str:
     """'' when the rank's results match one device, else the first mistake found."""
-    if res.get("error") and "y" not in res:
-        return f"rank {rank}: {res['error']}"
-    t, y, ref, part, b = res["t"], res["y"], res["ref_y"], res["partial"], res["bias"]
     if res.get("error"):
-        return f"rank {rank}: {res['error']}"
+        return tr("rank {rank}: {error}", rank=rank, error=res["error"])
+    t, y, ref, part, b = res["t"], res["y"], res["ref_y"], res["partial"], res["bias"]
     if not _close(y, ref):
         gx = res.get("gx")
         if _close(y, part + b) and gx is not None and _close(gx, res["summed_gx"]):
-            return (f"rank {rank}: the all-reduce is in the wrong direction: forward returned this "
-                    "rank's partial product, and backward summed the input gradient. A row-parallel "
-                    "layer sums the partial outputs in forward (Megatron's g) and needs no "
-                    "collective in backward")
+            return tr("rank {rank}: the all-reduce is in the wrong direction: forward returned "
+                      "this rank's partial product, and backward summed the input gradient. A "
+                      "row-parallel layer sums the partial outputs in forward (Megatron's g) and "
+                      "needs no collective in backward", rank=rank)
         if _close(y, part + b) or _close(y, part):
-            return (f"rank {rank}: forward returned this rank's partial product x_r W_r^T without "
-                    "summing it over ranks: all-reduce it (dist.all_reduce) before returning")
+            return tr("rank {rank}: forward returned this rank's partial product x_r W_r^T "
+                      "without summing it over ranks: all-reduce it (dist.all_reduce) before "
+                      "returning", rank=rank)
         if _close(y, ref + (t - 1) * b):
-            return (f"rank {rank}: the bias is counted {t} times: it was added on every rank before "
-                    "the all-reduce. Sum the partial products first, then add the bias once")
+            return tr("rank {rank}: the bias is counted {t} times: it was added on every rank "
+                      "before the all-reduce. Sum the partial products first, then add the bias "
+                      "once", rank=rank, t=t)
         if _close(y, (ref - b) / t + b) or _close(y, ref / t):
-            return (f"rank {rank}: the output is 1/{t} of the right one: the partial products must "
-                    "be summed (ReduceOp.SUM), not averaged")
+            return tr("rank {rank}: the output is 1/{t} of the right one: the partial products "
+                      "must be summed (ReduceOp.SUM), not averaged", rank=rank, t=t)
         if _close(y, ref - b):
-            return f"rank {rank}: the bias is missing from the output: add it once, after the all-reduce"
+            return tr("rank {rank}: the bias is missing from the output: add it once, after the "
+                      "all-reduce", rank=rank)
         c, summed = _scale(y, ref), _scale(y - b, ref - b)
         if c or summed:
-            what = "the output" if c else "the summed product (before the bias, which is right)"
-            return (f"rank {rank}: {what} is {_factor(c or summed, t)}. Sum the partial products "
-                    "with one all-reduce (ReduceOp.SUM), then add the bias once")
-        return (f"rank {rank}: forward differs from nn.Linear on one device by "
-                f"{(y - ref).abs().max().item():.3g}")
+            what = tr("the output") if c else \
+                tr("the summed product (before the bias, which is right)")
+            return tr("rank {rank}: {what} is {factor}. Sum the partial products with one "
+                      "all-reduce (ReduceOp.SUM), then add the bias once", rank=rank, what=what,
+                      factor=_factor(c or summed, t))
+        return tr("rank {rank}: forward differs from nn.Linear on one device by {gap:.3g}",
+                  rank=rank, gap=(y - ref).abs().max().item())
     gx, gw, gb = res["gx"], res["gw"], res["gb"]
     if gx is None:
-        return f"rank {rank}: backward returned no gradient for the input shard (first return value)"
+        return tr("rank {rank}: backward returned no gradient for the input shard (first return "
+                  "value)", rank=rank)
     if not _close(gx, res["ref_gx"]):
         if _close(gx, res["summed_gx"]):
-            return (f"rank {rank}: the input gradient was all-reduced in backward; in a row-parallel "
-                    "layer rank r's input slice gets grad_y @ W_r alone (the sum belongs to forward)")
+            return tr("rank {rank}: the input gradient was all-reduced in backward; in a "
+                      "row-parallel layer rank r's input slice gets grad_y @ W_r alone (the sum "
+                      "belongs to forward)", rank=rank)
         c = _scale(gx, res["ref_gx"])
         if c:
-            return (f"rank {rank}: the input gradient is {_factor(c, t)}. Rank r's input slice gets "
-                    "grad_y @ W_r as it is: no collective, no division")
-        return (f"rank {rank}: input gradient differs by {(gx - res['ref_gx']).abs().max().item():.3g}"
-                " (expected grad_y @ weight_shard)")
+            return tr("rank {rank}: the input gradient is {factor}. Rank r's input slice gets "
+                      "grad_y @ W_r as it is: no collective, no division", rank=rank,
+                      factor=_factor(c, t))
+        return tr("rank {rank}: input gradient differs by {gap:.3g} (expected grad_y @ "
+                  "weight_shard)", rank=rank, gap=(gx - res["ref_gx"]).abs().max().item())
     if gw is None:
-        return f"rank {rank}: backward returned no gradient for the weight shard"
+        return tr("rank {rank}: backward returned no gradient for the weight shard", rank=rank)
     if not _close(gw, res["ref_gw"]):
         if _close(gw, res["summed_gw"]):
-            return (f"rank {rank}: the weight gradient was all-reduced; each rank's columns get "
-                    "grad_y^T x_r from its own input slice, no collective")
+            return tr("rank {rank}: the weight gradient was all-reduced; each rank's columns get "
+                      "grad_y^T x_r from its own input slice, no collective", rank=rank)
         c = _scale(gw, res["ref_gw"])
         if c:
-            return (f"rank {rank}: the weight gradient is {_factor(c, t)}. Each rank's columns get "
-                    "grad_y^T x_r from its own input slice: no collective, no division")
-        return (f"rank {rank}: weight gradient differs (shape {tuple(gw.shape)}, expected "
-                f"{tuple(res['ref_gw'].shape)}; grad_y^T x_r summed over batch and sequence)")
+            return tr("rank {rank}: the weight gradient is {factor}. Each rank's columns get "
+                      "grad_y^T x_r from its own input slice: no collective, no division",
+                      rank=rank, factor=_factor(c, t))
+        return tr("rank {rank}: weight gradient differs (shape {got}, expected {want}; grad_y^T "
+                  "x_r summed over batch and sequence)", rank=rank, got=tuple(gw.shape),
+                  want=tuple(res["ref_gw"].shape))
     if gb is None:
-        return f"rank {rank}: backward returned no gradient for the bias (grad_y summed over batch and sequence)"
+        return tr("rank {rank}: backward returned no gradient for the bias (grad_y summed over "
+                  "batch and sequence)", rank=rank)
     if not _close(gb, res["ref_gb"]):
         c = _scale(gb, res["ref_gb"])
-        ratio = f"{_factor(c, t)}" if c else f"{(gb.sum() / res['ref_gb'].sum()).item():.3g}x the right one"
-        return (f"rank {rank}: bias gradient is {ratio}; it is grad_y summed over batch and "
-                "sequence, whole on every rank (no division, no all-reduce)")
+        ratio = _factor(c, t) if c else \
+            tr("{c:.3g}x the right one", c=(gb.sum() / res["ref_gb"].sum()).item())
+        return tr("rank {rank}: bias gradient is {ratio}; it is grad_y summed over batch and "
+                  "sequence, whole on every rank (no division, no all-reduce)", rank=rank,
+                  ratio=ratio)
     return ""
 
 
 @checker("row_parallel")
 def row_parallel(fn, cluster, timeout: float = HANG_LIMIT_S):
     if cluster.world_size < 2 or _IN % cluster.world_size:
-        return False, f"needs a cluster of 2 or 4 ranks, this one has {cluster.world_size}"
+        return False, tr("needs a cluster of 2 or 4 ranks, this one has {n}", n=cluster.world_size)
     import uuid
     results = cluster.run(_case, fn, uuid.uuid4().hex[:12], timeout / 2, timeout=timeout)
     for rank, res in enumerate(results):
         why = diagnose(res, rank)
         if why:
             return False, why
-    return True, (f"{cluster.world_size} ranks: output and the gradients of input shard, weight "
-                  "shard and bias equal nn.Linear on one device")
+    return True, tr("{n} ranks: output and the gradients of input shard, weight shard and bias "
+                    "equal nn.Linear on one device", n=cluster.world_size)

@@ -13,6 +13,7 @@ here: no GPU). The command line is `python -m labkit.bench collectives`.
 """
 import statistics
 from labkit.figtext import figsize as _figsize, size as _fs
+from labkit.i18n import tr, tr_fig
 
 OPS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "ring_all_reduce", "naive_all_reduce"]
 FACTOR_OP = {"ring_all_reduce": "all_reduce", "naive_all_reduce": "all_reduce"}
@@ -115,11 +116,13 @@ def table(rows):
     notes = []
     sizes = sorted({r["bytes"] for r in rows})
     if {"ring_all_reduce", "all_reduce"} <= {r["op"] for r in rows}:
-        notes.append("labkit ring / torch all_reduce busbw (median of paired ratios, > 1: the ring is "
-                     "faster): " + ", ".join(f"{human(s)} {ratio(rows, s, paired=True):.2f}" for s in sizes))
+        notes.append(tr("labkit ring / torch all_reduce busbw (median of paired ratios, > 1: the "
+                        "ring is faster): {ratios}", ratios=", ".join(
+                            f"{human(s)} {ratio(rows, s, paired=True):.2f}" for s in sizes)))
     return Table(["size", "op", "time (us)", "algbw (GB/s)", "busbw (GB/s)"], out, align="rlrrr",
-                 title=f"world size {n}; busbw factor: all-reduce 2(N-1)/N = {2 * (n - 1) / max(n, 1):.3g}, "
-                       f"reduce-scatter and all-gather (N-1)/N = {(n - 1) / max(n, 1):.3g}, broadcast 1",
+                 title=tr("world size {n}; busbw factor: all-reduce 2(N-1)/N = {ar:.3g}, "
+                          "reduce-scatter and all-gather (N-1)/N = {rs:.3g}, broadcast 1", n=n,
+                          ar=2 * (n - 1) / max(n, 1), rs=(n - 1) / max(n, 1)),
                  notes=notes)
 
 
@@ -130,14 +133,16 @@ def observations(rows, margin: float = 1.1) -> list:
     get = {(r["op"], r["bytes"]): r for r in rows}
     sizes = sorted({r["bytes"] for r in rows})
     said = []
-    for slow, fast, words in (("ring_all_reduce", "all_reduce", "labkit's ring took longer than torch's all_reduce"),
-                              ("ring_all_reduce", "naive_all_reduce", "the naive all-reduce beat the ring")):
+    for slow, fast, words in (("ring_all_reduce", "all_reduce",
+                               tr("labkit's ring took longer than torch's all_reduce at {sizes}")),
+                              ("ring_all_reduce", "naive_all_reduce",
+                               tr("the naive all-reduce beat the ring at {sizes}"))):
         times = {s: get[(slow, s)]["seconds"] / get[(fast, s)]["seconds"]
                  for s in sizes if (slow, s) in get and (fast, s) in get}
         hits = [s for s, x in times.items() if x > margin]
         if hits:
-            said.append(f"{words} at " + ", ".join(f"{human(s)} (the ring {times[s]:.1f}x the time)"
-                                                   for s in hits))
+            said.append(words.format(sizes=tr(", ").join(
+                tr("{size} (the ring {x:.1f}x the time)", size=human(s), x=times[s]) for s in hits)))
     return said
 
 
@@ -151,13 +156,15 @@ def plateaus(rows, share: float = 0.8) -> list:
         start = next((i for i in range(len(pts)) if all(b >= share * best for _, b in pts[i:])), None)
         if start is None:                       # the largest size fell back below the level
             top = max(pts, key=lambda p: p[1])[0]
-            where = (f"at {human(top)}, but not level in this range: at {human(pts[-1][0])} it is "
-                     f"{pts[-1][1] / best:.0%} of that")
+            where = tr("at {top}, but not level in this range: at {last} it is {part:.0%} of that",
+                       top=human(top), last=human(pts[-1][0]), part=pts[-1][1] / best)
         elif start < len(pts) - 1:
-            where = f"from {human(pts[start][0])} on"
+            where = tr("from {size} on", size=human(pts[start][0]))
         else:
-            where = f"only at the largest size, {human(pts[-1][0])}: no level stretch in this range"
-        said.append(f"{op}: busbw within {share:.0%} of its best ({best / 1e9:.3g} GB/s) {where}")
+            where = tr("only at the largest size, {size}: no level stretch in this range",
+                       size=human(pts[-1][0]))
+        said.append(tr("{op}: busbw within {share:.0%} of its best ({best:.3g} GB/s) {where}",
+                       op=op, share=share, best=best / 1e9, where=where))
     return said
 
 
@@ -174,14 +181,15 @@ def plot(rows, path=None, ax=None):
     for op in [o for o in OPS if any(r["op"] == o for r in rows)]:
         pts = sorted((r["bytes"], r["busbw"] / 1e9) for r in rows if r["op"] == op)
         fmt, colour = style[op]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], fmt, color=colour, label=LABELS[op].format(backend=rows[0].get("backend", "the backend")), ms=5)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], fmt, color=colour, label=tr_fig(LABELS[op]).format(backend=rows[0].get("backend", "the backend")), ms=5)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     sizes = sorted({r["bytes"] for r in rows})
     ax.set_xticks(sizes, [human(s) for s in sizes])
-    ax.set_xlabel("message size S (bytes)")
-    ax.set_ylabel("busbw (GB/s, log scale)")
-    ax.set_title(f"bus bandwidth on {rows[0]['world_size']} ranks (nccl-tests convention)", fontsize=_fs(10))
+    ax.set_xlabel(tr_fig("message size S (bytes)"))
+    ax.set_ylabel(tr_fig("busbw (GB/s, log scale)"))
+    ax.set_title(tr_fig("bus bandwidth on {n} ranks (nccl-tests convention)", n=rows[0]["world_size"]),
+                 fontsize=_fs(10))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=_fs(8), loc="lower right")
     if fig is not None:

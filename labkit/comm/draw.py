@@ -8,7 +8,7 @@
 import matplotlib.pyplot as plt
 from matplotlib.colors import LinearSegmentedColormap
 from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
-from labkit.i18n import tr_fig                 # figure text in the learner's language
+from labkit.i18n import tr, tr_fig                 # figure text in the learner's language
 
 _CMAP = LinearSegmentedColormap.from_list("partial", ["#f3f0e7", "#f6c76b", "#e07b39", "#2a9d5c"])
 
@@ -31,7 +31,8 @@ def ring_frames(events: list, n: int) -> list:
             moves.append((src, dst, c))
             seconds[dst] = e["t1"] - e["t0"]
         state = new
-        frames.append({"title": f"{phase} step {step + 1}", "state": state, "moves": moves, "seconds": seconds})
+        frames.append({"title": f"{phase} step {step + 1}", "phase": phase, "step": step + 1,
+                       "state": state, "moves": moves, "seconds": seconds})
     return frames
 
 
@@ -56,22 +57,25 @@ def draw_frame(frame: dict, ax, n: int) -> None:
             ax.add_patch(plt.Rectangle((c, r), 1, 1, facecolor=_colour(k, n),
                                        edgecolor=_ARRIVED if new else "white",
                                        linewidth=3 if new else 1))
-            label = "+".join(str(x) for x in sorted(state[r][c])) if k < n else "all"
+            label = "+".join(str(x) for x in sorted(state[r][c])) if k < n else tr_fig("all")
             ax.text(c + 0.5, r + (0.36 if new else 0.5), label, ha="center", va="center",
                     fontsize=_fs(9 if n <= 4 else 7), color="white" if k == n else "black",
                     fontweight="bold" if k == n else "normal")
             if new:
-                ax.text(c + 0.5, r + 0.76, f"from {arrived[(r, c)]}", ha="center", va="center",
+                ax.text(c + 0.5, r + 0.76, tr_fig("from {r}", r=arrived[(r, c)]), ha="center", va="center",
                         fontsize=_fs(8 if n <= 4 else 6), color=_ARRIVED,
                         bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none"))
     ax.set_xlim(0, n)
     ax.set_ylim(n, 0)
-    ax.set_xticks([c + 0.5 for c in range(n)], [f"c{c}" if _on_slide() else f"chunk {c}" for c in range(n)],
+    ax.set_xticks([c + 0.5 for c in range(n)], [f"c{c}" if _on_slide() else tr_fig("chunk {c}", c=c) for c in range(n)],
                   fontsize=_fs(7))                   # a slide's larger text: "c0" under each column
     ax.set_yticks([r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=_fs(8))
     ax.tick_params(length=0)
     ms = max(frame["seconds"].values()) * 1e3 if frame["seconds"] else None
-    ax.set_title(frame["title"] + (f"\n(slowest rank {ms:.2f} ms)" if ms is not None else "\n"), fontsize=_fs(9))
+    title = tr_fig("{phase} step {step}", phase=frame["phase"], step=frame["step"]) \
+        if frame.get("phase") else tr_fig(frame["title"])
+    ax.set_title(title + (tr_fig("\n(slowest rank {ms:.2f} ms)", ms=ms) if ms is not None else "\n"),
+                 fontsize=_fs(9))
 
 
 def draw_key(ax, n: int) -> None:
@@ -79,16 +83,16 @@ def draw_key(ax, n: int) -> None:
     ax.axis("off")
     ax.set_xlim(0, 1)
     ax.set_ylim(n + 2.2, -0.4)
-    ax.text(0, -0.1, "key", fontsize=_fs(9), fontweight="bold", va="center")
+    ax.text(0, -0.1, tr_fig("key"), fontsize=_fs(9), fontweight="bold", va="center")
     for k in range(1, n + 1):
-        what = ("its own data only" if k == 1 else "the full sum (all)" if k == n
-                else f"a partial sum of {k} ranks")
+        what = (tr_fig("its own data only") if k == 1 else tr_fig("the full sum (all)") if k == n
+                else tr_fig("a partial sum of {k} ranks", k=k))
         ax.add_patch(plt.Rectangle((0, k - 0.4), 0.18, 0.8, facecolor=_colour(k, n), edgecolor="white"))
         ax.text(0.24, k, what, fontsize=_fs(8), va="center")
     y = n + 1.2
     ax.add_patch(plt.Rectangle((0, y - 0.4), 0.18, 0.8, facecolor="white", edgecolor=_ARRIVED, linewidth=3))
-    ax.text(0.24, y, "arrived at this step\n(\"from r\": sent by rank r)", fontsize=_fs(8), va="center")
-    ax.text(0, y + 1.0, "a cell's text: whose data it sums", fontsize=_fs(8), va="center", style="italic")
+    ax.text(0.24, y, tr_fig("arrived at this step\n(\"from r\": sent by rank r)"), fontsize=_fs(8), va="center")
+    ax.text(0, y + 1.0, tr_fig("a cell's text: whose data it sums"), fontsize=_fs(8), va="center", style="italic")
 
 
 def draw_ring_steps(frames: list, cols: int = None, key: bool = True, title: str = None):
@@ -123,8 +127,8 @@ def draw_ring_steps(frames: list, cols: int = None, key: bool = True, title: str
             for ax in row[1:len(line)]:
                 ax.tick_params(labelleft=False)
     if title is None:
-        title = (f"ring all-reduce on {n} ranks, recorded: reduce-scatter ({n - 1} steps, top), "
-                 f"then all-gather ({n - 1} steps, bottom)")
+        title = tr_fig("ring all-reduce on {n} ranks, recorded: reduce-scatter ({steps} steps, "
+                       "top), then all-gather ({steps} steps, bottom)", n=n, steps=n - 1)
     fig.suptitle(title, fontsize=_fs(10))
     fig.tight_layout()
     return fig
@@ -137,7 +141,7 @@ def ring_slider(frames: list):
     from IPython.display import display
     n = len(frames[0]["state"])
     out = widgets.Output()
-    slider = widgets.IntSlider(value=0, min=0, max=len(frames) - 1, description="step",
+    slider = widgets.IntSlider(value=0, min=0, max=len(frames) - 1, description=tr("step"),
                                continuous_update=False)
 
     def show(change=None):

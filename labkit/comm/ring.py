@@ -19,7 +19,8 @@ from labkit.comm.formulas import chunk_bounds, ring_schedule
 def ring_setup(tensor: torch.Tensor, group=None):
     """(flat working tensor, rank, world size, global rank of left, of right)."""
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+        from labkit.i18n import tr
+        raise TypeError(tr("expected a torch.Tensor, got {kind}", kind=type(tensor).__name__))
     r, n = dist.get_rank(group), dist.get_world_size(group)
     flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
     glob = (lambda g: g) if group is None else (lambda g: dist.get_global_rank(group, g))

@@ -8,6 +8,7 @@
 Both run real collectives on the cluster's ranks; nothing here is simulated.
 """
 from labkit.comm import formulas
+from labkit.i18n import tr
 
 TRAFFIC_OPS = ["ring_all_reduce", "naive_all_reduce", "torch_all_reduce"]
 
@@ -23,7 +24,7 @@ def _record_rank(length, fast):
     with comm.record() as rec:
         (comm.ring_all_reduce if fast else comm.ring_all_reduce_simple)(t)
     if not torch.equal(t, expected):
-        raise AssertionError(f"rank {labkit.rank()}: the recorded ring gave a wrong sum")
+        raise AssertionError(tr("rank {rank}: the recorded ring gave a wrong sum", rank=labkit.rank()))
     return rec.events
 
 
@@ -75,7 +76,8 @@ def traffic_rows(cluster, nbytes: int = 4 << 20, ops=TRAFFIC_OPS, repeats: int =
     others wait), so N = 2, 3, 4 can be measured on one cluster of 4."""
     n = cluster.world_size if world_size is None else world_size
     if not 1 <= n <= cluster.world_size:
-        raise ValueError(f"world_size must be between 1 and the cluster's {cluster.world_size}, got {n}")
+        raise ValueError(tr("world_size must be between 1 and the cluster's {most}, got {n}",
+                            most=cluster.world_size, n=n))
     nbytes = nbytes // 4 * 4
     per_rank = cluster.run(_traffic_rank, nbytes, list(ops), repeats, n, timeout=120)[:n]
     rows = []
@@ -102,7 +104,8 @@ def events_table(events: list, first: int = None):
              f"c{e['recv_chunk']} <- rank {e['recv_from']}", f"{e['sent']:,}",
              f"{(e['t0'] - t_start) * 1e3:.2f}", f"{(e['t1'] - e['t0']) * 1e3:.2f}"]
             for e in shown]
-    notes = [f"({len(events) - len(shown)} more events not shown)"] if len(shown) < len(events) else []
+    notes = [tr("({n} more events not shown)", n=len(events) - len(shown))] \
+        if len(shown) < len(events) else []
     return Table(["phase", "step", "rank", "sends", "receives", "bytes sent", "start (ms)",
                   "took (ms)"], rows, align="lrrllrrr", notes=notes)
 
@@ -135,7 +138,9 @@ def traffic_verdicts(rows, tolerance: float = 1e-3) -> bool:
         sent = sorted({f"{r['sent'] / S:.4f}" for r in mine})
         form = sorted({f"{r['formula'] / S:.4f}" for r in mine})
         ok &= verdict(abs(worst["sent"] - worst["formula"]) <= tolerance * S,
-                      f"N={key[0]} {key[1]}: sent / S per rank {', '.join(sent)}, formula "
-                      f"{', '.join(form)} (largest gap {worst['sent'] - worst['formula']:+,} B on rank "
-                      f"{worst['rank']}, allowed {tolerance * S:,.0f} B)")
+                      tr("N={n} {op}: sent / S per rank {sent}, formula {form} (largest gap "
+                         "{gap:+,} B on rank {rank}, allowed {allowed:,.0f} B)", n=key[0],
+                         op=key[1], sent=", ".join(sent), form=", ".join(form),
+                         gap=worst["sent"] - worst["formula"], rank=worst["rank"],
+                         allowed=tolerance * S))
     return ok

@@ -10,7 +10,7 @@
 import importlib
 
 _LAZY = {"shard": "apply", "units": "apply", "groups": "apply", "comm_log": "apply",
-         "counts": "apply", "WRAPS": "apply",
+         "counts": "apply", "WRAPS": "strategies",
          "STRATEGIES": "strategies", "Strategy": "strategies", "Group": "strategies",
          "bytes_per_step": "strategies", "calls_per_step": "strategies",
          "collective_bytes": "strategies"}

@@ -26,23 +26,22 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
 from labkit.comm.compat import all_gather_into_tensor, reduce_scatter_tensor
-from labkit.fsdp.strategies import Group, _strategy, padded_numel
-
-WRAPS = ("model", "block", "linear")
-
+from labkit.fsdp.strategies import WRAPS, Group, _strategy, padded_numel
+from labkit.i18n import tr
 
 
 def units(model: nn.Module, wrap: str) -> list:
     """The submodules that get their own fully_shard call, bottom-up, root excluded."""
     if wrap not in WRAPS:
-        raise ValueError(f"wrap must be one of {WRAPS}, got {wrap!r}")
+        raise ValueError(tr("wrap must be one of {wraps}, got {wrap!r}", wraps=WRAPS, wrap=wrap))
     if wrap == "model":
         return []
     if wrap == "block":
         lists = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
         if not lists:
-            raise ValueError(f"wrap='block' looks for the model's nn.ModuleList of blocks; "
-                             f"{type(model).__name__} has none: use wrap='linear' or 'model'")
+            raise ValueError(tr("wrap='block' looks for the model's nn.ModuleList of blocks; "
+                                "{kind} has none: use wrap='linear' or 'model'",
+                                kind=type(model).__name__))
         return [b for ml in lists for b in ml]
     owners = {}                    # parameter -> modules that hold it (tied weights)
     for m in model.modules():
@@ -83,8 +82,9 @@ def shard(model: nn.Module, *, wrap: str = "block", strategy: str = "full", repl
     kind = "cuda" if torch.cuda.is_available() and dist.get_backend() == "nccl" else "cpu"
     if s.name == "hybrid":
         if n % replicas or replicas in (1, n):
-            raise ValueError(f"strategy='hybrid' needs 1 < replicas < world size and replicas "
-                             f"dividing it: world_size={n}, replicas={replicas}")
+            raise ValueError(tr("strategy='hybrid' needs 1 < replicas < world size and replicas "
+                                "dividing it: world_size={n}, replicas={replicas}", n=n,
+                                replicas=replicas))
         mesh = init_device_mesh(kind, (replicas, n // replicas), mesh_dim_names=("replicate", "shard"))
     elif s.name == "no_shard":
         mesh = init_device_mesh(kind, (n, 1), mesh_dim_names=("replicate", "shard"))

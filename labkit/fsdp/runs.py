@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from labkit.fsdp import apply
 from labkit.fsdp.strategies import bytes_per_step, calls_per_step
+from labkit.i18n import tr
 
 
 def mp_policy(precision: str):
@@ -22,7 +23,8 @@ def mp_policy(precision: str):
     if precision == "fp32":
         return None
     if precision != "bf16":
-        raise ValueError(f"precision must be 'fp32' or 'bf16', got {precision!r}")
+        raise ValueError(tr("precision must be 'fp32' or 'bf16', got {precision!r}",
+                            precision=precision))
     from torch.distributed.fsdp import MixedPrecisionPolicy
     return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
 

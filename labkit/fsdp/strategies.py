@@ -29,6 +29,10 @@ class Strategy:
     note: str
 
 
+# the granularities labkit.fsdp.shard(wrap=...) takes: one unit for the whole model, one per
+# transformer block, one per nn.Linear (data, so the checker validates a choice without FSDP)
+WRAPS = ("model", "block", "linear")
+
 STRATEGIES = {
     "full": Strategy("full", "FULL_SHARD", True, 3, "fully_shard(m, mesh=1-D mesh)",
                      "parameters, gradients and optimizer state sharded; parameters gathered "
@@ -120,8 +124,10 @@ def bytes_per_step(groups, strategy: str, world_size: int, *, replicas: int = 1,
 
 def _strategy(name: str) -> Strategy:
     if name not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {sorted(STRATEGIES)} "
-                         f"(FSDP1: {[s.fsdp1 for s in STRATEGIES.values()]}), got {name!r}")
+        from labkit.i18n import tr
+        raise ValueError(tr("strategy must be one of {names} (FSDP1: {fsdp1}), got {name!r}",
+                            names=sorted(STRATEGIES), fsdp1=[s.fsdp1 for s in STRATEGIES.values()],
+                            name=name))
     return STRATEGIES[name]
 
 

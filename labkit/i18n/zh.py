@@ -165,3 +165,5 @@ from labkit.i18n import zh_check as _check, zh_figures as _figures   # noqa: E40
 
 MESSAGES.update(_check.MESSAGES)       # the checkers of notebooks 03-04
 MESSAGES.update(_figures.MESSAGES)     # the library's figures for notebooks 00-04
+from labkit.i18n import zh_m020506 as _m020506   # noqa: E402
+MESSAGES.update(_m020506.MESSAGES)     # notebooks 02, 05a/05b, 06: checkers and library text

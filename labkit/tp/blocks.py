@@ -16,6 +16,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from labkit.i18n import tr
 from labkit.models import Block
 from labkit.tp.layers import ColumnParallelLinear, RowParallelLinear, shard_rows
 
@@ -45,7 +46,7 @@ class TPAttention(nn.Module):
                  sequence_parallel=False, impl: str = "ring"):
         super().__init__()
         t = dist.get_world_size(group)
-        shard_rows(n_head, t, 0, "number of attention heads")      # heads split whole
+        shard_rows(n_head, t, 0, tr("number of attention heads"))      # heads split whole
         self.local_heads = n_head // t
         self.head_dim = qkv.in_features // n_head
         kw = dict(group=group, sequence_parallel=sequence_parallel, impl=impl)

@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from labkit.comm.compat import all_gather_into_tensor, reduce_scatter_tensor
 from labkit.comm.ring import ring_all_gather, ring_reduce_scatter
+from labkit.i18n import tr
 
 
 class _CopyToTP(torch.autograd.Function):
@@ -67,8 +68,9 @@ def reduce_scatter_seq(x, group=None, impl: str = "ring"):
     t = dist.get_world_size(group)
     s = x.shape[1]
     if s % t:
-        raise ValueError(f"sequence length {s} does not divide by the TP degree {t}: sequence "
-                         f"parallelism gives each rank s / t = {s / t:.2f} positions; pick s divisible by {t}")
+        raise ValueError(tr("sequence length {s} does not divide by the TP degree {t}: sequence "
+                            "parallelism gives each rank s / t = {per:.2f} positions; pick s "
+                            "divisible by {t}", s=s, t=t, per=s / t))
     flat = _seq_first(x)
     if impl == "ring":
         out = ring_reduce_scatter(flat.view(-1), group).view(s // t, *flat.shape[1:]).clone()

@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from labkit.i18n import tr
 from labkit.tp import comms
 from labkit.tp.layers import RowParallelLinear, shard_rows
 
@@ -51,14 +52,15 @@ def _attend(q, k, v, head_dim, proj):
 
 def kv_heads_of_rank(n_head: int, n_kv_head: int, t: int, r: int) -> range:
     """The K/V heads rank r's query heads read (pure arithmetic)."""
-    shard_rows(n_head, t, r, "number of query heads")
+    shard_rows(n_head, t, r, tr("number of query heads"))
     if t <= n_kv_head:
-        s = shard_rows(n_kv_head, t, r, "number of K/V heads")
+        s = shard_rows(n_kv_head, t, r, tr("number of K/V heads"))
         return range(s.start, s.stop)
     if t % n_kv_head:
-        raise ValueError(f"the TP degree ({t}) exceeds the K/V heads ({n_kv_head}) but is not a "
-                         f"multiple of them: each K/V head must be copied to the same number of "
-                         f"ranks; pick t in {[n_kv_head * i for i in range(1, n_head // n_kv_head + 1)]}")
+        raise ValueError(tr("the TP degree ({t}) exceeds the K/V heads ({kv}) but is not a "
+                            "multiple of them: each K/V head must be copied to the same number of "
+                            "ranks; pick t in {choices}", t=t, kv=n_kv_head,
+                            choices=[n_kv_head * i for i in range(1, n_head // n_kv_head + 1)]))
     j = r // (t // n_kv_head)
     return range(j, j + 1)
 
@@ -71,7 +73,7 @@ class TPGQAttention(nn.Module):
         t, r = dist.get_world_size(group), dist.get_rank(group)
         hd = self.head_dim = ref.head_dim
         self.group, self.replicas = group, max(1, t // ref.n_kv_head)
-        qs = shard_rows(ref.n_head, t, r, "number of query heads")
+        qs = shard_rows(ref.n_head, t, r, tr("number of query heads"))
         self.kv = kv_heads_of_rank(ref.n_head, ref.n_kv_head, t, r)
         rows_q = slice(qs.start * hd, qs.stop * hd)
         self.kv_rows = slice(self.kv.start * hd, self.kv.stop * hd)

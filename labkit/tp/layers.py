@@ -23,15 +23,17 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from labkit.i18n import tr
 from labkit.tp import comms
 
 
 def shard_rows(n: int, t: int, r: int, what: str) -> slice:
     """Rank r's slice of n rows split t ways; a clear error when t does not divide n."""
     if n % t:
-        raise ValueError(f"{what} ({n}) does not divide by the tensor-parallel degree ({t}): "
-                         f"{n} / {t} = {n / t:.2f} per rank. Tensor parallelism splits it into "
-                         f"equal parts: pick a TP degree among the divisors of {n}, or pad it")
+        raise ValueError(tr("{what} ({n}) does not divide by the tensor-parallel degree ({t}): "
+                            "{n} / {t} = {per:.2f} per rank. Tensor parallelism splits it into "
+                            "equal parts: pick a TP degree among the divisors of {n}, or pad it",
+                            what=what, n=n, t=t, per=n / t))
     k = n // t
     return slice(r * k, (r + 1) * k)
 
@@ -70,7 +72,7 @@ class ColumnParallelLinear(nn.Module):
         t, r = _tp(group)
         self.group, self.sp, self.impl = group, sequence_parallel, impl
         out = linear.out_features // parts
-        mine, dev = shard_rows(out, t, r, f"{name} outputs"), linear.weight.device
+        mine, dev = shard_rows(out, t, r, tr("{name} outputs", name=tr(name))), linear.weight.device
         rows = torch.cat([torch.arange(i * out, (i + 1) * out, device=dev)[mine] for i in range(parts)])
         self.weight = nn.Parameter(linear.weight.detach()[rows].clone())
         self.bias = nn.Parameter(linear.bias.detach()[rows].clone()) if linear.bias is not None else None
@@ -90,7 +92,7 @@ class RowParallelLinear(nn.Module):
         super().__init__()
         t, r = _tp(group)
         self.group, self.sp, self.impl = group, sequence_parallel, impl
-        self.cols = shard_rows(linear.in_features, t, r, f"{name} inputs")
+        self.cols = shard_rows(linear.in_features, t, r, tr("{name} inputs", name=tr(name)))
         self.weight = nn.Parameter(linear.weight.detach()[:, self.cols].clone())
         self.bias = nn.Parameter(linear.bias.detach().clone()) if linear.bias is not None else None
 

@@ -23,6 +23,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from labkit.i18n import tr
 from labkit.tp import comms
 from labkit.tp.layers import shard_rows
 
@@ -37,7 +38,7 @@ class VocabParallelEmbedding(nn.Module):
     def __init__(self, emb: nn.Embedding, group=None):
         super().__init__()
         t, r = _tp(group)
-        rows = shard_rows(emb.num_embeddings, t, r, "vocabulary size")
+        rows = shard_rows(emb.num_embeddings, t, r, tr("vocabulary size"))
         self.group, self.start, self.end = group, rows.start, rows.stop
         self.weight = nn.Parameter(emb.weight.detach()[rows].clone())
 
