@@ -165,3 +165,5 @@ from labkit.i18n import zh_check as _check, zh_figures as _figures   # noqa: E40
 
 MESSAGES.update(_check.MESSAGES)       # the checkers of notebooks 03-04
 MESSAGES.update(_figures.MESSAGES)     # the library's figures for notebooks 00-04
+from labkit.i18n import zh_m07091213 as _m07091213   # noqa: E402
+MESSAGES.update(_m07091213.MESSAGES)   # notebooks 07, 09, 12, 13: checkers, printed lines, figures
