@@ -54,3 +54,56 @@ def test_pipeline_validation_and_table_in_chinese(zh):
     assert got == ["stage 1 先执行 B0（第 0 步），后执行 F0（第 1 步）：反向需要它自己那次前向的激活值"], got
     t = compare_schedules(4, 8)
     assert t.header[1] == "每个 rank 的空闲时间，模拟" and t.title.startswith("p=4 个 rank，m=8 个 micro-batch"), t
+
+
+# -- notebook 09: accumulate_gradients ----------------------------------------------------------
+
+def _grads_case(**scale):
+    """got and the candidates of check.tricks._verdict: one tensor per name, `got` a multiple of
+    the right gradient (what the mistakes produce)."""
+    import torch
+    right = {"w": torch.tensor([1.0, -2.0, 3.0]), "frozen": None}
+    names = ("right", "local", "sum", "mean_twice", "undivided", "twice", "last", "last_whole",
+             "first", "first_whole")
+    cands = {n: {"w": right["w"] * (i + 1) * 10, "frozen": None} for i, n in enumerate(names)}
+    cands["right"] = right
+    return cands
+
+
+def test_accumulation_diagnoses_in_chinese(zh):
+    from labkit.check.tricks import _verdict
+    cands = _grads_case()
+    cases = {
+        "sum": "rank 1：你的梯度正好是均值的 4 倍，也就是各 rank 的和：all-reduce 之后还要除以 world size（4）",
+        "undivided": "rank 1：你的梯度正好是大 batch 梯度的 3 倍，因为每个 micro-batch 的 loss 没有做除法",
+        "last": "rank 1：.grad 里只剩下最后一个 micro-batch 的梯度：循环里的 zero_grad()",
+    }
+    for name, want in cases.items():
+        got = _verdict(cands[name], cands, False, 3, 4, 1, 100, 100)
+        assert got.startswith(want), (name, got)
+    got = _verdict(cands["right"], cands, False, 3, 4, 1, 300, 100)
+    assert got.startswith("梯度是对的，但 rank 1 发送的字节数是每个参数做一次 all-reduce 的 3.0 倍"), got
+    got = _verdict(cands["right"], cands, True, 3, 4, 0, 100, 100)
+    assert got.startswith("rank 0：你的函数改动了权重"), got
+
+
+def test_tricks_table_and_sentence_in_chinese(zh):
+    from labkit.tricks.formulas import Config
+    from labkit.tricks.compare import _place
+    c = Config(precision="mixed", checkpointing="full")
+    assert c.describe() == "mixed precision (bf16 + fp32 masters) + full checkpointing"   # code cells' prints
+    assert c.describe(local=True) == "混合精度（bf16 + FP32 主权重） + 完整梯度检查点"
+    assert _place(["A", "C", "M", "8"], "M", 4.88) == "第 3 / 4，step 耗时 4.88 倍"
+
+
+def test_tricks_conclusion_in_chinese(zh):
+    from labkit.tricks import compare
+    from labkit.tricks.formulas import combinations
+    by_code = {c.code: c for c in combinations()}
+    mb = {"-": 20, "A": 12, "C": 13.6, "M": 15.6, "8": 17.1}      # peak per rank, MB: notebook 09's order
+    results = [compare.Result(by_code[c], [{"peak": types.SimpleNamespace(device=v * 1e6)}]) for c, v in mb.items()]
+    text = compare.conclusion(results)
+    assert text == ("在这个模型上实测，按每个 rank 省下的显存从多到少：1. 梯度累积（8.00 MB），2. 完整梯度检查点"
+                    "（6.40 MB），3. 混合精度（bf16 + FP32 主权重）（4.40 MB），4. 8-bit Adam（2.90 MB）。"
+                    "讲义中这 4 项的顺序是：混合精度（bf16 + FP32 主权重），完整梯度检查点，梯度累积，8-bit Adam"
+                    "；完整梯度检查点和8-bit Adam 的位置相同。"), text
