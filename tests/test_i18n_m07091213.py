@@ -107,3 +107,21 @@ def test_tricks_conclusion_in_chinese(zh):
                     "（6.40 MB），3. 混合精度（bf16 + FP32 主权重）（4.40 MB），4. 8-bit Adam（2.90 MB）。"
                     "讲义中这 4 项的顺序是：混合精度（bf16 + FP32 主权重），完整梯度检查点，梯度累积，8-bit Adam"
                     "；完整梯度检查点和8-bit Adam 的位置相同。"), text
+
+
+# -- notebook 12: online_softmax_merge ----------------------------------------------------------
+
+def test_merge_diagnoses_in_chinese(zh, capsys):
+    from check_corpus import merge
+    from labkit.check.cp import online_softmax_merge
+    wrong = {name: fn for name, fn, _, _ in merge.WRONG}
+    expect = {
+        "no rescale": "online_softmax_merge: FAIL (在“同一个 softmax 的两半”上：o_a + o_b：每个部分输出都是按它自己那个块的和归一化的",
+        "lse = max": "online_softmax_merge: FAIL (o 是对的，但 lse = max(lse_a, lse_b) 漏掉了较小那个块的和",
+        "max not subtracted": "online_softmax_merge: FAIL (在“得分接近 120（exp 会让 fp32 溢出）”上：结果里有 inf 或 nan",
+        "first block only": "online_softmax_merge: FAIL (在“同一个 softmax 的两半”上：o 与在两个块上一起做 softmax 的结果最多相差 ",
+    }
+    for name, want in expect.items():
+        assert not online_softmax_merge(wrong[name], cluster=NO_CLUSTER)
+        out = capsys.readouterr().out
+        assert out.startswith(want), (name, out)

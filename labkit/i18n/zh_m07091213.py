@@ -306,4 +306,99 @@ MESSAGES = {
     "loss (x: a step skipped for an inf)": "loss（x：因出现 inf 而跳过的 step）",
     "elements exactly 0 in fp16, nonzero in fp32": "在 fp16 中恰为 0、在 fp32 中非零的元素个数",
     "gradient elements flushed to zero (of {n})": "被冲成 0 的梯度元素（共 {n} 个）",
+
+    # -- notebook 12: checker online_softmax_merge (labkit/check/cp.py) -----------------------
+    "o_a + o_b: each partial output is normalised by its own block's sum; "
+    "weight it by exp(lse_a - lse) and exp(lse_b - lse) before adding":
+        "o_a + o_b：每个部分输出都是按它自己那个块的和归一化的；相加之前要分别乘上权重 "
+        "exp(lse_a - lse) 和 exp(lse_b - lse)",
+    "the plain average of the two outputs: right only when both blocks have the same "
+    "sum; weight each by exp(lse_x - lse), its block's share of the total":
+        "这是两个输出的简单平均：只有两个块的和相等时才对；每个输出要乘上 exp(lse_x - lse)，即它那个块在总和中所占的比例",
+    "weights exp(lse_a) and exp(lse_b) are the blocks' sums, not their shares: "
+    "divide by exp(lse) (that is, use exp(lse_a - lse))":
+        "权重 exp(lse_a) 和 exp(lse_b) 是各块的和，不是它们所占的比例：还要除以 exp(lse)（也就是用 exp(lse_a - lse)）",
+    "the merged output is divided by exp(lse) again: exp(lse_a - lse) o_a + "
+    "exp(lse_b - lse) o_b is already normalised":
+        "合并后的输出又除了一次 exp(lse)：exp(lse_a - lse) o_a + exp(lse_b - lse) o_b 已经是归一化的了",
+    "the weights are swapped: o_a takes exp(lse_a - lse), o_b takes exp(lse_b - lse)":
+        "权重用反了：o_a 应乘 exp(lse_a - lse)，o_b 应乘 exp(lse_b - lse)",
+    "exp(lse - lse_a) is the inverse of the weight: use exp(lse_a - lse)":
+        "exp(lse - lse_a) 是权重的倒数：应当用 exp(lse_a - lse)",
+    "only the block with the larger log-sum-exp is kept; the other block's keys "
+    "are dropped instead of merged with weight exp(lse_x - lse)":
+        "只保留了 log-sum-exp 较大的那个块；另一个块的 key 被丢掉了，而不是以权重 exp(lse_x - lse) 合并进来",
+    "lse = max(lse_a, lse_b) forgets the smaller block's sum: lse = log(exp(lse_a) + exp(lse_b)) "
+    "(torch.logaddexp)":
+        "lse = max(lse_a, lse_b) 漏掉了较小那个块的和：应为 lse = log(exp(lse_a) + exp(lse_b))（torch.logaddexp）",
+    "lse = lse_a + lse_b multiplies the two sums; they add: lse = log(exp(lse_a) + exp(lse_b))":
+        "lse = lse_a + lse_b 相当于把两个和相乘；它们应当相加：lse = log(exp(lse_a) + exp(lse_b))",
+    "lse is not updated (lse_a returned): the next block merged gets the wrong weight; "
+    "return log(exp(lse_a) + exp(lse_b))":
+        "lse 没有更新（返回的是 lse_a）：下一个合并进来的块会拿到错误的权重；应返回 log(exp(lse_a) + exp(lse_b))",
+    "lse = mean of the two: lse = log(exp(lse_a) + exp(lse_b)) (torch.logaddexp)":
+        "lse 取了两者的平均：应为 lse = log(exp(lse_a) + exp(lse_b))（torch.logaddexp）",
+    "your merge raised RuntimeError: {error}: o is (batch, heads, queries, head_dim) "
+    "and lse (batch, heads, queries); weights need [..., None] to scale the rows of o":
+        "你的合并函数抛出了 RuntimeError：{error}：o 的形状是 (batch, heads, queries, head_dim)，"
+        "lse 是 (batch, heads, queries)；权重需要加上 [..., None] 才能按行缩放 o",
+    "return a pair (o, lse); got {kind} of {n}": "应返回一对 (o, lse)；得到的是含 {n} 个元素的 {kind}",
+    "return a pair (o, lse); got {kind}": "应返回一对 (o, lse)；得到的是 {kind}",
+    "two halves of one softmax": "同一个 softmax 的两半",
+    "a block some queries cannot see (lse = -inf, o = 0)": "有些 query 完全看不到的块（lse = -inf，o = 0）",
+    "scores near 120 (exp overflows fp32)": "得分接近 120（exp 会让 fp32 溢出）",
+    "return tensors (o, lse); got {o}, {lse}": "应返回张量 (o, lse)；得到的是 {o}、{lse}",
+    "on {label}: o is {o} and lse {lse}; want {o_want} and {lse_want} (weights need "
+    "[..., None] to scale the rows of o)":
+        "在“{label}”上：o 的形状是 {o}，lse 是 {lse}；应为 {o_want} 和 {lse_want}（权重需要加上 [..., None] 才能按行缩放 o）",
+    "on {label}: inf or nan in the result: exp(lse_a) overflows when the "
+    "scores are large; subtract the larger log-sum-exp first "
+    "(exp(lse_a - lse) with lse = torch.logaddexp(lse_a, lse_b))":
+        "在“{label}”上：结果里有 inf 或 nan：得分很大时 exp(lse_a) 会溢出；先减去较大的 log-sum-exp"
+        "（用 exp(lse_a - lse)，其中 lse = torch.logaddexp(lse_a, lse_b)）",
+    "on {label}: inf or nan in the result: a row that sees no key of a block has "
+    "lse = -inf; exp(lse_b - lse) = 0 handles it, (-inf) - (-inf) does not":
+        "在“{label}”上：结果里有 inf 或 nan：看不到某个块任何 key 的那一行，lse = -inf；"
+        "exp(lse_b - lse) = 0 能正确处理它，(-inf) - (-inf) 却不能",
+    "on {label}: {why}": "在“{label}”上：{why}",
+    "on {label}: o differs from the softmax over both blocks by up to {err:.3g}: "
+    "o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b":
+        "在“{label}”上：o 与在两个块上一起做 softmax 的结果最多相差 {err:.3g}：o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b",
+    "o is right but {why}": "o 是对的，但 {why}",
+    "on {label}: o is right but lse differs from log(exp(lse_a) + exp(lse_b)) by up "
+    "to {err:.3g}":
+        "在“{label}”上：o 是对的，但 lse 与 log(exp(lse_a) + exp(lse_b)) 最多相差 {err:.3g}",
+    "your merge raised {kind}: {error}": "你的合并函数抛出了 {kind}：{error}",
+    "right on the examples, but ring attention with it on {n} ranks differs from "
+    "one process by {worst:.3g}":
+        "在示例上是对的，但用它在 {n} 个 rank 上做环形注意力（ring attention），结果与单进程相差 {worst:.3g}",
+    "ring attention with your merge on {n} ranks (causal, zig-zag, 23 positions) matches "
+    "one process: output and gradients within {tol:g}":
+        "用你的合并函数在 {n} 个 rank 上做环形注意力（因果，zig-zag 布局，23 个位置），与单进程一致：输出和梯度的误差都在 {tol:g} 以内",
+
+    # -- notebook 12: figures (labkit/cp/draw.py, overlap.py) ---------------------------------
+    "K/V {src}": "K/V {src}",
+    "step {t}": "第 {t} 步",
+    "rank {r}": "rank {r}",
+    "ring attention, {layout} layout{causal}\nthe K/V block each rank holds; "
+    "arrows: sent on (rank {last}'s to rank 0)":
+        "环形注意力，{layout} 布局{causal}\n每个 rank 持有的 K/V 块；箭头：传给下一个 rank（rank {last} 的传给 rank 0）",
+    ", causal": "，因果",
+    "all keys visible": "所有 key 可见",
+    "part masked": "部分被 mask 遮住",
+    "skipped (all masked)": "跳过（全部被 mask 遮住）",
+    "contiguous": "连续分块",
+    "zig-zag": "zig-zag",
+    "{name}{causal}: K/V block held per step": "{name}{causal}：每一步持有的 K/V 块",
+    "{layout}: measured": "{layout}：实测",
+    "formula (labkit.cp.layout)": "公式（labkit.cp.layout）",
+    "score entries computed per rank": "每个 rank 计算的注意力得分个数",
+    "causal attention: work per rank": "因果注意力：每个 rank 的计算量",
+    "milliseconds": "毫秒",
+    "forward: attention on a block": "前向：在一个块上做注意力",
+    "backward: gradients of a block": "反向：一个块的梯度",
+    "transfer in flight (posted -> seen done)": "传输进行中（发出 -> 确认完成）",
+    "waiting for it (exposed)": "等待传输（暴露在外的时间）",
+    "one ring-attention step per rank": "每个 rank 上的一步环形注意力",
+    "ring attention, live": "环形注意力，实时",
 }
