@@ -125,3 +125,29 @@ def test_merge_diagnoses_in_chinese(zh, capsys):
         assert not online_softmax_merge(wrong[name], cluster=NO_CLUSTER)
         out = capsys.readouterr().out
         assert out.startswith(want), (name, out)
+
+
+# -- notebook 13: ep_dispatch -------------------------------------------------------------------
+
+def _moe_case(out_of):
+    """A rank's result as check.moe.diagnose reads it: 2 ranks, 4 experts, 5 rows; `out_of`
+    makes the learner's output from the right one and the gates."""
+    import torch
+    g = torch.Generator().manual_seed(1)
+    e = torch.tensor([0, 0, 1, 2, 3])
+    gate = 0.2 + 0.8 * torch.rand(5, generator=g, dtype=torch.float64)
+    every = torch.randn(4, 5, 6, generator=g, dtype=torch.float64)
+    want = gate[:, None] * every[e, torch.arange(5)]
+    return {"rank": 1, "n": 2, "e": e, "g": gate, "every": every, "out": out_of(want, gate[:, None])}
+
+
+def test_dispatch_diagnoses_in_chinese(zh):
+    from labkit.check.moe import diagnose
+    cases = {
+        "rank 1：门控权重乘了两次（gate^2 x expert(row)）": lambda w, g: w * g,
+        "rank 1：缺少门控权重：每一行回来时都是 expert(row)": lambda w, g: w / g,
+        "rank 1：返回的是 (5, 3)，应为形状 (5, 6) 的张量": lambda w, g: w[:, :3],
+    }
+    for want, out_of in cases.items():
+        got = diagnose(_moe_case(out_of))
+        assert got.startswith(want), got

@@ -401,4 +401,89 @@ MESSAGES = {
     "waiting for it (exposed)": "等待传输（暴露在外的时间）",
     "one ring-attention step per rank": "每个 rank 上的一步环形注意力",
     "ring attention, live": "环形注意力，实时",
+
+    # -- notebook 13: checker ep_dispatch (labkit/check/moe.py) --------------------------------
+    "rank {rank} waited in its all-to-all number {i} for rank {other}, which never called it":
+        "rank {rank} 在它的第 {i} 次 all-to-all 里等待 rank {other}，而后者从来没有调用它",
+    "in all-to-all number {i} rank {dst} expects {expected} rows from rank "
+    "{src}, which sends {sent}: a rank only knows what it sends; exchange "
+    "the split sizes first (an all-to-all of the counts), and in the combine "
+    "swap input and output splits":
+        "在第 {i} 次 all-to-all 里，rank {dst} 期望从 rank {src} 收到 {expected} 行，而 rank {src} 发送的是 {sent} 行："
+        "一个 rank 只知道自己要发送多少；先交换切分大小（对各行数做一次 all-to-all），"
+        "并在合并（combine）时把输入和输出的切分对调",
+    "the splits must add up to the rows you pass: in the combine, swap input "
+    "and output splits (send back what you received)":
+        "各切分之和必须等于你传入的行数：在合并（combine）时，把输入和输出的切分对调（收到多少就送回多少）",
+    "`experts` holds only this rank's E/n experts: expert e is "
+    "experts[e - rank * E/n]":
+        "`experts` 里只有这个 rank 的 E/n 个专家：专家 e 是 experts[e - rank * E/n]",
+    "rank {r}: returned {shape}, expected a tensor of shape {want} (one row per row of xs)":
+        "rank {r}：返回的是 {shape}，应为形状 {want} 的张量（xs 的每一行对应一行）",
+    "rank {r}: the gates are applied twice (gate^2 x expert(row)): multiply by the gate "
+    "once, after the combine":
+        "rank {r}：门控权重乘了两次（gate^2 x expert(row)）：在合并（combine）之后只乘一次",
+    "rank {r}: the gates are missing: each row comes back as expert(row); multiply it by "
+    "its gate":
+        "rank {r}：缺少门控权重：每一行回来时都是 expert(row)；要乘上它的门控权重",
+    "rank {r}: every row is a right result but in the wrong place (row {i} holds the "
+    "result of rank {src}'s row {k}): put the expert outputs back in arrival order (undo "
+    "the regrouping by expert) before the combine":
+        "rank {r}：每一行都是正确的结果，但位置不对（第 {i} 行放的是 rank {src} 第 {k} 行的结果）："
+        "在合并（combine）之前，把专家的输出按到达顺序放回去（撤销按专家重新分组）",
+    " (expert e on rank e % n: round-robin)": "（专家 e 放在了 rank e % n 上：轮流分配）",
+    "rank {r}: row {i} went through expert {got} instead of expert {want}{rr}: expert e "
+    "lives on rank e // (E/n) as local expert e % (E/n), and rows arrive grouped by "
+    "source rank first: regroup them by expert before running the experts":
+        "rank {r}：第 {i} 行经过的是专家 {got}，而不是专家 {want}{rr}：专家 e 位于 rank e // (E/n)，"
+        "是那里的第 e % (E/n) 个本地专家；而且到达的行先按来源 rank 分组：运行专家之前要按专家重新分组",
+    "rank {r}: the rows differ from gate x expert(row) by {err:.3g}":
+        "rank {r}：这些行与 gate x expert(row) 相差 {err:.3g}",
+    "rank {r}: no gradient reached xs: torch's dist.all_to_all_single does not "
+    "differentiate; send the rows with labkit.moe.all_to_all":
+        "rank {r}：没有梯度传回 xs：torch 的 dist.all_to_all_single 不支持求导；用 labkit.moe.all_to_all 发送这些行",
+    "rank {r}: the gradient of xs differs from one process by {err:.3g}":
+        "rank {r}：xs 的梯度与单进程的相差 {err:.3g}",
+    "rank {r}: an expert's weight gradient differs from one process (every rank's rows "
+    "must reach it)":
+        "rank {r}：某个专家的权重梯度与单进程的不同（每个 rank 的行都必须送到它那里）",
+    "needs a cluster of at least 2 ranks": "需要至少有 2 个 rank 的集群",
+    "{n} ranks, {e} experts, uneven skewed rows: outputs and the gradients of the rows "
+    "and of every expert equal one process":
+        "{n} 个 rank，{e} 个专家，各 rank 行数不均且偏斜：输出、各行的梯度以及每个专家的梯度都与单进程一致",
+
+    # -- notebook 13: errors of the MoE layer (labkit/moe/layer.py, parallel.py) ---------------
+    "k = {k} experts per token, but the layer has {experts} experts: choose 1 <= k <= {experts}":
+        "每个 token 选 k = {k} 个专家，但这一层只有 {experts} 个专家：请取 1 <= k <= {experts}",
+    "capacity_factor = {c}: it must be > 0 (1.0 gives each expert an equal "
+    "share of the tokens), or None for no limit":
+        "capacity_factor = {c}：必须 > 0（1.0 表示每个专家分到同样多的 token），或取 None 表示不设上限",
+    "MoE{where}: expected tokens of shape (tokens, {hidden}), got {shape}: "
+    "flatten (batch, sequence) into tokens and check the hidden size":
+        "MoE{where}：期望 token 的形状为 (tokens, {hidden})，得到的是 {shape}：把 (batch, sequence) 展平成 token，并检查 hidden size",
+    " on rank {rank}": "（rank {rank}）",
+    "rank {r} has hidden size {w}": "rank {r} 的 hidden size 是 {w}",
+    "MoE on rank {rank}: expected tokens of shape (tokens, {hidden}) on every rank, "
+    "but {who}: give every rank tokens of the layer's hidden size":
+        "rank {rank} 上的 MoE：期望每个 rank 上 token 的形状都是 (tokens, {hidden})，但 {who}：让每个 rank 的 token 都用这一层的 hidden size",
+    "expert_parallel expects a labkit.moe.MoE, got {kind}": "expert_parallel 需要一个 labkit.moe.MoE，得到的是 {kind}",
+    "expert_parallel on rank {rank}: {e} experts do not divide over {n} ranks "
+    "({e} / {n} = {q:.2f}); use a number of experts that is a multiple of the "
+    "group size":
+        "rank {rank} 上的 expert_parallel：{e} 个专家无法平均分到 {n} 个 rank 上（{e} / {n} = {q:.2f}）；专家数要是进程组大小的整数倍",
+    "expert_parallel on rank {rank}: this MoE is already sharded ({k} of {e} "
+    "experts here)":
+        "rank {rank} 上的 expert_parallel：这个 MoE 已经切分过了（这里只有 {e} 个专家中的 {k} 个）",
+
+    # -- notebook 13: figures (labkit/moe/draw.py) ----------------------------------------------
+    "tokens of rank {r}": "rank {r} 的 token",
+    "routing: each token's first choice; arrows coloured by the rank that holds the expert":
+        "路由：每个 token 的首选专家；箭头颜色表示持有该专家的 rank",
+    "balanced": "均衡",
+    "expert (colour: rank that holds it)": "专家（颜色：持有它的 rank）",
+    "tokens computed": "计算的 token 数",
+    "{title} step {step}": "{title} 第 {step} 步",
+    "balanced: 1/{n}": "均衡：1/{n}",
+    "busiest rank's share": "最忙 rank 的占比",
+    "the busiest rank's share of all tokens": "最忙的 rank 占全部 token 的比例",
 }
