@@ -409,7 +409,7 @@ MESSAGES = {
     "{src}, which sends {sent}: a rank only knows what it sends; exchange "
     "the split sizes first (an all-to-all of the counts), and in the combine "
     "swap input and output splits":
-        "在第 {i} 次 all-to-all 里，rank {dst} 期望从 rank {src} 收到 {expected} 行，而 rank {src} 发送的是 {sent} 行："
+        "在第 {i} 次 all-to-all 里，rank {dst} 期望从 rank {src} 收到 {expected} 行，而对方发送的是 {sent} 行："
         "一个 rank 只知道自己要发送多少；先交换切分大小（对各行数做一次 all-to-all），"
         "并在合并（combine）时把输入和输出的切分对调",
     "the splits must add up to the rows you pass: in the combine, swap input "
