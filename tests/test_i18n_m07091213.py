@@ -151,3 +151,18 @@ def test_dispatch_diagnoses_in_chinese(zh):
     for want, out_of in cases.items():
         got = diagnose(_moe_case(out_of))
         assert got.startswith(want), got
+
+
+def test_words_looked_up_through_a_table_have_their_chinese():
+    """Messages that reach tr()/tr_fig() through a dict, not as literals (test_i18n cannot see
+    them): every one has its Chinese."""
+    from labkit.i18n.zh import MESSAGES
+    from labkit.pipeline.draw import LABELS
+    from labkit.pipeline.schedules import NAMES
+    from labkit.tricks.formulas import WORDS
+    from labkit.tricks.plots import SHORT
+    from labkit.check.cp import _LSE_MISTAKES
+    words = [*LABELS.values(), *NAMES.values(), *WORDS.values(), *SHORT.values(),
+             *(why for _, why in _LSE_MISTAKES.values()), "baseline (fp32, nothing saved)", "interleaved 1F1B"]
+    missing = [w for w in words if w not in MESSAGES]
+    assert not missing, missing
