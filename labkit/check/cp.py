@@ -14,6 +14,7 @@ output and gradients must match one process within 1e-5. Nothing here can hang t
 """
 from labkit.check.core import checker, run_exercise
 from labkit.check.guard import HANG_LIMIT_S
+from labkit.i18n import tr
 
 __all__ = ["online_softmax_merge"]
 
@@ -49,25 +50,25 @@ def _mistakes():
         return torch.exp(lse_a - lse)[..., None], torch.exp(lse_b - lse)[..., None], lse
     return {
         "no rescale": (lambda oa, la, ob, lb: (oa + ob, torch.logaddexp(la, lb)),
-                       "o_a + o_b: each partial output is normalised by its own block's sum; "
-                       "weight it by exp(lse_a - lse) and exp(lse_b - lse) before adding"),
+                       tr("o_a + o_b: each partial output is normalised by its own block's sum; "
+                          "weight it by exp(lse_a - lse) and exp(lse_b - lse) before adding")),
         "average": (lambda oa, la, ob, lb: ((oa + ob) / 2, torch.logaddexp(la, lb)),
-                    "the plain average of the two outputs: right only when both blocks have the same "
-                    "sum; weight each by exp(lse_x - lse), its block's share of the total"),
+                    tr("the plain average of the two outputs: right only when both blocks have the same "
+                       "sum; weight each by exp(lse_x - lse), its block's share of the total")),
         "unnormalised weights": (lambda oa, la, ob, lb: (torch.exp(la)[..., None] * oa + torch.exp(lb)[..., None] * ob,
                                                          torch.logaddexp(la, lb)),
-                                 "weights exp(lse_a) and exp(lse_b) are the blocks' sums, not their shares: "
-                                 "divide by exp(lse) (that is, use exp(lse_a - lse))"),
+                                 tr("weights exp(lse_a) and exp(lse_b) are the blocks' sums, not their shares: "
+                                    "divide by exp(lse) (that is, use exp(lse_a - lse))")),
         "normalised twice": (lambda oa, la, ob, lb: (lambda wa, wb, l: ((wa * oa + wb * ob) / torch.exp(l)[..., None], l))(*w(la, lb)),
-                             "the merged output is divided by exp(lse) again: exp(lse_a - lse) o_a + "
-                             "exp(lse_b - lse) o_b is already normalised"),
+                             tr("the merged output is divided by exp(lse) again: exp(lse_a - lse) o_a + "
+                                "exp(lse_b - lse) o_b is already normalised")),
         "weights swapped": (lambda oa, la, ob, lb: (lambda wa, wb, l: (wb * oa + wa * ob, l))(*w(la, lb)),
-                            "the weights are swapped: o_a takes exp(lse_a - lse), o_b takes exp(lse_b - lse)"),
+                            tr("the weights are swapped: o_a takes exp(lse_a - lse), o_b takes exp(lse_b - lse)")),
         "weights inverted": (lambda oa, la, ob, lb: (lambda l: (torch.exp(l - la)[..., None] * oa + torch.exp(l - lb)[..., None] * ob, l))(torch.logaddexp(la, lb)),
-                             "exp(lse - lse_a) is the inverse of the weight: use exp(lse_a - lse)"),
+                             tr("exp(lse - lse_a) is the inverse of the weight: use exp(lse_a - lse)")),
         "one block only": (lambda oa, la, ob, lb: (torch.where((la >= lb)[..., None], oa, ob), torch.maximum(la, lb)),
-                           "only the block with the larger log-sum-exp is kept; the other block's keys "
-                           "are dropped instead of merged with weight exp(lse_x - lse)"),
+                           tr("only the block with the larger log-sum-exp is kept; the other block's keys "
+                              "are dropped instead of merged with weight exp(lse_x - lse)")),
     }
 
 
@@ -91,12 +92,13 @@ def _call(fn, a, b):
     except RuntimeError as exc:
         if "must match the size" not in str(exc):
             raise
-        raise _Wrong(f"your merge raised RuntimeError: {str(exc).splitlines()[0]}: o is (batch, heads, "
-                     "queries, head_dim) and lse (batch, heads, queries); weights need [..., None] "
-                     "to scale the rows of o") from None
+        raise _Wrong(tr("your merge raised RuntimeError: {error}: o is (batch, heads, queries, head_dim) "
+                        "and lse (batch, heads, queries); weights need [..., None] to scale the rows of o",
+                        error=str(exc).splitlines()[0])) from None
     if not (isinstance(out, tuple) and len(out) == 2):
-        raise _Wrong(f"return a pair (o, lse); got {type(out).__name__}"
-                     + (f" of {len(out)}" if isinstance(out, (tuple, list)) else ""))
+        raise _Wrong(tr("return a pair (o, lse); got {kind} of {n}", kind=type(out).__name__, n=len(out))
+                     if isinstance(out, (tuple, list)) else
+                     tr("return a pair (o, lse); got {kind}", kind=type(out).__name__))
     return out
 
 
@@ -112,38 +114,38 @@ def _close(x, y) -> bool:
 def _judge(fn):
     """None when fn merges right on every example, else the diagnosis."""
     import torch
-    for label, kw in (("two halves of one softmax", {}),
-                      ("a block some queries cannot see (lse = -inf, o = 0)", {"masked": True}),
-                      ("scores near 120 (exp overflows fp32)", {"big": True})):
+    for label, kw in ((tr("two halves of one softmax"), {}),
+                      (tr("a block some queries cannot see (lse = -inf, o = 0)"), {"masked": True}),
+                      (tr("scores near 120 (exp overflows fp32)"), {"big": True})):
         a, b, (o_want, lse_want) = _partials(**kw)
         o, lse = _call(fn, a, b)
         if not (torch.is_tensor(o) and torch.is_tensor(lse)):
-            return f"return tensors (o, lse); got {type(o).__name__}, {type(lse).__name__}"
+            return tr("return tensors (o, lse); got {o}, {lse}", o=type(o).__name__, lse=type(lse).__name__)
         if o.shape != o_want.shape or lse.shape != lse_want.shape:
-            return (f"on {label}: o is {tuple(o.shape)} and lse {tuple(lse.shape)}; want "
-                    f"{tuple(o_want.shape)} and {tuple(lse_want.shape)} (weights need [..., None] "
-                    "to scale the rows of o)")
+            return tr("on {label}: o is {o} and lse {lse}; want {o_want} and {lse_want} (weights need "
+                      "[..., None] to scale the rows of o)", label=label, o=tuple(o.shape),
+                      lse=tuple(lse.shape), o_want=tuple(o_want.shape), lse_want=tuple(lse_want.shape))
         if not bool(torch.isfinite(o).all()) or not bool(torch.isfinite(lse).all()):
             if kw.get("big"):
-                return (f"on {label}: inf or nan in the result: exp(lse_a) overflows when the "
-                        "scores are large; subtract the larger log-sum-exp first "
-                        "(exp(lse_a - lse) with lse = torch.logaddexp(lse_a, lse_b))")
-            return (f"on {label}: inf or nan in the result: a row that sees no key of a block has "
-                    "lse = -inf; exp(lse_b - lse) = 0 handles it, (-inf) - (-inf) does not")
+                return tr("on {label}: inf or nan in the result: exp(lse_a) overflows when the "
+                          "scores are large; subtract the larger log-sum-exp first "
+                          "(exp(lse_a - lse) with lse = torch.logaddexp(lse_a, lse_b))", label=label)
+            return tr("on {label}: inf or nan in the result: a row that sees no key of a block has "
+                      "lse = -inf; exp(lse_b - lse) = 0 handles it, (-inf) - (-inf) does not", label=label)
         for name, (wrong, why) in _mistakes().items():
             wo, _ = wrong(*a, *b)
             if torch.isfinite(wo).all() and _close(o, wo) and not _close(o, o_want):
-                return f"on {label}: {why}"
+                return tr("on {label}: {why}", label=label, why=why)
         if not _close(o, o_want):
             err = (o - o_want).abs().max().item()
-            return (f"on {label}: o differs from the softmax over both blocks by up to {err:.3g}: "
-                    "o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b")
+            return tr("on {label}: o differs from the softmax over both blocks by up to {err:.3g}: "
+                      "o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b", label=label, err=err)
         if not _close(lse, lse_want):
             for name, (wrong, why) in _LSE_MISTAKES.items():
                 if _close(lse, wrong(a[1], b[1], torch)):
-                    return f"o is right but {why}"
-            return (f"on {label}: o is right but lse differs from log(exp(lse_a) + exp(lse_b)) by up "
-                    f"to {(lse - lse_want).abs().max().item():.3g}")
+                    return tr("o is right but {why}", why=tr(why))
+            return tr("on {label}: o is right but lse differs from log(exp(lse_a) + exp(lse_b)) by up "
+                      "to {err:.3g}", label=label, err=(lse - lse_want).abs().max().item())
     return None
 
 
@@ -162,14 +164,14 @@ def online_softmax_merge(fn, cluster, timeout: float = HANG_LIMIT_S):
     except NotImplementedError:
         raise
     except Exception as exc:          # noqa: BLE001 - the learner's code raised on an example
-        return False, f"your merge raised {type(exc).__name__}: {exc}"
+        return False, tr("your merge raised {kind}: {error}", kind=type(exc).__name__, error=exc)
     if problem:
         return False, problem
     res = run_exercise(_on_ranks, fn, cluster=cluster, timeout=timeout)
     worst = max(max(d.values()) for d in res)
     n = len(res)
     if not worst < TOL:
-        return False, (f"right on the examples, but ring attention with it on {n} ranks differs from "
-                       f"one process by {worst:.3g}")
-    return True, (f"ring attention with your merge on {n} ranks (causal, zig-zag, 23 positions) matches "
-                  f"one process: output and gradients within {TOL:g}")
+        return False, tr("right on the examples, but ring attention with it on {n} ranks differs from "
+                         "one process by {worst:.3g}", n=n, worst=worst)
+    return True, tr("ring attention with your merge on {n} ranks (causal, zig-zag, 23 positions) matches "
+                    "one process: output and gradients within {tol:g}", n=n, tol=TOL)

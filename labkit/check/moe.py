@@ -19,6 +19,7 @@ import time
 
 from labkit.check.core import checker, new_token, ranks_verdict
 from labkit.check.guard import HANG_LIMIT_S
+from labkit.i18n import tr
 
 __all__ = ["ep_dispatch"]
 
@@ -60,19 +61,20 @@ class _Splits:
         while not store.check(keys):
             gone = [j for j in range(n) if store.check([f"labkit-check/{self.token[0]}/call/{j}"])]
             if gone or time.monotonic() > deadline:
-                raise _Stop(f"rank {rank} waited in its all-to-all number {self.i} for rank "
-                            f"{(gone or [j for j in range(n) if not store.check([keys[j]])])[0]}, "
-                            "which never called it")
+                raise _Stop(tr("rank {rank} waited in its all-to-all number {i} for rank {other}, "
+                               "which never called it", rank=rank, i=self.i,
+                               other=(gone or [j for j in range(n) if not store.check([keys[j]])])[0]))
             time.sleep(0.002)
         every = [json.loads(store.get(k)) for k in keys]
         for dst in range(n):
             for src in range(n):
                 sent, expected = every[src][dst], every[dst][n + src]
                 if sent != expected:
-                    raise _Stop(f"in all-to-all number {self.i} rank {dst} expects {expected} rows "
-                                f"from rank {src}, which sends {sent}: a rank only knows what it "
-                                "sends; exchange the split sizes first (an all-to-all of the "
-                                "counts), and in the combine swap input and output splits")
+                    raise _Stop(tr("in all-to-all number {i} rank {dst} expects {expected} rows from rank "
+                                   "{src}, which sends {sent}: a rank only knows what it sends; exchange "
+                                   "the split sizes first (an all-to-all of the counts), and in the combine "
+                                   "swap input and output splits", i=self.i, dst=dst, expected=expected,
+                                   src=src, sent=sent))
         return self.real(output, input, output_split_sizes, input_split_sizes, group=group, **kw)
 
 
@@ -121,11 +123,11 @@ def _case(fn, token):
     flagged = settle(token, "call", None if stop or caught is None else caught)
     if caught is not None and not stop:
         if "Split sizes doesn't match" in caught.message:
-            caught.hint = ("the splits must add up to the rows you pass: in the combine, swap input "
-                           "and output splits (send back what you received)")
+            caught.hint = tr("the splits must add up to the rows you pass: in the combine, swap input "
+                             "and output splits (send back what you received)")
         if caught.type == "IndexError":
-            caught.hint = ("`experts` holds only this rank's E/n experts: expert e is "
-                           "experts[e - rank * E/n]")
+            caught.hint = tr("`experts` holds only this rank's E/n experts: expert e is "
+                             "experts[e - rank * E/n]")
         return {"raised": caught}
     if any(flagged) and problem is None:
         return {"problem": None}
@@ -151,44 +153,51 @@ def diagnose(res: dict) -> str:
     want = g[:, None] * every[e, torch.arange(len(e))]
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(want.shape):
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        return f"rank {r}: returned {shape}, expected a tensor of shape {tuple(want.shape)} (one row per row of xs)"
+        return tr("rank {r}: returned {shape}, expected a tensor of shape {want} (one row per row of xs)",
+                  r=r, shape=shape, want=tuple(want.shape))
     if not _close(out, want):
         if _close(out, g[:, None] * want):
-            return f"rank {r}: the gates are applied twice (gate^2 x expert(row)): multiply by the gate once, after the combine"
+            return tr("rank {r}: the gates are applied twice (gate^2 x expert(row)): multiply by the gate "
+                      "once, after the combine", r=r)
         if _close(out, want / g[:, None]):
-            return f"rank {r}: the gates are missing: each row comes back as expert(row); multiply it by its gate"
+            return tr("rank {r}: the gates are missing: each row comes back as expert(row); multiply it by "
+                      "its gate", r=r)
         plain, unit = out / g[:, None], res["all_unit"]           # before the gates; every rank's rows
         match = [[k for k in range(len(unit)) if _close(plain[i], unit[k])] for i in range(len(out))]
         if all(match):
             own = [j for j, (src, _) in enumerate(res["whose"]) if src == r][0]
             i = next(i for i in range(len(out)) if own + i not in match[i])
             src, k = res["whose"][match[i][0]]
-            return (f"rank {r}: every row is a right result but in the wrong place (row {i} holds the result "
-                    f"of rank {src}'s row {k}): put the expert outputs back in arrival order (undo the "
-                    "regrouping by expert) before the combine")
+            return tr("rank {r}: every row is a right result but in the wrong place (row {i} holds the "
+                      "result of rank {src}'s row {k}): put the expert outputs back in arrival order (undo "
+                      "the regrouping by expert) before the combine", r=r, i=i, src=src, k=k)
         which = [[k for k in range(len(every)) if _close(out[i], g[i] * every[k, i])] for i in range(len(out))]
         bad = [i for i in range(len(out)) if which[i] and which[i][0] != int(e[i])]
         if bad:
             i, got, L = bad[0], which[bad[0]][0], len(every) // n
-            rr = " (expert e on rank e % n: round-robin)" if got == (int(e[i]) % n) * L + int(e[i]) // n else ""
-            return (f"rank {r}: row {i} went through expert {got} instead of expert {int(e[i])}{rr}: expert e "
-                    f"lives on rank e // (E/n) as local expert e % (E/n), and rows arrive grouped by "
-                    "source rank first: regroup them by expert before running the experts")
-        return f"rank {r}: the rows differ from gate x expert(row) by {(out - want).abs().max().item():.3g}"
+            rr = tr(" (expert e on rank e % n: round-robin)") if got == (int(e[i]) % n) * L + int(e[i]) // n else ""
+            return tr("rank {r}: row {i} went through expert {got} instead of expert {want}{rr}: expert e "
+                      "lives on rank e // (E/n) as local expert e % (E/n), and rows arrive grouped by "
+                      "source rank first: regroup them by expert before running the experts",
+                      r=r, i=i, got=got, want=int(e[i]), rr=rr)
+        return tr("rank {r}: the rows differ from gate x expert(row) by {err:.3g}", r=r,
+                  err=(out - want).abs().max().item())
     if res["gx"] is None:
-        return (f"rank {r}: no gradient reached xs: torch's dist.all_to_all_single does not "
-                "differentiate; send the rows with labkit.moe.all_to_all")
+        return tr("rank {r}: no gradient reached xs: torch's dist.all_to_all_single does not "
+                  "differentiate; send the rows with labkit.moe.all_to_all", r=r)
     if not _close(res["gx"], res["want_gx"]):
-        return f"rank {r}: the gradient of xs differs from one process by {(res['gx'] - res['want_gx']).abs().max().item():.3g}"
+        return tr("rank {r}: the gradient of xs differs from one process by {err:.3g}", r=r,
+                  err=(res["gx"] - res["want_gx"]).abs().max().item())
     if any(not _close(a, b) for a, b in zip(res["gw"], res["want_gw"])):
-        return f"rank {r}: an expert's weight gradient differs from one process (every rank's rows must reach it)"
+        return tr("rank {r}: an expert's weight gradient differs from one process (every rank's rows "
+                  "must reach it)", r=r)
     return ""
 
 
 @checker("ep_dispatch")
 def ep_dispatch(fn, cluster, timeout: float = HANG_LIMIT_S):
     if cluster.world_size < 2:
-        return False, "needs a cluster of at least 2 ranks"
+        return False, tr("needs a cluster of at least 2 ranks")
     token = new_token(timeout)
     results = cluster.run(_case, fn, token, timeout=timeout)
     found = ranks_verdict(results)
@@ -198,5 +207,5 @@ def ep_dispatch(fn, cluster, timeout: float = HANG_LIMIT_S):
         why = diagnose(res)
         if why:
             return False, why
-    return True, (f"{cluster.world_size} ranks, {2 * cluster.world_size} experts, uneven skewed rows: "
-                  "outputs and the gradients of the rows and of every expert equal one process")
+    return True, tr("{n} ranks, {e} experts, uneven skewed rows: outputs and the gradients of the rows "
+                    "and of every expert equal one process", n=cluster.world_size, e=2 * cluster.world_size)

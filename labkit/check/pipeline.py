@@ -12,6 +12,7 @@ import sys
 
 from labkit.check.core import checker
 from labkit.check.guard import HANG_LIMIT_S
+from labkit.i18n import tr
 
 __all__ = ["schedule_1f1b", "judge_1f1b"]
 
@@ -47,8 +48,9 @@ def _lists(fn, p, m) -> list:
     for r in range(p):
         got = _call(fn, r, p, m)
         if not isinstance(got, (list, tuple)):
-            raise ValueError(f"for stage {r} of {p} (m={m}) your function returned {type(got).__name__}; "
-                             "return a list of actions such as [F(0), F(1), B(0), ...]")
+            raise ValueError(tr("for stage {r} of {p} (m={m}) your function returned {kind}; "
+                                "return a list of actions such as [F(0), F(1), B(0), ...]",
+                                r=r, p=p, m=m, kind=type(got).__name__))
         acts.append([_parse(a) for a in got])
     return acts
 
@@ -60,26 +62,28 @@ def judge_1f1b(fn, shapes=SHAPES):
         try:
             acts = _lists(fn, p, m)
         except (ScheduleError, ValueError) as exc:
-            return False, f"p={p}, m={m}: {exc}"
+            return False, tr("p={p}, m={m}: {problem}", p=p, m=m, problem=exc)
         except _Borrowed:
-            return False, ("your function calls labkit's own one_f_one_b (directly or through build), "
-                           "which is the answer being checked: please write the schedule yourself, "
-                           "from the three phases (warm-up, steady state, cool-down)")
+            return False, tr("your function calls labkit's own one_f_one_b (directly or through build), "
+                             "which is the answer being checked: please write the schedule yourself, "
+                             "from the three phases (warm-up, steady state, cool-down)")
         s = as_schedule(acts, p, m, name="your 1F1B")
         problems = validate(s)
         if problems:
-            return False, f"p={p}, m={m}: {problems[0]}"
+            return False, tr("p={p}, m={m}: {problem}", p=p, m=m, problem=problems[0])
         t = simulate(s, forward=1, backward=1, weight=1)
         for r, peak in enumerate(t.peak_activations):
             if peak > min(p - r, m):
-                return False, (f"p={p}, m={m}: it runs, but stage {r} keeps {peak} micro-batches of "
-                               f"activations alive at once; 1F1B keeps at most p - r = {min(p - r, m)} "
-                               f"(stage r does p - 1 - r warm-up forwards, then alternates F and B)")
+                return False, tr("p={p}, m={m}: it runs, but stage {r} keeps {peak} micro-batches of "
+                                 "activations alive at once; 1F1B keeps at most p - r = {most} "
+                                 "(stage r does p - 1 - r warm-up forwards, then alternates F and B)",
+                                 p=p, m=m, r=r, peak=peak, most=min(p - r, m))
         want = bubble_ratio(p, m)
         if t.bubble > want + 1e-9:
-            return False, (f"p={p}, m={m}: it runs, but its simulated bubble is {t.bubble:.1%}, "
-                           f"1F1B's is (p-1)/(m+p-1) = {want:.1%}: some stage waits longer than it must")
-    return True, f"valid with 1F1B's bubble and memory on {len(shapes)} shapes"
+            return False, tr("p={p}, m={m}: it runs, but its simulated bubble is {got:.1%}, "
+                             "1F1B's is (p-1)/(m+p-1) = {want:.1%}: some stage waits longer than it must",
+                             p=p, m=m, got=t.bubble, want=want)
+    return True, tr("valid with 1F1B's bubble and memory on {n} shapes", n=len(shapes))
 
 
 @checker("schedule_1f1b")
@@ -97,6 +101,8 @@ def schedule_1f1b(fn, cluster, microbatches: int = 8, timeout: float = HANG_LIMI
     diff = max(r["grad_diff"] for r in res)
     missing = [n for r in res for n in r["grad_mismatch"]]
     if missing or not diff <= 1e-5:
-        return False, (f"ran on {p} ranks but the gradients differ from one process's "
-                       f"(max |diff| {diff:.3g}, missing or extra: {missing[:3]})")
-    return True, f"{detail}; ran on {p} ranks with m={microbatches}, gradients equal one process's"
+        return False, tr("ran on {p} ranks but the gradients differ from one process's "
+                         "(max |diff| {diff:.3g}, missing or extra: {missing})",
+                         p=p, diff=diff, missing=missing[:3])
+    return True, detail + tr("; ran on {p} ranks with m={m}, gradients equal one process's",
+                             p=p, m=microbatches)

@@ -12,6 +12,7 @@ values, micro times the bytes), a step taken, the frozen parameter's None gradie
 """
 from labkit.check.core import checker, new_token, ranks_verdict
 from labkit.check.guard import HANG_LIMIT_S
+from labkit.i18n import tr
 
 __all__ = ["accumulate_gradients"]
 
@@ -83,9 +84,9 @@ def _drive(fn, token, micro: int = 3, per_rank: int = 6):
     verdict = None
     frozen = [k for k, p in model.named_parameters() if not p.requires_grad]
     if caught is not None and frozen and "NoneType" in caught.message:
-        verdict = (f"rank {r}: your function raised {caught.type} ({caught.message.splitlines()[0][:120]}) "
-                   f"because {frozen[0]!r} is frozen (requires_grad=False), so its .grad is None: "
-                   "skip parameters whose .grad is None")
+        verdict = tr("rank {r}: your function raised {kind} ({message}) because {name!r} is frozen "
+                     "(requires_grad=False), so its .grad is None: skip parameters whose .grad is None",
+                     r=r, kind=caught.type, message=caught.message.splitlines()[0][:120], name=frozen[0])
         caught = None
     elif caught is None:
         verdict = _verdict(got, cands, changed, micro, n, r, t.sent, t_ref.sent)
@@ -95,50 +96,54 @@ def _drive(fn, token, micro: int = 3, per_rank: int = 6):
 
 def _verdict(got, cands, changed, micro, n, r, sent, ref_sent):
     if changed:
-        return (f"rank {r}: your function changed the weights: leave the update to the optimizer "
-                "(no optimizer.step() inside the accumulation loop)")
+        return tr("rank {r}: your function changed the weights: leave the update to the optimizer "
+                  "(no optimizer.step() inside the accumulation loop)", r=r)
     for k, g in got.items():
         if cands["right"][k] is None and g is not None:
-            return (f"rank {r}: {k!r} is frozen and has no gradient, but your function gave it one: "
-                    "skip parameters whose .grad is None")
+            return tr("rank {r}: {k!r} is frozen and has no gradient, but your function gave it one: "
+                      "skip parameters whose .grad is None", r=r, k=k)
     if _match(got, cands["right"]):
         if ref_sent and sent > 1.5 * ref_sent:
-            return (f"right gradients, but rank {r} sent {sent / ref_sent:.1f}x the bytes of one "
-                    f"all-reduce per parameter: all-reduce once, after the last of the {micro} "
-                    "micro-batches (not after every one)")
+            return tr("right gradients, but rank {r} sent {ratio:.1f}x the bytes of one all-reduce per "
+                      "parameter: all-reduce once, after the last of the {micro} micro-batches (not after "
+                      "every one)", r=r, ratio=sent / ref_sent, micro=micro)
         return None
     words = {
-        "local": "your gradients are this rank's own: they were not averaged over the ranks "
-                 f"(after the last micro-batch, all-reduce each .grad, then divide by the world size {n})",
-        "sum": f"your gradients are exactly {n} x the mean, the sum over ranks: divide by the world "
-               f"size ({n}) after the all-reduce",
-        "mean_twice": f"your gradients are 1/{n} of the mean: they were averaged over the {n} ranks "
-                      "twice (ReduceOp.AVG already divides by the world size; do not divide again)",
-        "undivided": f"your gradients are exactly {micro} x the big-batch gradient, because each "
-                     "micro-batch's loss was not divided: divide each micro-batch's loss by the "
-                     f"number of micro-batches ({micro}) before backward",
-        "twice": f"your gradients are the big-batch gradient divided by {micro} once more: divide "
-                 "each micro-batch's loss by the number of micro-batches once",
-        "last": "only the last micro-batch's gradient is left in .grad: zero_grad() (or .grad = None) "
-                "inside the loop throws the earlier ones away; let backward() add them up in .grad",
-        "last_whole": "only the last micro-batch's gradient is left in .grad, and its loss was not "
-                      "divided: do not zero the gradients inside the loop, and divide each loss by "
-                      f"the number of micro-batches ({micro})",
-        "first": "only the first micro-batch counted: run forward and backward on every micro-batch",
-        "first_whole": "only the first micro-batch counted: run forward and backward on every "
-                       "micro-batch, each loss divided by the number of micro-batches",
+        "local": lambda: tr("your gradients are this rank's own: they were not averaged over the ranks "
+                            "(after the last micro-batch, all-reduce each .grad, then divide by the world "
+                            "size {n})", n=n),
+        "sum": lambda: tr("your gradients are exactly {n} x the mean, the sum over ranks: divide by the "
+                          "world size ({n}) after the all-reduce", n=n),
+        "mean_twice": lambda: tr("your gradients are 1/{n} of the mean: they were averaged over the {n} "
+                                 "ranks twice (ReduceOp.AVG already divides by the world size; do not "
+                                 "divide again)", n=n),
+        "undivided": lambda: tr("your gradients are exactly {micro} x the big-batch gradient, because each "
+                                "micro-batch's loss was not divided: divide each micro-batch's loss by the "
+                                "number of micro-batches ({micro}) before backward", micro=micro),
+        "twice": lambda: tr("your gradients are the big-batch gradient divided by {micro} once more: "
+                            "divide each micro-batch's loss by the number of micro-batches once", micro=micro),
+        "last": lambda: tr("only the last micro-batch's gradient is left in .grad: zero_grad() (or .grad = "
+                           "None) inside the loop throws the earlier ones away; let backward() add them "
+                           "up in .grad"),
+        "last_whole": lambda: tr("only the last micro-batch's gradient is left in .grad, and its loss was "
+                                 "not divided: do not zero the gradients inside the loop, and divide each "
+                                 "loss by the number of micro-batches ({micro})", micro=micro),
+        "first": lambda: tr("only the first micro-batch counted: run forward and backward on every "
+                            "micro-batch"),
+        "first_whole": lambda: tr("only the first micro-batch counted: run forward and backward on every "
+                                  "micro-batch, each loss divided by the number of micro-batches"),
     }
     for name, text in words.items():
         if _match(got, cands[name]):
-            return f"rank {r}: {text}"
+            return tr("rank {r}: {why}", r=r, why=text())
     missing = [k for k, g in got.items() if g is None and cands["right"][k] is not None]
     if missing:
-        return (f"rank {r}: {missing[0]!r} has no gradient (.grad is None) after your function: run "
-                "backward on every micro-batch and leave the gradients in .grad")
+        return tr("rank {r}: {name!r} has no gradient (.grad is None) after your function: run "
+                  "backward on every micro-batch and leave the gradients in .grad", r=r, name=missing[0])
     k = next(k for k in got if cands["right"][k] is not None and not _same(got[k], cands["right"][k]))
     err = (got[k] - cands["right"][k]).abs().max().item()
-    return (f"rank {r}: the gradient of {k!r} differs from one process's gradient on the global "
-            f"batch by up to {err:.3g}")
+    return tr("rank {r}: the gradient of {k!r} differs from one process's gradient on the global "
+              "batch by up to {err:.3g}", r=r, k=k, err=err)
 
 
 @checker("accumulate_gradients")
@@ -148,6 +153,7 @@ def accumulate_gradients(fn, cluster, micro: int = 3, timeout: float = HANG_LIMI
     verdict = ranks_verdict(results)
     if verdict:
         return verdict
-    return True, (f"{cluster.world_size} ranks x {micro} micro-batches: every gradient equals one "
-                  f"process's on the global batch (rtol {RTOL:g}), with a tied and a frozen "
-                  "parameter, and no more traffic than one all-reduce of the gradients")
+    return True, tr("{n} ranks x {micro} micro-batches: every gradient equals one process's on the "
+                    "global batch (rtol {rtol:g}), with a tied and a frozen parameter, and no more "
+                    "traffic than one all-reduce of the gradients", n=cluster.world_size, micro=micro,
+                    rtol=RTOL)

@@ -4,6 +4,7 @@ import matplotlib.pyplot as plt
 
 from labkit.cp import layout as L
 from labkit.figtext import size as fs
+from labkit.i18n import tr_fig
 
 
 def ring_steps(n: int = 4, seq: int = 16, layout: str = "contiguous", causal: bool = True, ax=None,
@@ -19,43 +20,45 @@ def ring_steps(n: int = 4, seq: int = 16, layout: str = "contiguous", causal: bo
             colour = "#dddddd" if kinds == {"skip"} else ("#f6c86b" if "diagonal" in kinds or "skip" in kinds
                                                           else "#7fb3d5")
             ax.add_patch(plt.Rectangle((t, n - 1 - r), 0.95, 0.9, color=colour))
-            ax.text(t + 0.47, n - 0.55 - r, f"K/V {src}", ha="center", va="center", fontsize=fs(9))
+            ax.text(t + 0.47, n - 0.55 - r, tr_fig("K/V {src}", src=src), ha="center", va="center", fontsize=fs(9))
             if t < n - 1 and r < n - 1:
                 ax.annotate("", xy=(t + 1.0, n - 1.55 - r),
                             xytext=(t + 0.8, n - 0.85 - r), arrowprops=dict(arrowstyle="->", lw=0.6,
                                                                          color="#555555"))
     ax.set_xlim(0, n)
     ax.set_ylim(0, n)
-    ax.set_xticks([t + 0.47 for t in range(n)], [f"step {t}" for t in range(n)], fontsize=fs(9))
-    ax.set_yticks([n - 0.55 - r for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=fs(9))
+    ax.set_xticks([t + 0.47 for t in range(n)], [tr_fig("step {t}", t=t) for t in range(n)], fontsize=fs(9))
+    ax.set_yticks([n - 0.55 - r for r in range(n)], [tr_fig("rank {r}", r=r) for r in range(n)], fontsize=fs(9))
     ax.tick_params(length=0)
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
     if legend:
         ax.legend(*_ring_legend(), loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3,
                   fontsize=fs(8), frameon=False)
-    ax.set_title(title or (f"ring attention, {layout} layout{', causal' if causal else ''}\nthe K/V block "
-                           f"each rank holds; arrows: sent on (rank {n - 1}'s to rank 0)"), fontsize=fs(10))
+    ax.set_title(title or tr_fig("ring attention, {layout} layout{causal}\nthe K/V block each rank holds; "
+                                 "arrows: sent on (rank {last}'s to rank 0)", layout=layout,
+                                 causal=tr_fig(", causal") if causal else "", last=n - 1), fontsize=fs(10))
     return ax
 
 
 def _ring_legend():
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ("#7fb3d5", "#f6c86b", "#dddddd")]
-    return handles, ["all keys visible", "part masked", "skipped (all masked)"]
+    return handles, [tr_fig("all keys visible"), tr_fig("part masked"), tr_fig("skipped (all masked)")]
 
 
 def ring_steps_pair(n: int = 4, seq: int = 16, causal: bool = True, figsize=(12.4, 4.6)):
     """Contiguous beside zig-zag, one legend below both."""
     fig, axes = plt.subplots(1, 2, figsize=figsize)
-    for ax, lay, name in zip(axes, L.LAYOUTS, ("contiguous", "zig-zag")):
+    for ax, lay, name in zip(axes, L.LAYOUTS, (tr_fig("contiguous"), tr_fig("zig-zag"))):
         ring_steps(n, seq, lay, causal, ax=ax, legend=False,
-                   title=f"{name}{', causal' if causal else ''}: K/V block held per step")
+                   title=tr_fig("{name}{causal}: K/V block held per step", name=name,
+                                causal=tr_fig(", causal") if causal else ""))
     fig.legend(*_ring_legend(), loc="lower center", ncol=3, fontsize=fs(8), frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
-def work_bars(measured: dict, formula: dict, ax=None, ylabel="score entries computed per rank"):
+def work_bars(measured: dict, formula: dict, ax=None, ylabel=None):
     """measured, formula: layout -> per-rank numbers. Bars measured, dots the formula."""
     ax = ax or plt.subplots(figsize=(7, 3.2))[1]
     layouts = list(measured)
@@ -63,17 +66,17 @@ def work_bars(measured: dict, formula: dict, ax=None, ylabel="score entries comp
     width = 0.8 / len(layouts)
     for i, lay in enumerate(layouts):
         xs = [r + (i - (len(layouts) - 1) / 2) * width for r in range(n)]
-        ax.bar(xs, measured[lay], width * 0.95, label=f"{lay}: measured")
+        ax.bar(xs, measured[lay], width * 0.95, label=tr_fig("{layout}: measured", layout=lay))
         ax.plot(xs, formula[lay], "k_", markersize=14, mew=2,
-                label="formula (labkit.cp.layout)" if i == 0 else None)
-    ax.set_xticks(range(n), [f"rank {r}" for r in range(n)], fontsize=fs(9))
-    ax.set_ylabel(ylabel, fontsize=fs(9))
+                label=tr_fig("formula (labkit.cp.layout)") if i == 0 else None)
+    ax.set_xticks(range(n), [tr_fig("rank {r}", r=r) for r in range(n)], fontsize=fs(9))
+    ax.set_ylabel(tr_fig("score entries computed per rank") if ylabel is None else ylabel, fontsize=fs(9))
     ax.legend(fontsize=fs(8), loc="upper left")
-    ax.set_title("causal attention: work per rank", fontsize=fs(10))
+    ax.set_title(tr_fig("causal attention: work per rank"), fontsize=fs(10))
     return ax
 
 
-def timeline(per_rank: list, ax=None, title="one ring-attention step per rank", t0=None):
+def timeline(per_rank: list, ax=None, title=None, t0=None):
     """per_rank: each rank's events (phase, step, "compute" | "transfer" | "wait", start, end),
     wall seconds. Per rank, an upper lane of block computations and a lower lane of transfers
     (posted -> seen complete, thin) with the waits (exposed transfer) over them in red."""
@@ -90,16 +93,16 @@ def timeline(per_rank: list, ax=None, title="one ring-attention step per rank", 
             lane = {"compute": (y + 0.5, 0.38), "transfer": (y + 0.2, 0.16), "wait": (y + 0.1, 0.36)}[kind]
             ax.broken_barh(xs, lane, color=COLOURS[(phase, kind)],
                            edgecolor="white" if kind == "compute" else "none", linewidth=0.5)
-    ax.set_yticks([n - 1 - r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=fs(9))
+    ax.set_yticks([n - 1 - r + 0.5 for r in range(n)], [tr_fig("rank {r}", r=r) for r in range(n)], fontsize=fs(9))
     ax.set_ylim(0, n)
-    ax.set_xlabel("milliseconds", fontsize=fs(9))
+    ax.set_xlabel(tr_fig("milliseconds"), fontsize=fs(9))
     keys = [("forward", "compute"), ("backward", "compute"), ("forward", "transfer"), ("forward", "wait")]
-    labels = ["forward: attention on a block", "backward: gradients of a block",
-              "transfer in flight (posted -> seen done)", "waiting for it (exposed)"]
+    labels = [tr_fig("forward: attention on a block"), tr_fig("backward: gradients of a block"),
+              tr_fig("transfer in flight (posted -> seen done)"), tr_fig("waiting for it (exposed)")]
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[k]) for k in keys]
     ax.legend(handles, labels, fontsize=fs(8), loc="upper center", bbox_to_anchor=(0.5, -0.28),
               ncol=2, frameon=False)
-    ax.set_title(title, fontsize=fs(10))
+    ax.set_title(tr_fig("one ring-attention step per rank") if title is None else title, fontsize=fs(10))
     return ax
 
 

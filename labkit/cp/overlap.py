@@ -17,7 +17,7 @@ KINDS = ("compute", "transfer", "wait")
 class LiveTimeline(LiveFigure):
     """Notebook side: one row per rank, redrawn as ring steps end; the last picture stays."""
 
-    def __init__(self, cluster, title: str = "ring attention, live", fps: float = 3.0):
+    def __init__(self, cluster, title: str = None, fps: float = 3.0):
         super().__init__(cluster, fps)
         self.title = title
         self.events = {}                 # rank -> [(phase, step, kind, start, end)]
@@ -41,7 +41,8 @@ class LiveTimeline(LiveFigure):
         from labkit.cp.draw import timeline
         per = self.per_rank() or [[]]
         fig, ax = plt.subplots(figsize=(9, 0.6 * len(per) + 1.6))
-        timeline(per, ax=ax, title=self.title)
+        from labkit.i18n import tr_fig
+        timeline(per, ax=ax, title=tr_fig("ring attention, live") if self.title is None else self.title)
         fig.tight_layout()
         return fig
 

@@ -167,3 +167,5 @@ MESSAGES.update(_check.MESSAGES)       # the checkers of notebooks 03-04
 MESSAGES.update(_figures.MESSAGES)     # the library's figures for notebooks 00-04
 from labkit.i18n import zh_m020506 as _m020506   # noqa: E402
 MESSAGES.update(_m020506.MESSAGES)     # notebooks 02, 05a/05b, 06: checkers and library text
+from labkit.i18n import zh_m07091213 as _m07091213   # noqa: E402
+MESSAGES.update(_m07091213.MESSAGES)   # notebooks 07, 09, 12, 13: checkers, printed lines, figures

@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from labkit.i18n import tr
 from labkit.moe.formulas import capacity
 
 
@@ -40,7 +41,7 @@ class Expert(nn.Module):
 def where() -> str:
     """'on rank N' inside a process group, '' on one device."""
     import torch.distributed as dist
-    return f" on rank {dist.get_rank()}" if dist.is_available() and dist.is_initialized() else ""
+    return tr(" on rank {rank}", rank=dist.get_rank()) if dist.is_available() and dist.is_initialized() else ""
 
 
 def route(logits: torch.Tensor, k: int, capacity_factor=None):
@@ -86,11 +87,11 @@ class MoE(nn.Module):
                  capacity_factor=None, aux_loss_weight: float = 0.01):
         super().__init__()
         if not 1 <= k <= experts:
-            raise ValueError(f"k = {k} experts per token, but the layer has {experts} experts: "
-                             f"choose 1 <= k <= {experts}")
+            raise ValueError(tr("k = {k} experts per token, but the layer has {experts} experts: "
+                                "choose 1 <= k <= {experts}", k=k, experts=experts))
         if capacity_factor is not None and not capacity_factor > 0:
-            raise ValueError(f"capacity_factor = {capacity_factor}: it must be > 0 (1.0 gives each "
-                             f"expert an equal share of the tokens), or None for no limit")
+            raise ValueError(tr("capacity_factor = {c}: it must be > 0 (1.0 gives each expert an equal "
+                                "share of the tokens), or None for no limit", c=capacity_factor))
         self.hidden, self.ffn_hidden, self.num_experts, self.k = hidden, ffn_hidden, experts, k
         self.capacity_factor, self.aux_loss_weight = capacity_factor, aux_loss_weight
         self.router = nn.Linear(hidden, experts, bias=False)
@@ -99,8 +100,9 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != self.hidden:
-            raise ValueError(f"MoE{where()}: expected tokens of shape (tokens, {self.hidden}), got "
-                             f"{tuple(x.shape)}: flatten (batch, sequence) into tokens and check the hidden size")
+            raise ValueError(tr("MoE{where}: expected tokens of shape (tokens, {hidden}), got {shape}: "
+                                "flatten (batch, sequence) into tokens and check the hidden size",
+                                where=where(), hidden=self.hidden, shape=tuple(x.shape)))
         probs, expert, gate, keep = route(self.router(x), self.k, self.capacity_factor)
         self.aux_loss = load_balancing_loss(probs, expert, self.aux_loss_weight)
         self.tokens_per_expert = torch.bincount(expert[keep], minlength=self.num_experts)

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from labkit.i18n import tr
 from labkit.moe.alltoall import all_to_all, exchange_counts
 from labkit.moe.layer import MoE, run_grouped
 
@@ -50,9 +51,10 @@ def check_shapes(x: torch.Tensor, hidden: int, group=None) -> None:
     bad = [(j, w) for j, (d, w) in enumerate(t.tolist() for t in every) if d != 2 or w != hidden]
     if bad:
         glob = (lambda g: g) if group is None else (lambda g: dist.get_global_rank(group, g))
-        who = ", ".join(f"rank {glob(j)} has hidden size {w}" for j, w in bad)
-        raise ValueError(f"MoE on rank {dist.get_rank()}: expected tokens of shape (tokens, {hidden}) on "
-                         f"every rank, but {who}: give every rank tokens of the layer's hidden size")
+        who = tr(", ").join(tr("rank {r} has hidden size {w}", r=glob(j), w=w) for j, w in bad)
+        raise ValueError(tr("MoE on rank {rank}: expected tokens of shape (tokens, {hidden}) on every rank, "
+                            "but {who}: give every rank tokens of the layer's hidden size",
+                            rank=dist.get_rank(), hidden=hidden, who=who))
 
 
 class ExpertParallelMoE(MoE):
@@ -80,15 +82,15 @@ def expert_parallel(moe: MoE, group=None, impl: str = "torch") -> MoE:
     """Shard `moe`'s experts over `group` in place (every rank built it with the same seed);
     returns it. impl: "torch" (dist.all_to_all_single) or "p2p" (written on send/recv)."""
     if not isinstance(moe, MoE):
-        raise TypeError(f"expert_parallel expects a labkit.moe.MoE, got {type(moe).__name__}")
+        raise TypeError(tr("expert_parallel expects a labkit.moe.MoE, got {kind}", kind=type(moe).__name__))
     r, n = dist.get_rank(group), dist.get_world_size(group)
     if moe.num_experts % n:
-        raise ValueError(f"expert_parallel on rank {dist.get_rank()}: {moe.num_experts} experts do not "
-                         f"divide over {n} ranks ({moe.num_experts} / {n} = {moe.num_experts / n:.2f}); "
-                         f"use a number of experts that is a multiple of the group size")
+        raise ValueError(tr("expert_parallel on rank {rank}: {e} experts do not divide over {n} ranks "
+                            "({e} / {n} = {q:.2f}); use a number of experts that is a multiple of the "
+                            "group size", rank=dist.get_rank(), e=moe.num_experts, n=n, q=moe.num_experts / n))
     if len(moe.experts) != moe.num_experts:
-        raise ValueError(f"expert_parallel on rank {dist.get_rank()}: this MoE is already sharded "
-                         f"({len(moe.experts)} of {moe.num_experts} experts here)")
+        raise ValueError(tr("expert_parallel on rank {rank}: this MoE is already sharded ({k} of {e} "
+                            "experts here)", rank=dist.get_rank(), k=len(moe.experts), e=moe.num_experts))
     L = moe.num_experts // n
     moe.experts = nn.ModuleList(list(moe.experts)[r * L:(r + 1) * L])
     moe.first_expert, moe.ep_group, moe.ep_size, moe.impl = r * L, group, n, impl

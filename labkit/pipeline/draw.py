@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
 from labkit import figtext
+from labkit.i18n import tr_fig
 from labkit.livefig import LiveFigure
 from labkit.pipeline.formulas import bubble_ratio
 from labkit.pipeline.simulate import Timeline, bubble_of, held_in_order, peak_in_flight
@@ -67,27 +68,29 @@ def gantt(t: Timeline, ax=None, title: str = None, unit: str = None, formula: bo
             else:
                 dropped = True
     ax.set_yticks([t.stages - 1 - r + 0.5 for r in range(t.stages)],
-                  [f"stage {r}" for r in range(t.stages)])
+                  [tr_fig("stage {r}", r=r) for r in range(t.stages)])
     ax.set_ylim(0, t.stages)
     ax.set_xlim(0, xmax)
     seconds = t.measured or t.extra.get("seconds")
-    ax.set_xlabel(unit or ("seconds since the step started" if seconds else "time (units of one forward)"))
-    head = title or f"{t.name}: " + ("measured" if t.measured else
-                                     "simulated with the measured times" if seconds else "simulated")
-    line = f"bubble {t.bubble:.1%}"
+    ax.set_xlabel(unit or (tr_fig("seconds since the step started") if seconds else
+                           tr_fig("time (units of one forward)")))
+    head = title or f"{t.name}: " + (tr_fig("measured") if t.measured else
+                                     tr_fig("simulated with the measured times") if seconds else
+                                     tr_fig("simulated"))
+    line = tr_fig("bubble {bubble:.1%}", bubble=t.bubble)
     if t.layout != "loop":
-        line += f", {t.span_bubble:.1%} within each rank's own span"
+        line += tr_fig(", {bubble:.1%} within each rank's own span", bubble=t.span_bubble)
     if formula and t.name.split(" (")[0] not in ("ZB-H1", "ZB-V", "DualPipeV", "DualPipe"):
-        line += (f", formula (p-1)/({'vm' if t.chunks > 1 else 'm'}+p-1) = "
-                 f"{bubble_ratio(t.stages, t.microbatches, t.chunks):.1%}")
+        line += tr_fig(", formula (p-1)/({vm}+p-1) = {ratio:.1%}", vm="vm" if t.chunks > 1 else "m",
+                       ratio=bubble_ratio(t.stages, t.microbatches, t.chunks))
     ax.set_title(f"{head} (p={t.stages}, m={t.microbatches}" + (f", v={t.chunks}" if t.chunks > 1 else "")
                  + ("):\n" if figtext.slides() else "): ") + line, fontsize=figtext.size(9))
-    handles = [Patch(color=COLOURS[k], label=LABELS[k]) for k in ("F", "B", "I", "W", "idle")
+    handles = [Patch(color=COLOURS[k], label=tr_fig(LABELS[k])) for k in ("F", "B", "I", "W", "idle")
                if k in kinds or k == "idle"]
     if t.chunks > 1:
-        handles.append(Patch(facecolor=COLOURS["F"], alpha=0.6, label="paler: chunk 1, 2, ..."))
-    handles.append(Patch(color="none", label="numbers: micro-batch" +
-                         ("\n(left out where\na bar is too narrow)" if dropped else "")))
+        handles.append(Patch(facecolor=COLOURS["F"], alpha=0.6, label=tr_fig("paler: chunk 1, 2, ...")))
+    handles.append(Patch(color="none", label=tr_fig("numbers: micro-batch") +
+                         (tr_fig("\n(left out where\na bar is too narrow)") if dropped else "")))
     ax.legend(handles=handles, fontsize=figtext.size(7), loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax
 
@@ -143,12 +146,12 @@ class live_gantt(LiveFigure):
     def figure(self):
         t = self.timeline()
         fig, ax = plt.subplots(figsize=_gantt_size(t.stages))
-        gantt(t, ax, title=f"{t.name} on the cluster, live")
+        gantt(t, ax, title=tr_fig("{name} on the cluster, live", name=t.name))
         done = sum(len(r) for r in t.intervals)
         total = sum(len(a) for a in self.schedule.actions)
         ax.set_xlim(0, max(t.makespan, 1e-3))
-        ax.text(1.0, -0.35, f"{done}/{total} actions done; running bubble "
-                f"{bubble_of(t.busy, t.makespan) if t.makespan else 0:.1%}",
+        ax.text(1.0, -0.35, tr_fig("{done}/{total} actions done; running bubble {bubble:.1%}", done=done,
+                                   total=total, bubble=bubble_of(t.busy, t.makespan) if t.makespan else 0),
                 transform=ax.transAxes, ha="right", fontsize=figtext.size(8))
         fig.tight_layout()
         return fig
@@ -162,13 +165,13 @@ def bubble_vs_m(measured: dict, stages: int, chunks: dict = None, path: str = No
     grid = list(range(1, max(ms) + 1))
     for v in sorted(set(chunks.get(n, 1) for n in measured)):
         ax.plot(grid, [bubble_ratio(stages, m, v) for m in grid], "--", color="grey" if v == 1 else "black",
-                lw=1, label=f"formula (p-1)/({'%dm' % v if v > 1 else 'm'}+p-1)")
+                lw=1, label=tr_fig("formula (p-1)/({vm}+p-1)", vm="%dm" % v if v > 1 else "m"))
     for i, (name, pts) in enumerate(measured.items()):
         xs = sorted(pts)
-        ax.plot(xs, [pts[m] for m in xs], "o-", ms=5, color=plt.get_cmap("tab10")(i), label=f"{name} (measured)")
-    ax.set_xlabel("micro-batches m")
-    ax.set_ylabel("bubble: idle / total")
-    ax.set_title(f"Bubble against m, p={stages}", fontsize=figtext.size(10))
+        ax.plot(xs, [pts[m] for m in xs], "o-", ms=5, color=plt.get_cmap("tab10")(i), label=tr_fig("{name} (measured)", name=name))
+    ax.set_xlabel(tr_fig("micro-batches m"))
+    ax.set_ylabel(tr_fig("bubble: idle / total"))
+    ax.set_title(tr_fig("Bubble against m, p={p}", p=stages), fontsize=figtext.size(10))
     ax.set_ylim(0, None)
     ax.legend(fontsize=figtext.size(7))
     fig.tight_layout()
@@ -189,10 +192,10 @@ def activations_plot(timelines: dict, path: str = None):
         for bar, k in zip(bars, peak_in_flight(t.intervals)):
             ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{k}", ha="center",
                     va="bottom", fontsize=figtext.size(7))
-    ax.set_xticks(range(t.stages), [f"stage {r}" for r in range(t.stages)])
-    ax.set_ylabel("peak saved activations (KiB)")
-    ax.set_title("Activation memory per stage, measured" + ("\n(" if figtext.slides() else " (")
-                 + "numbers: micro-batches alive at the peak)", fontsize=figtext.size(9))
+    ax.set_xticks(range(t.stages), [tr_fig("stage {r}", r=r) for r in range(t.stages)])
+    ax.set_ylabel(tr_fig("peak saved activations (KiB)"))
+    ax.set_title(tr_fig("Activation memory per stage, measured") + ("\n(" if figtext.slides() else " (")
+                 + tr_fig("numbers: micro-batches alive at the peak)"), fontsize=figtext.size(9))
     ax.legend(fontsize=figtext.size(8))
     fig.tight_layout()
     if path:
@@ -213,11 +216,12 @@ def held_plot(timelines: dict, path: str = None):
         for bar, k in zip(bars, held_in_order(_schedule_of(t))):
             ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{k:g}", ha="center",
                     va="bottom", fontsize=figtext.size(7))
-    ax.set_xticks(range(t.stages), [f"stage {r}" for r in range(t.stages)])
-    ax.set_ylabel("micro-batches' worth held")
+    ax.set_xticks(range(t.stages), [tr_fig("stage {r}", r=r) for r in range(t.stages)])
+    ax.set_ylabel(tr_fig("micro-batches' worth held"))
     ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
-    ax.set_title("Activations held at the peak: bars measured on the ranks" + ("\n" if figtext.slides() else ", ")
-                 + "numbers counted from the schedule", fontsize=figtext.size(9))
+    ax.set_title(tr_fig("Activations held at the peak: bars measured on the ranks") +
+                 ("\n" if figtext.slides() else tr_fig(", ")) + tr_fig("numbers counted from the schedule"),
+                 fontsize=figtext.size(9))
     ax.legend(fontsize=figtext.size(7), loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     if path:

@@ -14,6 +14,8 @@ With v chunks per rank (interleaved 1F1B) rank r holds virtual stages r, p+r, 2p
 """
 from dataclasses import dataclass, field
 
+from labkit.i18n import tr
+
 __all__ = ["Action", "Schedule", "LAYOUTS", "vstage_of", "F", "B", "I", "W", "gpipe", "one_f_one_b", "interleaved_1f1b",
            "zb_h1", "SCHEDULES", "build", "with_comms", "compute_only"]
 
@@ -57,8 +59,11 @@ class Action:
         return self.kind in COMPUTE
 
     def describe(self) -> str:
-        return f"{self!r} ({NAMES.get(self.kind, self.kind)} of micro-batch {self.mb}" + \
-            (f", chunk {self.chunk})" if self.chunk else ")")
+        what = tr(NAMES[self.kind]) if self.kind in NAMES else self.kind
+        if self.chunk:
+            return tr("{a!r} ({what} of micro-batch {mb}, chunk {chunk})", a=self, what=what,
+                      mb=self.mb, chunk=self.chunk)
+        return tr("{a!r} ({what} of micro-batch {mb})", a=self, what=what, mb=self.mb)
 
 
 def F(mb: int, chunk: int = 0) -> Action:

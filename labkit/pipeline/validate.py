@@ -10,6 +10,7 @@ until the peer reaches the matching RECV, which is how two gloo ranks that both 
 deadlock. When no rank can move and some have work left, that is a deadlock, and each stuck
 stage is named with what it waits for.
 """
+from labkit.i18n import tr
 from labkit.pipeline.schedules import COMMS, COMPUTE, Action, Schedule
 
 __all__ = ["validate", "ensure_valid", "ScheduleError", "play", "as_schedule"]
@@ -31,8 +32,8 @@ def _parse(a) -> Action:
             return Action(kind, int(mb), int(chunk or 0))
     if isinstance(a, tuple) and len(a) in (2, 3) and isinstance(a[0], str):
         return Action(a[0], *[int(x) for x in a[1:]])
-    raise ScheduleError(f"{a!r} is not an action: write F(i), B(i), I(i), W(i) "
-                        "(from labkit.pipeline) or strings like 'F3', 'B0'")
+    raise ScheduleError(tr("{a!r} is not an action: write F(i), B(i), I(i), W(i) "
+                           "(from labkit.pipeline) or strings like 'F3', 'B0'", a=a))
 
 
 def as_schedule(actions, stages: int = None, microbatches: int = None, chunks: int = 1,
@@ -53,19 +54,22 @@ def _structure(s: Schedule) -> list:
     """Errors that need no timing: shape, ranges, duplicates, missing work, local order."""
     p, m, v = s.stages, s.microbatches, s.chunks
     if len(s.actions) != p:
-        return [f"the schedule has {len(s.actions)} action lists for {p} stages: give one list per stage"]
+        return [tr("the schedule has {k} action lists for {p} stages: give one list per stage",
+                   k=len(s.actions), p=p)]
     out = []
     explicit = any(not a.is_compute for acts in s.actions for a in acts)
     for r, acts in enumerate(s.actions):
         where, bad = {}, False
         for k, a in enumerate(acts):
             if a.kind not in COMPUTE + COMMS or not 0 <= a.mb < m or not 0 <= a.chunk < v:
-                out.append(f"stage {r}, step {k}: {a!r} is out of range (kinds {'/'.join(COMPUTE)}, "
-                           f"micro-batches 0..{m - 1}, chunks 0..{v - 1})")
+                out.append(tr("stage {r}, step {k}: {a!r} is out of range (kinds {kinds}, "
+                              "micro-batches 0..{last_mb}, chunks 0..{last_chunk})", r=r, k=k, a=a,
+                              kinds="/".join(COMPUTE), last_mb=m - 1, last_chunk=v - 1))
                 bad = True
                 continue
             if a in where:
-                out.append(f"stage {r} runs {a.describe()} twice (steps {where[a]} and {k})")
+                out.append(tr("stage {r} runs {what} twice (steps {first} and {k})",
+                              r=r, what=a.describe(), first=where[a], k=k))
                 bad = True
             where.setdefault(a, k)
         if bad:
@@ -75,23 +79,26 @@ def _structure(s: Schedule) -> list:
             for i in range(m):
                 f, b, ii, w = (Action(k, i, c) for k in COMPUTE)
                 if f not in where:
-                    out.append(f"stage {r} never runs {f.describe()}")
+                    out.append(tr("stage {r} never runs {what}", r=r, what=f.describe()))
                     continue
                 if b in where and (ii in where or w in where):
-                    out.append(f"stage {r} runs both B{i} and its halves I{i}/W{i}: use one or the other")
+                    out.append(tr("stage {r} runs both B{i} and its halves I{i}/W{i}: use one or the other",
+                                  r=r, i=i))
                     continue
                 grads = [b] if b in where or ii not in where else [ii, w]
                 for g in grads:
                     if g not in where:
-                        out.append(f"stage {r} never runs {g.describe()}" +
-                                   (" (each I needs its W)" if g.kind == "W" else ""))
+                        out.append(tr("stage {r} never runs {what}", r=r, what=g.describe()) +
+                                   (tr(" (each I needs its W)") if g.kind == "W" else ""))
                 for g in grads:
                     if g in where and g.kind != "W" and where[g] < where[f]:
-                        out.append(f"stage {r} runs {g!r} (step {where[g]}) before {f!r} (step {where[f]}): "
-                                   f"a backward needs its own forward's activations")
+                        out.append(tr("stage {r} runs {g!r} (step {kg}) before {f!r} (step {kf}): "
+                                      "a backward needs its own forward's activations",
+                                      r=r, g=g, kg=where[g], f=f, kf=where[f]))
                 if w in where and ii in where and where[w] < where[ii]:
-                    out.append(f"stage {r} runs {w!r} (step {where[w]}) before {ii!r} (step {where[ii]}): "
-                               "the weight gradient needs the output gradient that I receives")
+                    out.append(tr("stage {r} runs {w!r} (step {kw}) before {i!r} (step {ki}): "
+                                  "the weight gradient needs the output gradient that I receives",
+                                  r=r, w=w, kw=where[w], i=ii, ki=where[ii]))
                 if explicit:
                     out += _comm_structure(s, r, c, vs, i, where, grads[0].kind)
     return out
@@ -108,14 +115,18 @@ def _comm_structure(s, r, c, vs, i, where, gkind) -> list:
                  (Action("RECV_B", i, c), Action(gkind, i, c), True)]
     for comm, compute, before in need:
         if comm not in where:
-            out.append(f"stage {r} never runs {comm.describe()}, which {compute!r} "
-                       f"{'needs before it' if before else 'must pass on after it'}")
+            out.append(tr("stage {r} never runs {what}, which {compute!r} needs before it", r=r,
+                          what=comm.describe(), compute=compute) if before else
+                       tr("stage {r} never runs {what}, which {compute!r} must pass on after it", r=r,
+                          what=comm.describe(), compute=compute))
         elif before and where[comm] > where[compute]:
-            out.append(f"stage {r} runs {compute!r} (step {where[compute]}) before {comm!r} "
-                       f"(step {where[comm]}): receive the input first")
+            out.append(tr("stage {r} runs {compute!r} (step {k1}) before {comm!r} (step {k2}): "
+                          "receive the input first", r=r, compute=compute, k1=where[compute],
+                          comm=comm, k2=where[comm]))
         elif not before and where[comm] < where[compute]:
-            out.append(f"stage {r} runs {comm!r} (step {where[comm]}) before {compute!r} "
-                       f"(step {where[compute]}): nothing to send yet")
+            out.append(tr("stage {r} runs {comm!r} (step {k1}) before {compute!r} (step {k2}): "
+                          "nothing to send yet", r=r, comm=comm, k1=where[comm], compute=compute,
+                          k2=where[compute]))
     return out
 
 
@@ -215,22 +226,26 @@ def _deadlock(s: Schedule, stuck: dict) -> list:
     for r, (k, a, waits) in sorted(stuck.items()):
         for wr, wa in waits[:1]:
             if wr == r:
-                lines.append(f"stage {r} waits at step {k} ({a!r}) for its own {wa!r}, which comes later")
+                lines.append(tr("stage {r} waits at step {k} ({a!r}) for its own {wa!r}, which comes later",
+                                r=r, k=k, a=a, wa=wa))
                 continue
             at = stuck.get(wr)
-            there = (f"stage {wr} is itself stuck at step {at[0]} ({at[1]!r})" if at else
-                     f"stage {wr} has finished")
+            there = (tr("stage {wr} is itself stuck at step {k} ({a!r})", wr=wr, k=at[0], a=at[1]) if at else
+                     tr("stage {wr} has finished", wr=wr))
             if wa.kind.startswith("RECV"):
-                lines.append(f"stage {r} waits at step {k} ({a!r}) until stage {wr} reaches the matching "
-                             f"{wa!r}; {there}")
+                lines.append(tr("stage {r} waits at step {k} ({a!r}) until stage {wr} reaches the matching "
+                                "{wa!r}; {there}", r=r, k=k, a=a, wr=wr, wa=wa, there=there))
             else:
-                lines.append(f"stage {r} waits at step {k} ({a!r}) for {wa!r} on stage {wr}; {there}")
+                lines.append(tr("stage {r} waits at step {k} ({a!r}) for {wa!r} on stage {wr}; {there}",
+                                r=r, k=k, a=a, wa=wa, wr=wr, there=there))
     n = len(stuck)
     hint = ""
     if any(a.kind.startswith("SEND") for _, a, _ in stuck.values()):
-        hint = (" (a blocking send waits for its receive: post each send together with the receive "
-                "it pairs with, isend/irecv or batch_isend_irecv)")
-    return [f"deadlock: {n} stage{'s' * (n > 1)} can never move: " + "; ".join(lines) + hint]
+        hint = tr(" (a blocking send waits for its receive: post each send together with the receive "
+                  "it pairs with, isend/irecv or batch_isend_irecv)")
+    head = (tr("deadlock: {n} stages can never move: ", n=n) if n > 1 else
+            tr("deadlock: {n} stage can never move: ", n=n))
+    return [head + tr("; ").join(lines) + hint]
 
 
 def validate(schedule, blocking_sends: bool = False) -> list:
@@ -254,5 +269,5 @@ def ensure_valid(schedule, blocking_sends: bool = False) -> Schedule:
     """The schedule as a Schedule, or ScheduleError with every problem."""
     problems = validate(schedule, blocking_sends)
     if problems:
-        raise ScheduleError("this schedule cannot run:\n- " + "\n- ".join(problems))
+        raise ScheduleError(tr("this schedule cannot run:") + "\n- " + "\n- ".join(problems))
     return as_schedule(schedule)

@@ -8,6 +8,7 @@ simulated one for a static copy.
 """
 import matplotlib.pyplot as plt
 
+from labkit.i18n import tr, tr_fig
 from labkit.pipeline.draw import gantt, side_by_side
 from labkit.pipeline.formulas import bubble_over_ideal, bubble_ratio
 from labkit.pipeline.schedules import build
@@ -23,11 +24,12 @@ class Explorer:
         import ipywidgets as w
         self.cluster, self.pad = cluster, pad
         p0 = cluster.world_size if cluster is not None else 4
-        self.kind = w.Dropdown(options=CHOICES, value="1f1b", description="schedule")
-        self.p = w.IntSlider(value=p0, min=1, max=8, description="stages p")
-        self.m = w.IntSlider(value=8, min=1, max=32, description="micro-batches m")
-        self.v = w.IntSlider(value=2, min=1, max=4, description="chunks v")
-        self.button = w.Button(description="run on the cluster", button_style="primary")
+        self.kind = w.Dropdown(options=[(tr(label), key) for label, key in CHOICES], value="1f1b",
+                               description=tr("schedule"))
+        self.p = w.IntSlider(value=p0, min=1, max=8, description=tr("stages p"))
+        self.m = w.IntSlider(value=8, min=1, max=32, description=tr("micro-batches m"))
+        self.v = w.IntSlider(value=2, min=1, max=4, description=tr("chunks v"))
+        self.button = w.Button(description=tr("run on the cluster"), button_style="primary")
         self.out, self.measured = w.Output(), w.Output()
         for ctl in (self.kind, self.p, self.m, self.v):
             ctl.observe(lambda _: self.draw(), names="value")
@@ -47,8 +49,9 @@ class Explorer:
         gantt(t, ax)
         held = ", ".join(f"{h:g}" for h in held_in_order(s))
         ideal = "(p-1)/(vm)" if s.chunks > 1 else "(p-1)/m"
-        ax.text(1.0, -0.32, f"activations held at the peak per stage (micro-batches' worth): {held}; bubble "
-                f"over ideal (Megatron) {ideal} = {bubble_over_ideal(s.stages, s.microbatches, s.chunks):.1%}",
+        ax.text(1.0, -0.32, tr_fig("activations held at the peak per stage (micro-batches' worth): {held}; "
+                                   "bubble over ideal (Megatron) {ideal} = {ratio:.1%}", held=held, ideal=ideal,
+                                   ratio=bubble_over_ideal(s.stages, s.microbatches, s.chunks)),
                 transform=ax.transAxes, ha="right", fontsize=8)
         fig.tight_layout()
         return fig
@@ -60,7 +63,7 @@ class Explorer:
             try:
                 fig = self.figure()
             except ValueError as exc:            # e.g. interleaved with m not a multiple of p
-                print(f"cannot build this schedule: {exc}")
+                print(tr("cannot build this schedule: {error}", error=exc))
                 return
             display(fig)
             plt.close(fig)
@@ -75,14 +78,16 @@ class Explorer:
             clear_output(wait=True)
             if self.cluster is None or self.cluster.world_size != self.p.value:
                 n = None if self.cluster is None else self.cluster.world_size
-                print(f"the cluster has {n} ranks: set p = {n} to run this schedule on it")
+                print(tr("the cluster has {n} ranks: set p = {n} to run this schedule on it", n=n))
                 return None
             s = self.schedule()
             t = timeline_of(self.cluster.run(run_schedule, s, pad=self.pad, live=False), s)
             twin = simulated_twin(t, s)
             fig = side_by_side(t, twin)
-            fig.axes[1].set_title(f"simulated with this run's measured times: bubble {twin.bubble:.1%} "
-                                  f"(measured {t.bubble:.1%}, formula {bubble_ratio(s.stages, s.microbatches, s.chunks):.1%})",
+            fig.axes[1].set_title(tr_fig("simulated with this run's measured times: bubble {twin:.1%} "
+                                         "(measured {measured:.1%}, formula {formula:.1%})", twin=twin.bubble,
+                                         measured=t.bubble,
+                                         formula=bubble_ratio(s.stages, s.microbatches, s.chunks)),
                                   fontsize=9)
             display(fig)
             plt.close(fig)

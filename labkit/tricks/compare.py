@@ -9,6 +9,7 @@
 """
 from dataclasses import dataclass
 
+from labkit.i18n import tr
 from labkit.tables import Table
 from labkit.tricks.formulas import NOTES_PRIORITY, NOTES_PRIORITY_EN, WORDS, Config, Shape, predict
 
@@ -128,13 +129,14 @@ def table(results: list, shape: Shape = Shape(), world_size: int = 2, title: str
         step = "-" if not res.times else (f"{1e3 * mid:.0f}" if len(res.times) == 1 else
                                           f"{1e3 * mid:.0f} ({1e3 * lo:.0f}-{1e3 * hi:.0f})")
         ratio = f"{mid / base.seconds:.2f}x" if res.times and base.times else "-"
-        rows.append([res.code, res.config.describe(), _mb(res.device), f"{res.device / base.device:.2f}x",
+        rows.append([res.code, res.config.describe(local=True), _mb(res.device), f"{res.device / base.device:.2f}x",
                      act, step, ratio])
     if columns is None and not any(r.times for r in results):
         columns = ("code", "tricks", "peak", "peak_ratio", "activations")
     header, rows, align = _pick(COLUMNS, list(COLUMNS.values()), rows, "llrrrrr", columns)
     return Table(header, rows, align=align,
-                 title=title or f"TinyGPT, {world_size} ranks, batch {shape.batch} x {shape.seq} per rank")
+                 title=title or tr("TinyGPT, {n} ranks, batch {batch} x {seq} per rank", n=world_size,
+                                   batch=shape.batch, seq=shape.seq))
 
 
 def single_savings(results: list) -> dict:
@@ -164,14 +166,20 @@ def conclusion(results: list) -> str:
     saved = single_savings(results)
     order = measured_order(results)
     notes = [NOTES_CODES[name] for name, _ in NOTES_PRIORITY if NOTES_CODES[name] in saved]
-    listed = ", ".join(f"{i}. {WORDS[c]} ({saved[c][0] / 1e6:,.2f} MB)" for i, c in enumerate(order, 1))
-    out = f"Measured on this model, most memory saved per rank first: {listed}."
+    word = lambda c: tr(WORDS[c])                                       # noqa: E731
+    listed = tr(", ").join(tr("{i}. {trick} ({mb:,.2f} MB)", i=i, trick=word(c), mb=saved[c][0] / 1e6)
+                           for i, c in enumerate(order, 1))
+    out = tr("Measured on this model, most memory saved per rank first: {listed}.", listed=listed)
     if order == notes:
-        return out + " That is the notes' order."
-    same = [WORDS[c] for c, d in zip(order, notes) if c == d]
-    return (out + f" The notes' order of these {len(notes)} is: " + ", ".join(WORDS[c] for c in notes) +
-            ("; " + " and ".join(same) + (" keeps its" if len(same) == 1 else " keep their") + " place."
-             if same else "; no trick keeps its place."))
+        return out + tr(" That is the notes' order.")
+    same = [word(c) for c, d in zip(order, notes) if c == d]
+    out += tr(" The notes' order of these {n} is: {order}", n=len(notes),
+              order=tr(", ").join(word(c) for c in notes))
+    if not same:
+        return out + tr("; no trick keeps its place.")
+    if len(same) == 1:
+        return out + tr("; {tricks} keeps its place.", tricks=same[0])
+    return out + tr("; {tricks} keep their place.", tricks=tr(" and ").join(same))
 
 
 PRIORITY_COLUMNS = {"rank": "notes' rank", "notes": "the notes", "measured_as": "measured as",
@@ -190,16 +198,20 @@ def priority(results: list, english: bool = False, columns=None, title: str = No
     for i, (name, words) in enumerate(NOTES_PRIORITY_EN if english else NOTES_PRIORITY, 1):
         c = key[name]
         if c not in saved:
-            rows.append([str(i), words, "-", "not measured here", ""])
+            rows.append([str(i), words, "-", tr("not measured here"), ""])
             continue
         mb, ratio = saved[c]
-        rows.append([str(i), words, WORDS[c], f"{mb / 1e6:,.2f} MB", f"{order.index(c) + 1} of {len(order)}" +
-                     (f", step {ratio:.2f}x" if ratio is not None else "")])
+        rows.append([str(i), words, tr(WORDS[c]), f"{mb / 1e6:,.2f} MB", _place(order, c, ratio)])
     for c in order:
         if c not in key.values():
-            rows.append(["-", "(not in the list)", WORDS[c], f"{saved[c][0] / 1e6:,.2f} MB",
-                         f"{order.index(c) + 1} of {len(order)}" +
-                         (f", step {saved[c][1]:.2f}x" if saved[c][1] is not None else "")])
+            rows.append(["-", tr("(not in the list)"), tr(WORDS[c]), f"{saved[c][0] / 1e6:,.2f} MB",
+                         _place(order, c, saved[c][1])])
     header, rows, align = _pick(PRIORITY_COLUMNS, list(PRIORITY_COLUMNS.values()), rows, "llllr", columns)
     return Table(header, rows, align=align,
-                 title="the notes' priority list against the measurements" if title is None else title)
+                 title=tr("the notes' priority list against the measurements") if title is None else title)
+
+
+def _place(order: list, c: str, ratio) -> str:
+    """"2 of 5, step 1.31x": a trick's place by memory saved (and its step time ratio)."""
+    out = tr("{k} of {n}", k=order.index(c) + 1, n=len(order))
+    return out + (tr(", step {ratio:.2f}x", ratio=ratio) if ratio is not None else "")

@@ -9,6 +9,7 @@ dropout, as TinyGPT has none). Offload moves the optimizer state into `on_host`.
 import itertools
 from dataclasses import dataclass, field, replace
 
+from labkit.i18n import tr
 from labkit.memory.activations import activations
 from labkit.memory.breakdown import Breakdown
 from labkit.memory.formulas import model_states
@@ -88,9 +89,11 @@ class Config:
     def n_tricks(self) -> int:
         return len(self.code.strip("-"))
 
-    def describe(self) -> str:
-        return "baseline (fp32, nothing saved)" if self.code == "-" else \
-            " + ".join(WORDS[c] for c in self.code)
+    def describe(self, local: bool = False) -> str:
+        """The tricks in words; `local`: in the learner's language (labkit.i18n) for a table."""
+        word = tr if local else (lambda text: text)
+        return word("baseline (fp32, nothing saved)") if self.code == "-" else \
+            " + ".join(word(WORDS[c]) for c in self.code)
 
 
 def combinations(micro: int = 4, checkpointing: str = "full") -> list:

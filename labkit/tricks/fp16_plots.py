@@ -7,6 +7,7 @@ the loss of the underflow runs with the gradient elements flushed to zero.
 import math
 
 from labkit import figtext
+from labkit.i18n import tr_fig
 from labkit.tricks.loss_scale import ranges
 
 FORMATS = (("fp32", "float32", "#4c72b0"), ("bf16", "bfloat16", "#55a868"), ("fp16", "float16", "#c44e52"))
@@ -28,27 +29,29 @@ def ranges_figure(grads: dict = None, lo: int = -155, hi: int = 235):
         ax.barh(i, normal - sub, left=sub, color=colour, alpha=0.3, height=0.6)
         ax.barh(i, top - normal, left=normal, color=colour, height=0.6)
         digits = -math.log10(r["eps"])
-        ax.text(top + 3, i, f"{r['smallest_subnormal']:.0e} to {r['max']:.0e}, about {digits:.1f} digits",
+        ax.text(top + 3, i, tr_fig("{lo:.0e} to {hi:.0e}, about {digits:.1f} digits", lo=r["smallest_subnormal"],
+                                   hi=r["max"], digits=digits),
                 ha="left", va="center", fontsize=figtext.size(8))
     ax.set_yticks(range(len(FORMATS)), [f[0] for f in FORMATS])
     ax.set_ylim(-0.6, len(FORMATS) - 0.4)
-    ax.set_title("range of each format (light: subnormals, fewer digits; dark: normal numbers)",
+    ax.set_title(tr_fig("range of each format (light: subnormals, fewer digits; dark: normal numbers)"),
                  fontsize=figtext.size(9))
     if grads:
         hx = axes[1, 0]
         for label, g in grads.items():
             a = g.detach().abs().flatten().double()
             a = a[a > 0]
-            hx.hist(torch.log2(a).numpy(), bins=40, alpha=0.6, label=f"{label} ({a.numel():,} nonzero values)")
-        for x, what, ha in ((-24, "fp16's smallest (2^-24) ", "right"), (math.log2(65504), " fp16's largest", "left")):
+            hx.hist(torch.log2(a).numpy(), bins=40, alpha=0.6, label=tr_fig("{label} ({k:,} nonzero values)", label=label, k=a.numel()))
+        for x, what, ha in ((-24, tr_fig("fp16's smallest (2^-24) "), "right"),
+                            (math.log2(65504), tr_fig(" fp16's largest"), "left")):
             hx.axvline(x, color="#c44e52", ls="--")
             hx.text(x, hx.get_ylim()[1] * 0.95, what, color="#c44e52", fontsize=figtext.size(8), va="top", ha=ha)
-        hx.set_ylabel("elements")
+        hx.set_ylabel(tr_fig("elements"))
         hx.legend(fontsize=figtext.size(8), loc="upper right")
-        hx.set_title("|gradient| measured in fp32: what lies left of fp16's smallest becomes 0 in fp16",
+        hx.set_title(tr_fig("|gradient| measured in fp32: what lies left of fp16's smallest becomes 0 in fp16"),
                      fontsize=figtext.size(9))
     axes[-1, 0].set_xlim(lo, hi)
-    axes[-1, 0].set_xlabel("log2 of the magnitude")
+    axes[-1, 0].set_xlabel(tr_fig("log2 of the magnitude"))
     fig.tight_layout()
     return fig
 
@@ -66,12 +69,12 @@ def underflow_figure(runs: dict):
         if skipped:
             a.plot(skipped, [r["loss"][i] for i in skipped], "kx", ms=8)
     a.set_yscale("log")
-    a.set_xlabel("step")
-    a.set_ylabel("loss")
-    a.set_title("loss (x: a step skipped for an inf)", fontsize=figtext.size(9))
-    b.set_xlabel("step")
-    b.set_ylabel("elements exactly 0 in fp16, nonzero in fp32")
-    b.set_title(f"gradient elements flushed to zero (of {next(iter(runs.values()))['n']})",
+    a.set_xlabel(tr_fig("step"))
+    a.set_ylabel(tr_fig("loss"))
+    a.set_title(tr_fig("loss (x: a step skipped for an inf)"), fontsize=figtext.size(9))
+    b.set_xlabel(tr_fig("step"))
+    b.set_ylabel(tr_fig("elements exactly 0 in fp16, nonzero in fp32"))
+    b.set_title(tr_fig("gradient elements flushed to zero (of {n})", n=next(iter(runs.values()))["n"]),
                 fontsize=figtext.size(9))
     fig.legend(*a.get_legend_handles_labels(), fontsize=figtext.size(8), loc="lower center", ncol=2)
     fig.tight_layout(rect=(0, 0.14, 1, 1))

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 import labkit
+from labkit.i18n import tr
 
 
 class LossScaler:
@@ -69,10 +70,10 @@ class LossScaler:
             for p in g["params"]:
                 if p.grad is not None:
                     if p.grad.dtype == torch.float16:
-                        raise ValueError("these gradients are fp16: dividing them by the scale in fp16 would flush "
-                                         "the small ones to zero again. Keep fp32 masters (labkit.zero.masters."
-                                         "MasterOptimizer) or fp32 parameters under "
-                                         "torch.autocast(dtype=torch.float16)")
+                        raise ValueError(tr("these gradients are fp16: dividing them by the scale in fp16 would "
+                                            "flush the small ones to zero again. Keep fp32 masters (labkit.zero."
+                                            "masters.MasterOptimizer) or fp32 parameters under "
+                                            "torch.autocast(dtype=torch.float16)"))
                     out.append((p, p))
         return out
 
@@ -81,7 +82,7 @@ class LossScaler:
         """Divide the gradients the optimizer will read by S (in fp32), look for inf/NaN, agree with
         the other ranks (one all-reduce). Returns the agreed flag: True means skip this step."""
         if self._found is not None:
-            raise RuntimeError("unscale_() was already called since the last update(): call step() then update()")
+            raise RuntimeError(tr("unscale_() was already called since the last update(): call step() then update()"))
         inv = self._scale.double().reciprocal().float()          # as GradScaler: exact for powers of two
         pairs = self._pairs(optimizer)
         local = torch.zeros(1, device=pairs[0][1].grad.device if pairs else self._scale.device)
@@ -116,7 +117,7 @@ class LossScaler:
         """Record this step; a dynamic scaler halves S after a skip and doubles it after
         `growth_interval` good steps in a row (GradScaler's rule)."""
         if self._found is None:
-            raise RuntimeError("update() before step(): nothing was checked this iteration")
+            raise RuntimeError(tr("update() before step(): nothing was checked this iteration"))
         local, found = self._found
         self.history.append(dict(scale=self.scale_value, inf_here=local, inf_anywhere=found, skipped=found))
         if self.dynamic:

@@ -1,4 +1,8 @@
 """Pictures of module 09 (layer 4): memory against step time, and a live version of it."""
+import unicodedata
+
+from labkit.i18n import lang, tr_fig
+from labkit.i18n.fonts import use_cjk
 from labkit.livefig import LiveFigure
 
 SHORT = {"M": "mixed precision", "a": "bf16 autocast", "C": "full checkpointing",
@@ -28,33 +32,40 @@ def scatter(points, title: str = "", ax=None, baseline: str = "-", figsize=None)
             lo, hi = point[3], point[4]
             ax.errorbar(1e3 * sec, dev / 1e6, xerr=[[1e3 * (sec - lo)], [1e3 * (hi - sec)]],
                         color=COLORS[n % len(COLORS)], capsize=4, lw=1.2, zorder=2)
-        lab = f"{n} trick{'s' if n != 1 else ''}" if n not in seen else None
+        lab = (tr_fig("{n} tricks", n=n) if n != 1 else tr_fig("{n} trick", n=n)) if n not in seen else None
         seen.add(n)
         ax.scatter(1e3 * sec, dev / 1e6, color=COLORS[n % len(COLORS)], s=60 if code != baseline else 140,
                    marker="*" if code == baseline else "o", label=lab, zorder=3)
         right = sec > 0.75 * max(p[2] for p in points) and len(points) > 1   # label leftwards
-        ax.annotate("baseline" if code == baseline else code, (1e3 * sec, dev / 1e6),
+        ax.annotate(tr_fig("baseline") if code == baseline else code, (1e3 * sec, dev / 1e6),
                     textcoords="offset points", xytext=(-5, 4) if right else (5, 4),
                     ha="right" if right else "left")
     ax.margins(x=0.12)
-    ax.set_xlabel("step time on the slowest rank (ms" + (": median, bar from fastest to slowest step)"
-                                                         if bars else ")"))
-    ax.set_ylabel("peak per rank (MB)")
+    ax.set_xlabel(tr_fig("step time on the slowest rank (ms: median, bar from fastest to slowest step)")
+                  if bars else tr_fig("step time on the slowest rank (ms)"))
+    ax.set_ylabel(tr_fig("peak per rank (MB)"))
     ax.set_ylim(0, 1.15 * max((p[1] / 1e6 for p in points), default=1))
     ax.grid(alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: labels[i])
     used = sorted({c for p in points for c in p[0].strip("-")})
-    ax.set_title(title or "memory against time (lower left is better)")
-    width = max((len(SHORT[c]) for c in used), default=12) + 4
+    ax.set_title(title or tr_fig("memory against time (lower left is better)"))
+    keys = {c: tr_fig(SHORT[c]) for c in used}
+    width = max((_columns(keys[c]) for c in used), default=12) + 4
     em = matplotlib.rcParams["font.size"] / 72 * 0.62          # a monospace character, inches
     fig.tight_layout(rect=(0, 0, max(0.5, 1 - width * em / fig.get_figwidth()), 1))
     # the keys go right of the axes, after the layout (which would shrink the axes for them)
     ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="lower left",
-              bbox_to_anchor=(1.02, 0.0), title="combined")
-    ax.text(1.02, 1.0, "\n".join(f"{c}  {SHORT[c]}" for c in used), transform=ax.transAxes,
-            va="top", family="monospace")
+              bbox_to_anchor=(1.02, 0.0), title=tr_fig("combined"))
+    mono = ["monospace"] + ([use_cjk()] if lang() == "zh" else [])
+    ax.text(1.02, 1.0, "\n".join(f"{c}  {keys[c]}" for c in used), transform=ax.transAxes,
+            va="top", family=mono)                   # Chinese from the CJK font after the monospace
     return fig
+
+
+def _columns(text: str) -> int:
+    """Width of text in monospace columns (a Chinese character takes two)."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 class LiveScatter(LiveFigure):
@@ -77,10 +88,11 @@ class LiveScatter(LiveFigure):
     def figure(self):
         done = len(self.points) >= self.total
         return scatter(self.points, title="" if done else
-                       f"measured so far: {len(self.points)} of {self.total} configurations")
+                       tr_fig("measured so far: {done} of {total} configurations", done=len(self.points),
+                              total=self.total))
 
 
-def loss_figure(curves: dict, title: str = "fp32 Adam against 8-bit Adam"):
+def loss_figure(curves: dict, title: str = None):
     """curves: {name: [loss per step]} on one axis."""
     import matplotlib.pyplot as plt
     from labkit import figtext
@@ -88,10 +100,10 @@ def loss_figure(curves: dict, title: str = "fp32 Adam against 8-bit Adam"):
     for name, ys in curves.items():
         ax.plot(range(1, len(ys) + 1), ys, label=name, marker="o", ms=3)
     ax.xaxis.get_major_locator().set_params(integer=True)    # steps are whole numbers
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
+    ax.set_xlabel(tr_fig("step"))
+    ax.set_ylabel(tr_fig("training loss"))
     ax.legend()
     ax.grid(alpha=0.3)
-    ax.set_title(title)
+    ax.set_title(tr_fig("fp32 Adam against 8-bit Adam") if title is None else title)
     fig.tight_layout()
     return fig

@@ -1,0 +1,184 @@
+"""Chinese catalog: notebooks 12 (context parallelism) and 13 (expert parallelism): the
+checkers' diagnoses, the MoE layer's errors and the figures. Merged by zh_m07091213.py."""
+
+MESSAGES = {
+    # -- notebook 12: checker online_softmax_merge (labkit/check/cp.py) -----------------------
+    "o_a + o_b: each partial output is normalised by its own block's sum; "
+    "weight it by exp(lse_a - lse) and exp(lse_b - lse) before adding":
+        "o_a + o_b：每个部分输出都是按它自己那个块的和归一化的；相加之前要分别乘上权重 "
+        "exp(lse_a - lse) 和 exp(lse_b - lse)",
+    "the plain average of the two outputs: right only when both blocks have the same "
+    "sum; weight each by exp(lse_x - lse), its block's share of the total":
+        "这是两个输出的简单平均：只有两个块的和相等时才对；每个输出要乘上 exp(lse_x - lse)，即它那个块在总和中所占的比例",
+    "weights exp(lse_a) and exp(lse_b) are the blocks' sums, not their shares: "
+    "divide by exp(lse) (that is, use exp(lse_a - lse))":
+        "权重 exp(lse_a) 和 exp(lse_b) 是各块的和，不是它们所占的比例：还要除以 exp(lse)（也就是用 exp(lse_a - lse)）",
+    "the merged output is divided by exp(lse) again: exp(lse_a - lse) o_a + "
+    "exp(lse_b - lse) o_b is already normalised":
+        "合并后的输出又除了一次 exp(lse)：exp(lse_a - lse) o_a + exp(lse_b - lse) o_b 已经是归一化的了",
+    "the weights are swapped: o_a takes exp(lse_a - lse), o_b takes exp(lse_b - lse)":
+        "权重用反了：o_a 应乘 exp(lse_a - lse)，o_b 应乘 exp(lse_b - lse)",
+    "exp(lse - lse_a) is the inverse of the weight: use exp(lse_a - lse)":
+        "exp(lse - lse_a) 是权重的倒数：应当用 exp(lse_a - lse)",
+    "only the block with the larger log-sum-exp is kept; the other block's keys "
+    "are dropped instead of merged with weight exp(lse_x - lse)":
+        "只保留了 log-sum-exp 较大的那个块；另一个块的 key 被丢掉了，而不是以权重 exp(lse_x - lse) 合并进来",
+    "lse = max(lse_a, lse_b) forgets the smaller block's sum: lse = log(exp(lse_a) + exp(lse_b)) "
+    "(torch.logaddexp)":
+        "lse = max(lse_a, lse_b) 漏掉了较小那个块的和：应为 lse = log(exp(lse_a) + exp(lse_b))（torch.logaddexp）",
+    "lse = lse_a + lse_b multiplies the two sums; they add: lse = log(exp(lse_a) + exp(lse_b))":
+        "lse = lse_a + lse_b 相当于把两个和相乘；它们应当相加：lse = log(exp(lse_a) + exp(lse_b))",
+    "lse is not updated (lse_a returned): the next block merged gets the wrong weight; "
+    "return log(exp(lse_a) + exp(lse_b))":
+        "lse 没有更新（返回的是 lse_a）：下一个合并进来的块会拿到错误的权重；应返回 log(exp(lse_a) + exp(lse_b))",
+    "lse = mean of the two: lse = log(exp(lse_a) + exp(lse_b)) (torch.logaddexp)":
+        "lse 取了两者的平均：应为 lse = log(exp(lse_a) + exp(lse_b))（torch.logaddexp）",
+    "your merge raised RuntimeError: {error}: o is (batch, heads, queries, head_dim) "
+    "and lse (batch, heads, queries); weights need [..., None] to scale the rows of o":
+        "你的合并函数抛出了 RuntimeError：{error}：o 的形状是 (batch, heads, queries, head_dim)，"
+        "lse 是 (batch, heads, queries)；权重需要加上 [..., None] 才能按行缩放 o",
+    "return a pair (o, lse); got {kind} of {n}": "应返回一对 (o, lse)；得到的是含 {n} 个元素的 {kind}",
+    "return a pair (o, lse); got {kind}": "应返回一对 (o, lse)；得到的是 {kind}",
+    "two halves of one softmax": "同一个 softmax 的两半",
+    "a block some queries cannot see (lse = -inf, o = 0)": "有些 query 完全看不到的块（lse = -inf，o = 0）",
+    "scores near 120 (exp overflows fp32)": "得分接近 120（exp 会让 fp32 溢出）",
+    "return tensors (o, lse); got {o}, {lse}": "应返回张量 (o, lse)；得到的是 {o}、{lse}",
+    "on {label}: o is {o} and lse {lse}; want {o_want} and {lse_want} (weights need "
+    "[..., None] to scale the rows of o)":
+        "在“{label}”上：o 的形状是 {o}，lse 是 {lse}；应为 {o_want} 和 {lse_want}（权重需要加上 [..., None] 才能按行缩放 o）",
+    "on {label}: inf or nan in the result: exp(lse_a) overflows when the "
+    "scores are large; subtract the larger log-sum-exp first "
+    "(exp(lse_a - lse) with lse = torch.logaddexp(lse_a, lse_b))":
+        "在“{label}”上：结果里有 inf 或 nan：得分很大时 exp(lse_a) 会溢出；先减去较大的 log-sum-exp"
+        "（用 exp(lse_a - lse)，其中 lse = torch.logaddexp(lse_a, lse_b)）",
+    "on {label}: inf or nan in the result: a row that sees no key of a block has "
+    "lse = -inf; exp(lse_b - lse) = 0 handles it, (-inf) - (-inf) does not":
+        "在“{label}”上：结果里有 inf 或 nan：看不到某个块任何 key 的那一行，lse = -inf；"
+        "exp(lse_b - lse) = 0 能正确处理它，(-inf) - (-inf) 却不能",
+    "on {label}: {why}": "在“{label}”上：{why}",
+    "on {label}: o differs from the softmax over both blocks by up to {err:.3g}: "
+    "o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b":
+        "在“{label}”上：o 与在两个块上一起做 softmax 的结果最多相差 {err:.3g}：o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b",
+    "o is right but {why}": "o 是对的，但 {why}",
+    "on {label}: o is right but lse differs from log(exp(lse_a) + exp(lse_b)) by up "
+    "to {err:.3g}":
+        "在“{label}”上：o 是对的，但 lse 与 log(exp(lse_a) + exp(lse_b)) 最多相差 {err:.3g}",
+    "your merge raised {kind}: {error}": "你的合并函数抛出了 {kind}：{error}",
+    "right on the examples, but ring attention with it on {n} ranks differs from "
+    "one process by {worst:.3g}":
+        "在示例上是对的，但用它在 {n} 个 rank 上做环形注意力（ring attention），结果与单进程相差 {worst:.3g}",
+    "ring attention with your merge on {n} ranks (causal, zig-zag, 23 positions) matches "
+    "one process: output and gradients within {tol:g}":
+        "用你的合并函数在 {n} 个 rank 上做环形注意力（因果，zig-zag 布局，23 个位置），与单进程一致：输出和梯度的误差都在 {tol:g} 以内",
+
+    # -- notebook 12: figures (labkit/cp/draw.py, overlap.py) ---------------------------------
+    "K/V {src}": "K/V {src}",
+    "step {t}": "第 {t} 步",
+    "rank {r}": "rank {r}",
+    "ring attention, {layout} layout{causal}\nthe K/V block each rank holds; "
+    "arrows: sent on (rank {last}'s to rank 0)":
+        "环形注意力，{layout} 布局{causal}\n每个 rank 持有的 K/V 块；箭头：传给下一个 rank（rank {last} 的传给 rank 0）",
+    ", causal": "，因果",
+    "all keys visible": "所有 key 可见",
+    "part masked": "部分被 mask 遮住",
+    "skipped (all masked)": "跳过（全部被 mask 遮住）",
+    "contiguous": "连续分块",
+    "zig-zag": "zig-zag",
+    "{name}{causal}: K/V block held per step": "{name}{causal}：每一步持有的 K/V 块",
+    "{layout}: measured": "{layout}：实测",
+    "formula (labkit.cp.layout)": "公式（labkit.cp.layout）",
+    "score entries computed per rank": "每个 rank 计算的注意力得分个数",
+    "causal attention: work per rank": "因果注意力：每个 rank 的计算量",
+    "milliseconds": "毫秒",
+    "forward: attention on a block": "前向：在一个块上做注意力",
+    "backward: gradients of a block": "反向：一个块的梯度",
+    "transfer in flight (posted -> seen done)": "传输进行中（发出 -> 确认完成）",
+    "waiting for it (exposed)": "等待传输（暴露在外的时间）",
+    "one ring-attention step per rank": "每个 rank 上的一步环形注意力",
+    "ring attention, live": "环形注意力，实时",
+
+    # -- notebook 13: checker ep_dispatch (labkit/check/moe.py) --------------------------------
+    "rank {rank} waited in its all-to-all number {i} for rank {other}, which never called it":
+        "rank {rank} 在它的第 {i} 次 all-to-all 里等待 rank {other}，而后者从来没有调用它",
+    "in all-to-all number {i} rank {dst} expects {expected} rows from rank "
+    "{src}, which sends {sent}: a rank only knows what it sends; exchange "
+    "the split sizes first (an all-to-all of the counts), and in the combine "
+    "swap input and output splits":
+        "在第 {i} 次 all-to-all 里，rank {dst} 期望从 rank {src} 收到 {expected} 行，而对方发送的是 {sent} 行："
+        "一个 rank 只知道自己要发送多少；先交换切分大小（对各行数做一次 all-to-all），"
+        "并在合并（combine）时把输入和输出的切分对调",
+    "the splits must add up to the rows you pass: in the combine, swap input "
+    "and output splits (send back what you received)":
+        "各切分之和必须等于你传入的行数：在合并（combine）时，把输入和输出的切分对调（收到多少就送回多少）",
+    "`experts` holds only this rank's E/n experts: expert e is "
+    "experts[e - rank * E/n]":
+        "`experts` 里只有这个 rank 的 E/n 个专家：专家 e 是 experts[e - rank * E/n]",
+    "rank {r}: returned {shape}, expected a tensor of shape {want} (one row per row of xs)":
+        "rank {r}：返回的是 {shape}，应为形状 {want} 的张量（xs 的每一行对应一行）",
+    "rank {r}: the gates are applied twice (gate^2 x expert(row)): multiply by the gate "
+    "once, after the combine":
+        "rank {r}：门控权重乘了两次（gate^2 x expert(row)）：在合并（combine）之后只乘一次",
+    "rank {r}: the gates are missing: each row comes back as expert(row); multiply it by "
+    "its gate":
+        "rank {r}：缺少门控权重：每一行回来时都是 expert(row)；要乘上它的门控权重",
+    "rank {r}: every row is a right result but in the wrong place (row {i} holds the "
+    "result of rank {src}'s row {k}): put the expert outputs back in arrival order (undo "
+    "the regrouping by expert) before the combine":
+        "rank {r}：每一行都是正确的结果，但位置不对（第 {i} 行放的是 rank {src} 第 {k} 行的结果）："
+        "在合并（combine）之前，把专家的输出按到达顺序放回去（撤销按专家重新分组）",
+    " (expert e on rank e % n: round-robin)": "（专家 e 放在了 rank e % n 上：轮流分配）",
+    "rank {r}: row {i} went through expert {got} instead of expert {want}{rr}: expert e "
+    "lives on rank e // (E/n) as local expert e % (E/n), and rows arrive grouped by "
+    "source rank first: regroup them by expert before running the experts":
+        "rank {r}：第 {i} 行经过的是专家 {got}，而不是专家 {want}{rr}：专家 e 位于 rank e // (E/n)，"
+        "是那里的第 e % (E/n) 个本地专家；而且到达的行先按来源 rank 分组：运行专家之前要按专家重新分组",
+    "rank {r}: the rows differ from gate x expert(row) by {err:.3g}":
+        "rank {r}：这些行与 gate x expert(row) 相差 {err:.3g}",
+    "rank {r}: no gradient reached xs: torch's dist.all_to_all_single does not "
+    "differentiate; send the rows with labkit.moe.all_to_all":
+        "rank {r}：没有梯度传回 xs：torch 的 dist.all_to_all_single 不支持求导；用 labkit.moe.all_to_all 发送这些行",
+    "rank {r}: the gradient of xs differs from one process by {err:.3g}":
+        "rank {r}：xs 的梯度与单进程的相差 {err:.3g}",
+    "rank {r}: an expert's weight gradient differs from one process (every rank's rows "
+    "must reach it)":
+        "rank {r}：某个专家的权重梯度与单进程的不同（每个 rank 的行都必须送到它那里）",
+    "needs a cluster of at least 2 ranks": "需要至少有 2 个 rank 的集群",
+    "{n} ranks, {e} experts, uneven skewed rows: outputs and the gradients of the rows "
+    "and of every expert equal one process":
+        "{n} 个 rank，{e} 个专家，各 rank 行数不均且偏斜：输出、各行的梯度以及每个专家的梯度都与单进程一致",
+
+    # -- notebook 13: errors of the MoE layer (labkit/moe/layer.py, parallel.py) ---------------
+    "k = {k} experts per token, but the layer has {experts} experts: choose 1 <= k <= {experts}":
+        "每个 token 选 k = {k} 个专家，但这一层只有 {experts} 个专家：请取 1 <= k <= {experts}",
+    "capacity_factor = {c}: it must be > 0 (1.0 gives each expert an equal "
+    "share of the tokens), or None for no limit":
+        "capacity_factor = {c}：必须 > 0（1.0 表示每个专家分到同样多的 token），或取 None 表示不设上限",
+    "MoE{where}: expected tokens of shape (tokens, {hidden}), got {shape}: "
+    "flatten (batch, sequence) into tokens and check the hidden size":
+        "MoE{where}：期望 token 的形状为 (tokens, {hidden})，得到的是 {shape}：把 (batch, sequence) 展平成 token，并检查 hidden size",
+    " on rank {rank}": "（rank {rank}）",
+    "rank {r} has hidden size {w}": "rank {r} 的 hidden size 是 {w}",
+    "MoE on rank {rank}: expected tokens of shape (tokens, {hidden}) on every rank, "
+    "but {who}: give every rank tokens of the layer's hidden size":
+        "rank {rank} 上的 MoE：期望每个 rank 上 token 的形状都是 (tokens, {hidden})，但 {who}：让每个 rank 的 token 都用这一层的 hidden size",
+    "expert_parallel expects a labkit.moe.MoE, got {kind}": "expert_parallel 需要一个 labkit.moe.MoE，得到的是 {kind}",
+    "expert_parallel on rank {rank}: {e} experts do not divide over {n} ranks "
+    "({e} / {n} = {q:.2f}); use a number of experts that is a multiple of the "
+    "group size":
+        "rank {rank} 上的 expert_parallel：{e} 个专家无法平均分到 {n} 个 rank 上（{e} / {n} = {q:.2f}）；专家数要是进程组大小的整数倍",
+    "expert_parallel on rank {rank}: this MoE is already sharded ({k} of {e} "
+    "experts here)":
+        "rank {rank} 上的 expert_parallel：这个 MoE 已经切分过了（这里只有 {e} 个专家中的 {k} 个）",
+
+    # -- notebook 13: figures (labkit/moe/draw.py) ----------------------------------------------
+    "tokens of rank {r}": "rank {r} 的 token",
+    "routing: each token's first choice; arrows coloured by the rank that holds the expert":
+        "路由：每个 token 的首选专家；箭头颜色表示持有该专家的 rank",
+    "balanced": "均衡",
+    "expert (colour: rank that holds it)": "专家（颜色：持有它的 rank）",
+    "tokens computed": "计算的 token 数",
+    "{title} step {step}": "{title} 第 {step} 步",
+    "balanced: 1/{n}": "均衡：1/{n}",
+    "busiest rank's share": "最忙 rank 的占比",
+    "the busiest rank's share of all tokens": "最忙的 rank 占全部 token 的比例",
+}
