@@ -11,6 +11,10 @@ import re
 
 CJK = re.compile(r"[\u3400-\u9fff]")
 CJK_FONT = re.compile(r"CJK|Source Han|WenQuanYi|Droid Sans Fallback|AR PL|Noto Sans SC|Noto Serif SC", re.I)
+# the Simplified Chinese ones: a Japanese, Korean or Traditional CJK font draws some shared
+# characters in its own region's forms (真, the full-width colon in the middle of the line)
+SC_FONT = re.compile(r"CJK SC|Sans SC|Serif SC|Han (Sans|Serif) (SC|CN)|WenQuanYi|AR PL|Droid Sans Fallback|"
+                     r"YaHei|SimHei|SimSun|PingFang SC|Heiti SC", re.I)
 UNASSIGNED = "\u3097"           # no character here in any Unicode version: every font lacks it
 MIN_DIFFERENT = 0.02            # share of the cell's pixels that must differ between two glyphs
 
@@ -77,6 +81,10 @@ def problems(page, selector: str, where: str, shot=None) -> tuple:
     if cjk < len(CJK.findall(text)):
         found.append(f"{where}: {len(CJK.findall(text))} Chinese characters, but the fonts that drew "
                      f"{selector!r} are {said}: no CJK font drew them (install fonts-noto-cjk)")
+    elif sum(f["glyphCount"] for f in fonts if SC_FONT.search(f["familyName"])) < len(CJK.findall(text)):
+        found.append(f"{where}: the Chinese characters of {selector!r} were drawn by {said}: not a "
+                     "Simplified Chinese font, so some show their Japanese/Korean/Traditional forms "
+                     "(labkit/i18n/lab_fonts.py names Noto Sans CJK SC for JupyterLab)")
     a, b, none = glyph_pictures(page, selector, han[0] + han[1] + UNASSIGNED, shot)
     for ch, m in ((han[0], a), (han[1], b)):
         if not m.any():

@@ -40,7 +40,8 @@ def lab(tmp_path_factory):
     shutil.copytree(ROOT / "slides", root / "slides")
     from labkit.exercises import build
     build(ROOT / "notebooks", root / "learner-zh", lang="zh", only=["00"], notes=[])
-    with jupyterlab(root, SETTINGS) as (base, token), chromium() as page:
+    from labkit.i18n import lab_fonts       # the fonts `bash scripts/lab --lang zh` gives JupyterLab
+    with jupyterlab(root, {**SETTINGS, lab_fonts.SETTINGS_FILE: lab_fonts.settings()}) as (base, token), chromium() as page:
         page.set_viewport_size({"width": 1400, "height": 1000})
         page.on("dialog", lambda d: d.accept())     # "leave the page with unsaved changes?": yes
         page.goto(f"{base}/lab?token={token}")
@@ -301,8 +302,8 @@ def test_chinese_notebook_and_slide_show_chinese_glyphs(page):
     page.screenshot(path=str(shot_path("lab_zh_00_notebook.png")))
     # the first paragraph (the system's fonts) in the notebook; the slide's title (reveal's web
     # font for Latin letters, the system's CJK font for the rest)
-    # (JupyterLab's page is lang="en", so chromium takes the first CJK font fontconfig offers, on
-    # Debian Noto Sans CJK JP: Japanese forms of some shared characters; the deck is zh-Hans: SC)
+    # (JupyterLab's page is lang="en": its font list names the Simplified Chinese fonts, set by
+    # labkit/i18n/lab_fonts.py, or chromium would take Debian's first CJK font, Noto Sans CJK JP)
     found, said = browser_glyphs.problems(page, f"{nb} p", "notebook 00 (Chinese), first paragraph",
                                           shot_path("lab_zh_00_notebook_glyphs.png"))
     seen = [said]

@@ -74,3 +74,21 @@ def test_without_a_cjk_font_the_error_says_what_to_install(monkeypatch):
     monkeypatch.delenv("LABKIT_CJK_FONT", raising=False)
     with pytest.raises(fonts.MissingFont, match="fonts-noto-cjk"):
         fonts.use_cjk()
+
+
+def test_jupyterlab_gets_the_simplified_chinese_fonts_and_keeps_the_users(tmp_path):
+    import json
+    from labkit.i18n import lab_fonts
+    f = tmp_path / lab_fonts.SETTINGS_FILE
+    assert "JupyterLab draws Chinese" in lab_fonts.write_user_settings(tmp_path)      # no file yet
+    stack = json.loads(f.read_text())["overrides"]["content-font-family"]
+    assert stack.index("sans-serif") < stack.index('"Noto Sans CJK SC"') < stack.index("Emoji")
+    # the user's own settings (JSON5: a comment, a trailing comma) and a font they chose are kept
+    f.write_text('{\n  // mine\n  "theme": "JupyterLab Dark",\n  "overrides": {"ui-font-family": "Inter",},\n}\n')
+    lab_fonts.write_user_settings(tmp_path)
+    data = json.loads(f.read_text())
+    assert data["theme"] == "JupyterLab Dark" and data["overrides"]["ui-font-family"] == "Inter"
+    assert "Noto Sans CJK SC" in data["overrides"]["content-font-family"]
+    assert "kept the fonts you chose" in lab_fonts.write_user_settings(tmp_path)
+    f.write_text("{ not json")
+    assert "left" in lab_fonts.write_user_settings(tmp_path) and f.read_text() == "{ not json"

@@ -166,7 +166,7 @@ MESSAGES = {
         "你的函数取 {what} 时没传进程组：在 {world} 个 rank 中 {k} 个组成的进程组里，这得到的是整个 "
         "world 的值，不是组内的；用 dist.get_world_size(group) 和 dist.get_rank(group)",
     # -- notebook 02: what the library prints and draws (labkit/comm/busbw.py, draw.py, runs.py)
-    ", ": "、",
+    # ", " is in zh_m09.py (，): one entry for every list the library joins
     "({n} more events not shown)": "（另有 {n} 条事件未显示）",
     "rank {rank}: the recorded ring gave a wrong sum": "rank {rank}：录制的环形 all-reduce 算出的和不对",
     "world_size must be between 1 and the cluster's {most}, got {n}":
