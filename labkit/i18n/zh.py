@@ -165,3 +165,5 @@ from labkit.i18n import zh_check as _check, zh_figures as _figures   # noqa: E40
 
 MESSAGES.update(_check.MESSAGES)       # the checkers of notebooks 03-04
 MESSAGES.update(_figures.MESSAGES)     # the library's figures for notebooks 00-04
+from labkit.i18n import zh_m081011 as _m081011   # noqa: E402
+MESSAGES.update(_m081011.MESSAGES)     # the library's text for notebooks 08, 10, 11 (+ 01, 03, 04 tables)

@@ -1,0 +1,185 @@
+"""Chinese catalog, part: what the library prints and draws for notebooks 08, 10 and 11 (the
+planner, the throughput diagnosis, the pitfalls and the doctor) and the tables of 01, 03, 04
+that were still English. Merged into `labkit.i18n.zh.MESSAGES`, same rules: the English text
+with its format fields is the key; pass / FAIL / ok: / MISS: and checker names stay English."""
+
+MESSAGES = {
+    # -- notebook 08: the parallel grid (labkit/parallel_dims.py) ------------------------------
+    "{name} must be a whole number >= 1, got {v!r}": "{name} 必须是 >= 1 的整数，收到的是 {v!r}",
+    "{dims} = {n} != world size ({world_size}); the degrees must multiply to the number of GPUs":
+        "{dims} = {n} != world size（{world_size}）；各维并行度的乘积必须等于卡数",
+    "tp({tp}) > GPUs per node ({g}): a TP group would cross the slow link between nodes, and TP "
+    "talks inside every layer; keep tp <= {g}":
+        "tp({tp}) > 每节点卡数（{g}）：一个 TP 组会跨过节点间的慢速链路，而 TP 每一层都要通信；"
+        "请保持 tp <= {g}",
+    "GPUs per node ({g}) is not a multiple of tp({tp}): some TP group would straddle two nodes; "
+    "pick tp among the divisors of {g}":
+        "每节点卡数（{g}）不是 tp({tp}) 的倍数：有的 TP 组会横跨两个节点；请从 {g} 的因数中选 tp",
+    "layers ({layers}) not divisible by pp({pp}): {layers} / {pp} = {q:.2f} layers per stage; "
+    "pick pp among the divisors of {layers}":
+        "层数（{layers}）不能被 pp({pp}) 整除：{layers} / {pp} = 每个 stage {q:.2f} 层；"
+        "请从 {layers} 的因数中选 pp",
+    "heads ({heads}) not divisible by tp({tp}): {heads} / {tp} = {q:.2f} heads per rank; TP "
+    "splits attention by whole heads":
+        "注意力头数（{heads}）不能被 tp({tp}) 整除：{heads} / {tp} = 每个 rank {q:.2f} 个头；"
+        "TP 按整头切分注意力",
+    "hidden ({hidden}) not divisible by tp({tp}): {hidden} / {tp} = {q:.2f} columns per rank":
+        "hidden（{hidden}）不能被 tp({tp}) 整除：{hidden} / {tp} = 每个 rank {q:.2f} 列",
+    "sequence ({seq}) not divisible by 2 x cp({cp}) = {two_cp}: the causal load-balanced (zig-zag) "
+    "split gives each rank two of {two_cp} equal chunks":
+        "序列长度（{seq}）不能被 2 x cp({cp}) = {two_cp} 整除：因果注意力的负载均衡（zig-zag）"
+        "切分让每个 rank 拿 {two_cp} 个等长块中的两块",
+    "ep({ep}) does not divide cp({cp}) x dp({dp}) = {cd}: expert parallelism re-cuts the CP x DP "
+    "ranks, so pick ep among the divisors of {cd}":
+        "ep({ep}) 不能整除 cp({cp}) x dp({dp}) = {cd}：专家并行是把 CP x DP 的 rank 重新切分，"
+        "所以请从 {cd} 的因数中选 ep",
+    "experts ({experts}) not divisible by ep({ep}): {experts} / {ep} = {q:.2f} experts per rank; "
+    "pick ep among the divisors of {experts}":
+        "专家数（{experts}）不能被 ep({ep}) 整除：{experts} / {ep} = 每个 rank {q:.2f} 个专家；"
+        "请从 {experts} 的因数中选 ep",
+    "invalid parallel layout:": "并行布局无效：",
+    "rank {rank} is outside 0..{last} (dp {dp} x pp {pp} x tp {tp} x cp {cp})":
+        "rank {rank} 不在 0..{last} 之内（dp {dp} x pp {pp} x tp {tp} x cp {cp}）",
+    "{d} coordinate {v} is outside 0..{last}": "{d} 坐标 {v} 不在 0..{last} 之内",
+    " (experts: ep {ep} x edp {edp})": "（专家：ep {ep} x edp {edp}）",
+    "{n} GPUs = dp {dp} x pp {pp} x tp {tp}{extra} on {nodes} node(s) of {g}; order {order} "
+    "(fastest first)":
+        "{n} 卡 = dp {dp} x pp {pp} x tp {tp}{extra}，分布在 {nodes} 个节点上（每节点 {g} 卡）；"
+        "顺序 {order}（变化最快的在前）",
+    "crosses nodes": "跨节点",
+    "inside a node": "节点内",
+    "  {d}: {k} groups of {size}, e.g. {first} ({where})": "  {d}：{k} 组，每组 {size} 个，例如 {first}（{where}）",
+    "layout needs {n} ranks (dp {dp} x pp {pp} x tp {tp} x cp {cp}), the cluster has {have}; "
+    "start it with that many ranks":
+        "该布局需要 {n} 个 rank（dp {dp} x pp {pp} x tp {tp} x cp {cp}），集群只有 {have} 个；"
+        "请用这么多 rank 启动集群",
+    # -- notebook 08: the planner (labkit/plan/planner.py, dims.py, traffic.py) ----------------
+    "{layout} ({sharding}), checkpointing {ck}, micro-batch {mb}: {gb:.1f} GB/GPU, step {s:.2f} s, "
+    "MFU {mfu:.0%}":
+        "{layout}（{sharding}），激活重计算 {ck}，micro-batch {mb}：每卡 {gb:.1f} GB，"
+        "每 step {s:.2f} s，MFU {mfu:.0%}",
+    "hybrid sharding (ZeRO-3 in the node, replicas across nodes)": "混合分片（节点内 ZeRO-3，节点间保留副本）",
+    "none": "无",
+    "global batch {gb} does not split into dp {dp} x micro-batch {mb} x a whole number of "
+    "micro-batches":
+        "全局 batch {gb} 无法拆成 dp {dp} x micro-batch {mb} x 整数个 micro-batch",
+    "ep {ep} must divide the experts ({experts}) and cp x dp ({cp} x {dp} = {cd})":
+        "ep {ep} 必须能整除专家数（{experts}）和 cp x dp（{cp} x {dp} = {cd}）",
+    "{name} on {nodes} node(s) x {g} {gpu} ({gb:g} GB, {tflops:g} TFLOP/s); a step is one global "
+    "batch of {batch:,} sequences x {seq:,} tokens = {mtok:.1f}M tokens":
+        "{name}，{nodes} 个节点 x 每节点 {g} 张 {gpu}（{gb:g} GB，{tflops:g} TFLOP/s）；一个 step "
+        "是一个全局 batch：{batch:,} 条序列 x {seq:,} 个 token = {mtok:.1f}M token",
+    "nothing fits": "没有能装下的布局",
+    "memory/GPU: model state {state:.1f} + activations {act:.1f} + gathered layers {gathered:.1f} GB; "
+    "traffic/GPU/step: {traffic} GB; bubble {bubble:.1%}":
+        "每卡显存：模型状态 {state:.1f} + 激活值 {act:.1f} + 收集来的层 {gathered:.1f} GB；"
+        "每卡每 step 通信量：{traffic} GB；流水线气泡 {bubble:.1%}",
+    "1. one GPU?": "1. 单卡装得下吗？",
+    "8-bit optimizer": "8-bit 优化器",
+    "2. data parallel": "2. 数据并行",
+    "2. DP / ZeRO / FSDP": "2. DP / ZeRO / FSDP",
+    "3. checkpointing": "3. 激活重计算",
+    "4. TP inside the node": "4. 节点内 TP",
+    "5. PP across nodes": "5. 跨节点 PP",
+    "6. hybrid sharding": "6. 混合分片",
+    "7. CP for long sequences": "7. 长序列用 CP",
+    "8. EP for experts": "8. 专家用 EP",
+    "choice": "选择",
+    "model state {state:.0f} GB (16 B/param, mixed-precision Adam) + activations {act:.1f} GB at "
+    "micro-batch 1 = {total:.0f} GB vs {usable:.0f} GB usable: {fit}":
+        "模型状态 {state:.0f} GB（每参数 16 B，混合精度 Adam）+ micro-batch 1 时的激活值 {act:.1f} GB "
+        "= {total:.0f} GB，可用 {usable:.0f} GB：{fit}",
+    "fits": "装得下",
+    "does not fit": "装不下",
+    "nothing fits with fp32 Adam states; ": "用 fp32 的 Adam 状态什么都装不下；",
+    "8-bit Adam (m, v in 1 byte) makes it fit": "8-bit Adam（m、v 各占 1 字节）能装下",
+    "not even with 8-bit Adam": "用 8-bit Adam 也装不下",
+    "one GPU: nothing to replicate": "只有一张卡：没有可复制的副本",
+    "DDP fits ({short}); the notes' 'fits: no parallelism' is for one GPU: with more GPUs practice "
+    "replicates the model for throughput":
+        "DDP 装得下（{short}）；讲义里“装得下就不并行”说的是单卡：卡多了，实践中会复制模型来提高吞吐",
+    "DDP does not fit (every GPU holds all 16 B/param)": "DDP 装不下（每张卡都存全部的每参数 16 B）",
+    "; best sharded: {short}": "；最好的分片方案：{short}",
+    "; ZeRO over all GPUs does not fit": "；在所有卡上做 ZeRO 也装不下",
+    "{ck}: activations {act:.1f} GB/GPU (without: {without:.1f} GB, {fit})":
+        "{ck}：激活值每卡 {act:.1f} GB（不重计算：{without:.1f} GB，{fit}）",
+    "; the only setting that fits": "；唯一装得下的设置",
+    "without TP nothing fits": "不用 TP 什么都装不下",
+    "best without TP: {short}": "不用 TP 时最好的是：{short}",
+    "TP {tp} keeps its {calls} all-reduces per step on NVLink and divides weights, activations and DP "
+    "traffic by {tp}; {why}":
+        "TP {tp} 让每 step 的 {calls} 次 all-reduce 都走 NVLink，并把权重、激活值和 DP 通信量都除以 {tp}；{why}",
+    "not needed: the layers fit whole": "不需要：整层放得下",
+    " (best with TP: {short})": "（用 TP 时最好的是：{short}）",
+    "PP {pp}: bubble {bubble:.1%} with {m} micro-batches; ": "PP {pp}：{m} 个 micro-batch 时流水线气泡 {bubble:.1%}；",
+    "without PP nothing fits": "不用 PP 什么都装不下",
+    "best without PP: {short}": "不用 PP 时最好的是：{short}",
+    "not needed: the layers fit on each GPU (or its TP group)": "不需要：各层在每张卡（或它的 TP 组）上放得下",
+    "chosen: {short}": "已选中：{short}",
+    "best hybrid: {short}": "最好的混合分片：{short}",
+    "does not fit (a node's GPUs alone cannot hold the model states)": "装不下（单个节点的卡放不下模型状态）",
+    "the fastest layout that fits (among those within 2 % of it, the simplest)":
+        "装得下的布局中最快的（与它相差 2 % 以内的布局里选最简单的）",
+    "not tried: a sequence of {seq:,} tokens over 2 ranks would leave each under {least:,}":
+        "没有尝试：{seq:,} 个 token 的序列分给 2 个 rank，每个不到 {least:,}",
+    "CP {cp}: each GPU holds {mine:,} of the {seq:,} tokens, activations {act:.1f} GB, K/V "
+    "all-gathers {kv:.1f} GB/step; ":
+        "CP {cp}：每张卡持有 {seq:,} 个 token 中的 {mine:,} 个，激活值 {act:.1f} GB，"
+        "K/V 的 all-gather 每 step {kv:.1f} GB；",
+    "without CP nothing fits": "不用 CP 什么都装不下",
+    "best without CP: {short}": "不用 CP 时最好的是：{short}",
+    "not chosen": "未选用",
+    "; best with CP: {short}": "；用 CP 时最好的是：{short}",
+    ": nothing with CP fits": "：用 CP 的布局都装不下",
+    "EP {ep}: each GPU holds {mine} of {experts} experts per layer, all-to-alls {a2a:.1f} GB/step "
+    "({calls} calls); ":
+        "EP {ep}：每层 {experts} 个专家中每张卡持有 {mine} 个，all-to-all 每 step {a2a:.1f} GB（{calls} 次调用）；",
+    "without EP nothing fits": "不用 EP 什么都装不下",
+    "best without EP: {short}": "不用 EP 时最好的是：{short}",
+    "; best with EP: {short}": "；用 EP 时最好的是：{short}",
+    ": nothing with EP fits": "：用 EP 的布局都装不下",
+    "{ranked} by bytes per GPU; the notes' TP > PP > DP holds here":
+        "按每卡字节数 {ranked}；讲义的 TP > PP > DP 在这里成立",
+    "{ranked} by bytes per GPU; the notes' TP > PP > DP does not hold here (by calls per step DP is "
+    "still fewest)":
+        "按每卡字节数 {ranked}；讲义的 TP > PP > DP 在这里不成立（按每 step 的调用次数，DP 仍然最少）",
+    "cp {c} > 1: give heads (and kv_heads) so the K/V blocks can be sized":
+        "cp {c} > 1：请给出 heads（和 kv_heads），才能算出 K/V 块的大小",
+
+    # -- notebook 08: the layout figure (labkit/plan/draw.py) ----------------------------------
+    "node {node}": "节点 {node}",
+    "inside each node": "在各节点内",
+    " (colour = group, number = global rank)": "（颜色 = 组，数字 = 全局 rank）",
+    "colour = group, number = global rank": "颜色 = 组，数字 = 全局 rank",
+    "{groups}: {k} of {size} ranks, {where}{key}": "{groups}：{k} 组，每组 {size} 个 rank，{where}{key}",
+    "TP groups": "TP 组",
+    "PP groups (pipelines)": "PP 组（流水线）",
+    "DP groups (replicas)": "DP 组（副本）",
+    "dp {dp} x pp {pp} x tp {tp} = {n} GPUs, order {order} (fastest first)":
+        "dp {dp} x pp {pp} x tp {tp} = {n} 卡，顺序 {order}（变化最快的在前）",
+
+    # -- notebook 08: the planner's form (labkit/plan/form.py) ---------------------------------
+    "<b>{name}</b> on {nodes} x {g} {gpu}": "<b>{name}</b>，{nodes} x {g} 张 {gpu}",
+    "branch": "分支",
+    "reason": "理由",
+    "<p><b>Nothing fits</b> on this hardware: add GPUs or memory.</p>":
+        "<p>在这套硬件上<b>什么都装不下</b>：请加卡或加显存。</p>",
+    "layout": "布局",
+    "sharding": "分片",
+    "checkpointing": "激活重计算",
+    "micro-batch x count": "micro-batch x 个数",
+    "memory / GPU": "每卡显存",
+    "{gb:.1f} GB (state {state:.1f}, activations {act:.1f}, gathered {gathered:.1f}) of {cap:g}":
+        "{gb:.1f} GB（模型状态 {state:.1f}，激活值 {act:.1f}，收集来的层 {gathered:.1f}），共 {cap:g}",
+    "traffic / GPU / step": "每卡每 step 通信量",
+    "bubble": "流水线气泡",
+    "step time": "step 时间",
+    "{s:.2f} s per global batch of {batch:,} x {seq:,} tokens":
+        "每个全局 batch（{batch:,} x {seq:,} token）{s:.2f} s",
+    "plan": "方案",
+    "model": "模型",
+    "GPUs/node": "每节点卡数",
+    "nodes": "节点数",
+    "network GB/s": "网络 GB/s",
+    "<p><b>Cannot plan:</b> {error}</p>": "<p><b>无法规划：</b>{error}</p>",
+}

@@ -1,0 +1,53 @@
+"""What labkit prints for notebooks 08, 10 and 11, in Chinese (pure: no cluster, no process).
+
+Each test sets LABKIT_LANG=zh, makes a wrong or plain case print through the library, and
+asserts the Chinese text with the same numbers as the English; the words programs read (FAIL,
+ok:, checker names) stay English.
+"""
+import pytest
+
+from labkit.i18n import zh
+
+
+@pytest.fixture
+def zh_lang(monkeypatch):
+    monkeypatch.setenv("LABKIT_LANG", "zh")
+
+
+# -- notebook 08: the grid and the planner --------------------------------------------------
+def test_invalid_layout_is_explained_in_chinese_with_its_numbers(zh_lang):
+    from labkit.parallel_dims import validate
+    with pytest.raises(ValueError) as err:
+        validate(dp=3, pp=3, tp=16, world_size=128, gpus_per_node=8, layers=80, heads=60)
+    text = str(err.value)
+    assert text.startswith("并行布局无效：")
+    assert "dp(3) x pp(3) x tp(16) = 144 != world size（128）；各维并行度的乘积必须等于卡数" in text
+    assert "层数（80）不能被 pp(3) 整除：80 / 3 = 每个 stage 26.67 层" in text
+    assert "注意力头数（60）不能被 tp(16) 整除：60 / 16 = 每个 rank 3.75 个头" in text
+
+
+def test_layout_and_plan_print_in_chinese(zh_lang):
+    from labkit.parallel_dims import Layout
+    from labkit.plan import plan, ranking_sentence, step_traffic
+    from labkit.plan.models import MODELS, Hardware
+    lay = Layout(dp=2, pp=2, tp=8, gpus_per_node=8)
+    assert str(lay).splitlines()[0] == \
+        "32 卡 = dp 2 x pp 2 x tp 8，分布在 4 个节点上（每节点 8 卡）；顺序 tp-pp-dp（变化最快的在前）"
+    assert "  pp：16 组，每组 2 个，例如 [0, 8]（跨节点）" in str(lay)
+    p = str(plan(MODELS["70B"], Hardware(nodes=4)))
+    assert "  1. 单卡装得下吗？: 模型状态 1104 GB（每参数 16 B，混合精度 Adam）" in p
+    assert "  => TP 4 x PP 2 x DP 4（ZeRO-2），激活重计算 selective，micro-batch 1：每卡 70.4 GB" in p
+    assert "流水线气泡 0.4%" in p
+    tr = step_traffic(Layout(dp=4, pp=1, tp=8, gpus_per_node=8), n_params=7e10, layers=80,
+                      hidden=8192, seq=4096, micro_batches=64, zero_stage=1)
+    assert ranking_sentence(tr) == ("按每卡字节数 TP > DP > PP；讲义的 TP > PP > DP 在这里不成立"
+                                    "（按每 step 的调用次数，DP 仍然最少）")
+
+
+def test_planner_form_labels_in_chinese(zh_lang):
+    from labkit.plan.form import render
+    from labkit.plan.models import MODELS, Hardware
+    page = render(MODELS["70B"], Hardware(nodes=4))
+    assert "<th>分支</th><th>理由</th>" in page and ">每卡显存<" in page
+    assert "70.4 GB（模型状态 47.4，激活值 23.0，收集来的层 0.0），共 80" in page
+    assert not [w for w in ("branch", "reason", "memory / GPU", "activations") if f">{w}<" in page]
