@@ -51,3 +51,23 @@ def test_planner_form_labels_in_chinese(zh_lang):
     assert "<th>分支</th><th>理由</th>" in page and ">每卡显存<" in page
     assert "70.4 GB（模型状态 47.4，激活值 23.0，收集来的层 0.0），共 80" in page
     assert not [w for w in ("branch", "reason", "memory / GPU", "activations") if f">{w}<" in page]
+
+
+# -- notebook 10: the diagnosis order ------------------------------------------------------
+def test_diagnosis_of_a_communication_bound_run_in_chinese(zh_lang):
+    from labkit.diagnose import Phases, diagnose, report
+    ranks = [Phases(data=0.001, forward=0.001, backward=0.001, wait=0.02, comm=0.08, optimizer=0.001)]
+    text = report(diagnose(ranks, peak_bytes=7.6 * 2**20, budget_bytes=16 * 2**20), "== communication")
+    lines = text.splitlines()
+    assert lines[1] == ("1. [!!] 利用率（step 中计算所占的比例）: 3% 在计算（低于 60% 算低）；"
+                        "其余时间主要在通信（数据 1%，等其他 rank 19%，通信 77%）")
+    assert lines[2].startswith("2. [!!] 通信占比: 占 step 的 77%（讲义：超过 30% 就要减少通信")
+    assert lines[3].startswith("3. [ok] 显存峰值与预算之比: 峰值 7.6 MiB / 16.0 MiB = 48%")
+    assert lines[-1] == "瓶颈：通信"
+
+
+def test_knob_table_in_chinese_keeps_the_knob_names(zh_lang):
+    from labkit.diagnose import knob_table
+    table = knob_table()
+    assert table.splitlines()[0] == "| 参数 | 讲义 | 用什么换什么 | 课程在哪里测量它 |"
+    assert "| `bucket_cap_mb` | DDP 梯度分桶大小（默认 25） |" in table

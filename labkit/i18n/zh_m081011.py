@@ -182,4 +182,101 @@ MESSAGES = {
     "nodes": "节点数",
     "network GB/s": "网络 GB/s",
     "<p><b>Cannot plan:</b> {error}</p>": "<p><b>无法规划：</b>{error}</p>",
+    # -- notebook 10: the diagnosis order (labkit/diagnose/verdict.py, steps.py, data.py) -------
+    "Phases.{name} must be seconds >= 0, got {v!r}": "Phases.{name} 必须是 >= 0 的秒数，收到的是 {v!r}",
+    "diagnose needs the phase times of at least one rank": "diagnose 至少需要一个 rank 的各阶段耗时",
+    "waiting for data": "等数据",
+    "communication": "通信",
+    "waiting for a slower rank": "等较慢的 rank",
+    "utilisation (compute share of the step)": "利用率（step 中计算所占的比例）",
+    "{busy:.0%} computing (low means below {low:.0%})": "{busy:.0%} 在计算（低于 {low:.0%} 算低）",
+    "; the rest is mostly {cause} (data {data:.0%}, waiting for other ranks {wait:.0%}, communication "
+    "{comm:.0%})":
+        "；其余时间主要在{cause}（数据 {data:.0%}，等其他 rank {wait:.0%}，通信 {comm:.0%}）",
+    "communication share": "通信占比",
+    "{comm:.0%} of the step (notes: above {line:.0%}, cut communication: sharding strategy, overlap, "
+    "bigger buckets, accumulation)":
+        "占 step 的 {comm:.0%}（讲义：超过 {line:.0%} 就要减少通信：分片策略、通信与计算重叠、"
+        "更大的桶、梯度累积）",
+    "memory peak against the budget": "显存峰值与预算之比",
+    "not measured (give peak_bytes and budget_bytes)": "未测量（请给出 peak_bytes 和 budget_bytes）",
+    "peak {peak:.1f} MiB of {budget:.1f} MiB = {frac:.0%} (near the limit above {near:.0%}: "
+    "checkpointing, smaller micro-batch)":
+        "峰值 {peak:.1f} MiB / {budget:.1f} MiB = {frac:.0%}（超过 {near:.0%} 就接近上限："
+        "激活重计算、更小的 micro-batch）",
+    "data loader keeps up": "数据加载跟得上",
+    "waiting for the next batch {data:.0%} of the step (starved above {line:.0%}: the workers are "
+    "saturated, add workers or prefetch)":
+        "等下一个 batch 占 step 的 {data:.0%}（超过 {line:.0%} 就是数据供给不足：worker 已经饱和，"
+        "请加 worker 或预取）",
+    "bottleneck: {cause}": "瓶颈：{cause}",
+    "scenario must be one of {known}, got {name!r}": "scenario 必须是 {known} 之一，收到的是 {name!r}",
+    "by must be 'rank_and_worker' or 'rank', got {by!r}": "by 必须是 'rank_and_worker' 或 'rank'，收到的是 {by!r}",
+
+    # -- notebook 10: the figures (labkit/diagnose/draw.py) ------------------------------------
+    "data wait": "等数据",
+    "forward": "前向",
+    "backward": "反向",
+    "waiting for other ranks": "等其他 rank",
+    "optimizer": "优化器",
+    "{name}, rank {r}": "{name}，rank {r}",
+    "slow data": "数据慢",
+    "memory": "显存",
+    "data": "数据",
+    "imbalance": "负载不均",
+    "30 % (the notes' communication line)": "30 %（讲义的通信占比红线）",
+    "share of the step (%); step time at the right": "占 step 的比例 (%)；右侧是 step 时间",
+    "share of one training step (%); the time per step is printed at the right":
+        "占一个训练 step 的比例 (%)；每个 step 的时间印在右侧",
+    "Where each rank's step goes": "每个 rank 的 step 时间花在哪里",
+    "ideal: max(workers, 1) / {ms:.0f} ms": "理想值：max(workers, 1) / {ms:.0f} ms",
+    "items per second": "每秒样本数",
+    "Workers overlap items that wait (ratio to the first bar)": "多个 worker 让等待的样本互相重叠（相对第一根柱子的倍数）",
+
+    # -- notebook 10: the tuning knobs (labkit/diagnose/knobs.py) ------------------------------
+    "knob": "参数",
+    "the notes": "讲义",
+    "what it trades": "用什么换什么",
+    "where the course measures it": "课程在哪里测量它",
+    "DDP gradient bucket size (default 25)": "DDP 梯度分桶大小（默认 25）",
+    "big buckets start their all-reduce late (less overlap); small ones pay a start-up cost each":
+        "大桶的 all-reduce 开始得晚（重叠少）；小桶每个都要付一次启动开销",
+    "03 DDP: bucketed DDP, the overlap timeline and torch DDP's bucket sizes":
+        "03 DDP：分桶 DDP、重叠时间线和 torch DDP 的桶大小",
+    "gradient accumulation": "梯度累积",
+    "a large batch from small ones": "用小 batch 凑出大 batch",
+    "memory of one micro-batch, fewer optimizer steps; DDP's no_sync sends once per step, ZeRO-2/3 "
+    "and FSDP reduce-scatter every micro-batch":
+        "只占一个 micro-batch 的显存，优化器 step 更少；DDP 的 no_sync 每 step 只通信一次，"
+        "ZeRO-2/3 和 FSDP 每个 micro-batch 都要 reduce-scatter",
+    "03 DDP (equal gradients, no_sync); 09 memory tricks (memory against step time)":
+        "03 DDP（梯度相等、no_sync）；09 显存优化（显存与 step 时间的取舍）",
+    "activation checkpointing": "激活重计算",
+    "trade compute for activation memory": "用计算换激活值显存",
+    "about one extra forward per step for activations cut to layer inputs":
+        "每 step 大约多一次前向，换来激活值只保留每层的输入",
+    "01 memory (Korthikanti formulas); 09 memory tricks (measured)": "01 显存（Korthikanti 公式）；09 显存优化（实测）",
+    "optimizer state on the CPU (slow, saves memory)": "优化器状态放到 CPU（慢，但省显存）",
+    "device memory against host-device copies every step": "用每 step 的主机-设备拷贝换显存",
+    "09 memory tricks; 05 FSDP (CPUOffload)": "09 显存优化；05 FSDP（CPUOffload）",
+    "FSDP communication scheduling": "FSDP 的通信调度",
+    "prefetching the next layer's all-gather overlaps it with compute but holds two layers; "
+    "limit_all_gathers caps the in-flight gathers to save memory":
+        "预取下一层的 all-gather 能与计算重叠，但要同时持有两层；limit_all_gathers 限制同时进行的 "
+        "gather 数以省显存",
+    "05 FSDP (forward/backward prefetch)": "05 FSDP（前向/反向预取）",
+    "NCCL's environment variables": "NCCL 的环境变量",
+    "NCCL_IB_DISABLE=1 forbids InfiniBand (falls back to TCP sockets: much slower across nodes); "
+    "NCCL_SOCKET_IFNAME picks the network interface NCCL's sockets use":
+        "NCCL_IB_DISABLE=1 禁用 InfiniBand（退回 TCP socket：跨节点慢得多）；NCCL_SOCKET_IFNAME "
+        "选择 NCCL 的 socket 使用的网卡",
+    "needs NCCL and a network: not measurable on CPU ranks; set through Cluster(env={...}), 11 "
+    "pitfalls shows the debug variables":
+        "需要 NCCL 和网络：在 CPU rank 上无法测量；可通过 Cluster(env={...}) 设置，11 常见陷阱展示了调试用的变量",
+    "the data bottleneck: more workers, streaming": "数据瓶颈：更多 worker、流式读取",
+    "workers overlap slow reads; prefetch_factor batches queued per worker; pinned memory makes "
+    "host-to-GPU copies asynchronous (GPU only)":
+        "worker 让慢速读取互相重叠；prefetch_factor 是每个 worker 排队的 batch 数；锁页内存让主机到 GPU "
+        "的拷贝异步进行（仅 GPU）",
+    "10 throughput and data (this notebook: workers swept)": "10 吞吐与数据（本 notebook: 扫描 worker 数）",
 }
