@@ -71,3 +71,17 @@ def test_knob_table_in_chinese_keeps_the_knob_names(zh_lang):
     table = knob_table()
     assert table.splitlines()[0] == "| 参数 | 讲义 | 用什么换什么 | 课程在哪里测量它 |"
     assert "| `bucket_cap_mb` | DDP 梯度分桶大小（默认 25） |" in table
+
+
+# -- notebook 11: the pitfalls --------------------------------------------------------------
+def test_pitfall_diagnoses_in_chinese_with_their_numbers(zh_lang):
+    from labkit.doctor import pitfalls as P
+    assert P.devices_distinct({0: "cuda:0", 1: "cuda:0", 2: "cuda:0"}) == (
+        False, "rank 0, 1, 2 都在用 cuda:0：请在创建张量或进程组之前调用 torch.cuda.set_device(local_rank)")
+    ok, why = P.validation_shards([[0, 1, 2], [3, 0, 1]], 5, again=[[1, 0, 2], [3, 0, 1]])
+    assert not ok and why == ("2 个样本被评估了两次（填充：[0, 1]）；请把填充的位置遮掉，drop_last 只在训练时用；"
+                              "1 个样本从未被评估（[4]）；每次评估的顺序都不同：验证时请用 shuffle=False")
+    assert P.lr_rule(0.1, 0.1, 32, 256)[1] == ("全局 batch 是基准的 8 倍（32 -> 256），lr 0.1 却没有缩放："
+                                               "训练会很慢；linear 规则 0.8，sqrt 规则 0.282843")
+    assert P.seeds_ok([1, 2], [0, 0], [5, 6])[1].startswith("各 rank 的初始权重不一致（2 个版本）")
+    assert P.pipeline_balance([1, 1, 5, 1])[1].startswith("stage 2 耗时是各 stage 平均的 2.50 倍；其他 stage 有 60%")

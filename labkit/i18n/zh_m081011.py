@@ -279,4 +279,88 @@ MESSAGES = {
         "worker 让慢速读取互相重叠；prefetch_factor 是每个 worker 排队的 batch 数；锁页内存让主机到 GPU "
         "的拷贝异步进行（仅 GPU）",
     "10 throughput and data (this notebook: workers swept)": "10 吞吐与数据（本 notebook: 扫描 worker 数）",
+    # -- notebook 11: the pitfalls (labkit/doctor/pitfalls.py) ---------------------------------
+    "ranks {ranks} all use {device}: call torch.cuda.set_device(local_rank) before creating "
+    "tensors or the process group":
+        "rank {ranks} 都在用 {device}：请在创建张量或进程组之前调用 torch.cuda.set_device(local_rank)",
+    "rank {rank} uses {device} but its LOCAL_RANK is {local}: call torch.cuda.set_device(local_rank) "
+    "before creating tensors or the process group":
+        "rank {rank} 在用 {device}，但它的 LOCAL_RANK 是 {local}：请在创建张量或进程组之前调用 "
+        "torch.cuda.set_device(local_rank)",
+    "{n} ranks, each on its own device or on the CPU": "{n} 个 rank，各自在自己的设备上或在 CPU 上",
+    "{k} items evaluated twice (padding: {first}); mask the padded positions or use drop_last only "
+    "for training":
+        "{k} 个样本被评估了两次（填充：{first}）；请把填充的位置遮掉，drop_last 只在训练时用",
+    "{k} item evaluated twice (padding: {first}); mask the padded positions or use drop_last only "
+    "for training":
+        "{k} 个样本被评估了两次（填充：{first}）；请把填充的位置遮掉，drop_last 只在训练时用",
+    "{k} items never evaluated ({first})": "{k} 个样本从未被评估（{first}）",
+    "{k} item never evaluated ({first})": "{k} 个样本从未被评估（{first}）",
+    "the order changes between evaluations: use shuffle=False for validation":
+        "每次评估的顺序都不同：验证时请用 shuffle=False",
+    "; ": "；",
+    "{n} items, each evaluated once, in the same order every time": "{n} 个样本，每个只评估一次，每次顺序相同",
+    "ranks hold BatchNorm statistics of different sizes": "各 rank 的 BatchNorm 统计量大小不同",
+    "BatchNorm statistics differ across ranks by up to {gap:.3g}: each rank normalised with its own "
+    "batch; use SyncBatchNorm (GPU) or all-reduce the batch statistics, or LayerNorm":
+        "各 rank 的 BatchNorm 统计量相差最多 {gap:.3g}：每个 rank 都用自己的 batch 做归一化；"
+        "请用 SyncBatchNorm（GPU）、对 batch 统计量做 all-reduce，或者改用 LayerNorm",
+    "BatchNorm statistics equal on {n} ranks (within {tol:g})": "{n} 个 rank 上的 BatchNorm 统计量相等（误差 {tol:g} 以内）",
+    "lr {lr:g} follows the {rule} rule for a global batch {k:g}x the base":
+        "lr {lr:g} 符合 {rule} 规则（全局 batch 是基准的 {k:g} 倍）",
+    "lr {lr:g} is above the linear rule ({linear:g}) for a global batch {k:g}x the base: expect "
+    "divergence; use at most the linear rule, with warm-up":
+        "lr {lr:g} 高于 linear 规则（{linear:g}），全局 batch 是基准的 {k:g} 倍：训练可能发散；"
+        "最多用 linear 规则，并配合 warm-up",
+    "lr {lr:g} is not scaled for a global batch {k:g}x the base ({base} -> {batch}): training is "
+    "slow; linear rule {linear:g}, sqrt rule {sqrt:g}":
+        "全局 batch 是基准的 {k:g} 倍（{base} -> {batch}），lr {lr:g} 却没有缩放：训练会很慢；"
+        "linear 规则 {linear:g}，sqrt 规则 {sqrt:g}",
+    "initial weights differ across ranks ({k} versions): seed the model identically or broadcast "
+    "rank 0's weights (DDP does)":
+        "各 rank 的初始权重不一致（{k} 个版本）：请用相同的种子初始化模型，或广播 rank 0 的权重（DDP 就是这样做的）",
+    "sampler seeds differ ({seeds}): shards overlap and miss items; give DistributedSampler the same "
+    "seed on every rank":
+        "sampler 的种子不一致（{seeds}）：各分片会重叠、漏掉样本；请在每个 rank 上给 DistributedSampler 相同的种子",
+    "dropout masks on a replicated activation differ inside the tensor-parallel group ({k} versions): "
+    "the ranks' copies of it diverge; use the same seed on the group for replicated regions, and a "
+    "per-rank generator only inside the sharded region":
+        "张量并行组内，复制的激活值上的 dropout 掩码不一致（{k} 个版本）：各 rank 的副本会分叉；"
+        "复制区域请在组内用同一个种子，只有切分区域内才用每个 rank 自己的生成器",
+    "note: dropout masks are identical on every data-parallel rank; not a bug (each mask falls on "
+    "different samples), though seeding dropout with the rank (seed + rank) is the usual choice":
+        "注意：每个数据并行 rank 上的 dropout 掩码都相同；这不是 bug（每个掩码落在不同的样本上），"
+        "不过通常的做法是用 rank 给 dropout 设种子（seed + rank）",
+    "weights and sampler seeds match on every rank": "每个 rank 上的权重和 sampler 种子都一致",
+    ", the tensor-parallel group's masks on replicated activations are identical":
+        "，张量并行组在复制激活值上的掩码相同",
+    ", dropout masks differ across data-parallel ranks": "，各数据并行 rank 的 dropout 掩码不同",
+    "stage {s} takes {x:.2f}x the mean stage time; the others idle {idle:.0%} of the time: move "
+    "layers off stage {s}":
+        "stage {s} 耗时是各 stage 平均的 {x:.2f} 倍；其他 stage 有 {idle:.0%} 的时间空闲：请把一些层从 stage {s} 移走",
+    "stages within {tol:.0%} of the mean (idle {idle:.0%})": "各 stage 与平均值相差不超过 {tol:.0%}（空闲 {idle:.0%}）",
+
+    # -- notebook 11: the convergence checklist (labkit/doctor/checklist.py) -------------------
+    "single-rank sanity": "单 rank 自检",
+    "gradient norm": "梯度范数",
+    "learning-rate rule": "学习率缩放规则",
+    "seeds in sync": "种子一致",
+    "loss {first:.2f} -> {last:.2f} in {steps} steps on one rank": "单个 rank 上 {steps} 步内 loss {first:.2f} -> {last:.2f}",
+    ": it does not learn alone; fix the data or the model before scaling out":
+        "：单独训练都学不会；扩展到多卡之前先修好数据或模型",
+    "global gradient norm {norm:.3g}": "全局梯度范数 {norm:.3g}",
+    " (above {max_norm:g} or not finite: clip it, lower the learning rate, check the loss scale)":
+        "（超过 {max_norm:g} 或不是有限值：做梯度裁剪、降低学习率、检查 loss scale）",
+
+    # -- notebook 08: gradient clipping on a 3D layout (labkit/clipping.py) --------------------
+    "{layout} (rank {rank})": "{layout}（rank {rank}）",
+    "the global gradient norm, right and with one piece missing (dashed: one process; green: equal "
+    "to it, red: not)":
+        "全局梯度范数：正确的，和少算一部分的（虚线：单进程；绿：与之相等，红：不等）",
+    "one process": "单进程",
+    "right": "正确",
+    "no DP sum": "缺 DP 求和",
+    "no TP sum": "缺 TP 求和",
+    "no PP sum": "缺 PP 求和",
+    "replicas counted t times": "副本被算了 t 次",
 }
