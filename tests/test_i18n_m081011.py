@@ -85,3 +85,11 @@ def test_pitfall_diagnoses_in_chinese_with_their_numbers(zh_lang):
                                                "训练会很慢；linear 规则 0.8，sqrt 规则 0.282843")
     assert P.seeds_ok([1, 2], [0, 0], [5, 6])[1].startswith("各 rank 的初始权重不一致（2 个版本）")
     assert P.pipeline_balance([1, 1, 5, 1])[1].startswith("stage 2 耗时是各 stage 平均的 2.50 倍；其他 stage 有 60%")
+
+
+# -- notebook 01 leftovers: the fit verdict ---------------------------------------------------
+def test_fit_verdict_in_chinese(zh_lang):
+    import importlib
+    A = importlib.import_module("labkit.memory.activations")
+    assert str(A.fits(140e9, 0, 80)) == ("装不下：需要 140.0 GB（模型状态 140.0 + 激活值 0.0），"
+                                         "比一张 80 GB 的卡多 60.0 GB（是其显存的 1.75 倍）")

@@ -412,4 +412,35 @@ MESSAGES = {
     "items/s (workers already running)": "样本/秒（worker 已在运行）",
     "vs 0 workers": "相对 0 个 worker",
     "first pass s (starts the workers)": "第一轮 s（含启动 worker）",
+    # -- notebook 01: memory (labkit/memory/activations.py, widgets.py, plots.py, accounting.py)
+    "needs {need:.1f} GB (model state {state:.1f} + activations {act:.1f})":
+        "需要 {need:.1f} GB（模型状态 {state:.1f} + 激活值 {act:.1f}）",
+    "an {gb:g} GB GPU": "一张 {gb:g} GB 的卡",
+    "a {gb:g} GB GPU": "一张 {gb:g} GB 的卡",
+    "fits: {need}, {spare:.1f} GB to spare on {gpu}": "装得下：{need}，{gpu}上还剩 {spare:.1f} GB",
+    "does not fit: {need}, {over:.1f} GB over {gpu} ({x:.2f}x its memory)":
+        "装不下：{need}，比{gpu}多 {over:.1f} GB（是其显存的 {x:.2f} 倍）",
+    "parameters": "参数量",
+    "world size N": "world size N",
+    "ZeRO stage": "ZeRO 级别",
+    "precision": "精度",
+    "sequence": "序列长度",
+    "micro-batch": "micro-batch",
+    "GPU (GB)": "卡（GB）",
+    "log scale (right panel)": "对数坐标（右图）",
+    "{gb:g} GB GPU ": "{gb:g} GB 卡 ",
+    "this setting:": "当前设置：",
+    "left panel": "左图",
+    "does NOT fit": "装不下",
+    "(spare {gb:.1f} GB)": "（剩余 {gb:.1f} GB）",
+    "(over by {gb:.1f} GB)": "（超出 {gb:.1f} GB）",
+    "one GPU holds: ": "单卡存放：",
+    "{need:.1f} of {cap:g} GB ": "{need:.1f} / {cap:g} GB ",
+    "every ZeRO stage, same setting": "同一设置下的各 ZeRO 级别",
+    "every ZeRO stage, same setting: {b:g}B params, {precision} {optimizer}, N={n},\nseq {seq} x "
+    "batch {mb}, checkpointing {ck}":
+        "同一设置下的各 ZeRO 级别：{b:g}B 参数，{precision} {optimizer}，N={n}，\n序列 {seq} x "
+        "batch {mb}，激活重计算 {ck}",
+    "bytes": "字节",
+    "bytes ({unit})": "字节（{unit}）",
 }
