@@ -93,3 +93,27 @@ def test_fit_verdict_in_chinese(zh_lang):
     A = importlib.import_module("labkit.memory.activations")
     assert str(A.fits(140e9, 0, 80)) == ("装不下：需要 140.0 GB（模型状态 140.0 + 激活值 0.0），"
                                          "比一张 80 GB 的卡多 60.0 GB（是其显存的 1.75 倍）")
+
+
+# -- notebooks 03, 04 leftovers: errors raised on a rank (a one-rank gloo group in this process,
+#    so that no cluster starts) --------------------------------------------------------------
+def test_errors_raised_on_a_rank_in_chinese(zh_lang):
+    import torch
+    import torch.distributed as dist
+    import labkit
+    from labkit.ddp.parity import train_parity
+    from labkit.models import AwkwardNet
+    if dist.is_initialized():
+        pytest.skip("a process group is already running in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        _, opt = labkit.zero.wrap(AwkwardNet(), torch.optim.Adam, stage=1, lr=1e-3)
+        with pytest.raises(RuntimeError) as step:
+            opt.step()
+        with pytest.raises(RuntimeError) as unused:
+            train_parity("bucketed", with_unused=True, steps=1)
+    finally:
+        dist.destroy_process_group()
+    assert str(step.value).startswith("rank 0：自上次 zero_grad() 以来还没有调用过 loss.backward()，"
+                                      "就调用了 optimizer.step()：没有可以归约的梯度。")
+    assert str(unused.value).startswith("rank 0 上的 BucketedDDP：这次反向中 'unused'（5 个元素）没有收到梯度")

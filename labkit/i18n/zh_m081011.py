@@ -443,4 +443,26 @@ MESSAGES = {
         "batch {mb}，激活重计算 {ck}",
     "bytes": "字节",
     "bytes ({unit})": "字节（{unit}）",
+    # -- notebook 03 leftovers: BucketedDDP's errors (labkit/ddp/bucketed.py) -----------------
+    "BucketedDDP: the gradient of {name!r} was finished twice before sync_gradients(). Run the "
+    "backward passes of all micro-batches but the last inside `with ddp.no_sync():`.":
+        "BucketedDDP：{name!r} 的梯度在 sync_gradients() 之前完成了两次。除最后一个 micro-batch 外，"
+        "其余 micro-batch 的反向都要放在 `with ddp.no_sync():` 里执行。",
+    "{name!r} ({k} elements)": "{name!r}（{k} 个元素）",
+    "BucketedDDP on rank {rank}: no gradient arrived for {names} in this backward pass: it was not "
+    "used in forward, so its bucket never filled. Pass BucketedDDP(model, find_unused_parameters=True) "
+    "to all-reduce zeros for it, or set requires_grad=False on it, or delete it from the model.":
+        "rank {rank} 上的 BucketedDDP：这次反向中 {names}没有收到梯度：它没有在前向中用到，所以它的桶"
+        "一直没有填满。请用 BucketedDDP(model, find_unused_parameters=True) 为它 all-reduce 零，"
+        "或者给它设 requires_grad=False，或者把它从模型里删掉。",
+    # -- notebook 04 leftovers: step() before backward() (labkit/zero/optim.py, masters.py) -----
+    "rank {rank}: optimizer.step() was called before any loss.backward() since the last "
+    "zero_grad(): there are no gradients to reduce. Call loss.backward() first, then step(), then "
+    "zero_grad().":
+        "rank {rank}：自上次 zero_grad() 以来还没有调用过 loss.backward()，就调用了 optimizer.step()："
+        "没有可以归约的梯度。请先 loss.backward()，再 step()，最后 zero_grad()。",
+    "rank {rank}: optimizer.step() was called before any loss.backward() since the last "
+    "zero_grad(): there are no gradients. Call loss.backward() first, then step(), then zero_grad().":
+        "rank {rank}：自上次 zero_grad() 以来还没有调用过 loss.backward()，就调用了 optimizer.step()："
+        "还没有梯度。请先 loss.backward()，再 step()，最后 zero_grad()。",
 }
