@@ -30,13 +30,13 @@ def cp_ep_reasons(model, cands: list, best, _best) -> list:
     `_best(cands, pred)` is the planner's pick among the candidates that fit."""
     out = []
     if len(cp_choices(model)) == 1:
-        out.append(("7. CP for long sequences", tr("not tried: a sequence of {seq:,} tokens over 2 "
+        out.append((tr("7. CP for long sequences"), tr("not tried: a sequence of {seq:,} tokens over 2 "
                                                    "ranks would leave each under {least:,}",
                                                    seq=model.seq, least=CP_MIN_TOKENS)))
     else:
         no_cp = _best(cands, lambda c: c.cp == 1)
         if best.cp > 1:
-            out.append(("7. CP for long sequences", tr(
+            out.append((tr("7. CP for long sequences"), tr(
                 "CP {cp}: each GPU holds {mine:,} of the {seq:,} tokens, activations {act:.1f} GB, K/V "
                 "all-gathers {kv:.1f} GB/step; ", cp=best.cp, mine=model.seq // best.cp, seq=model.seq,
                 act=best.activations / GB, kv=best.traffic.cp / GB) +
@@ -44,13 +44,13 @@ def cp_ep_reasons(model, cands: list, best, _best) -> list:
                  else tr("best without CP: {short}", short=no_cp.short()))))
         else:
             with_cp = _best(cands, lambda c: c.cp > 1)
-            out.append(("7. CP for long sequences", tr("not chosen") + (
+            out.append((tr("7. CP for long sequences"), tr("not chosen") + (
                 tr("; best with CP: {short}", short=with_cp.short()) if with_cp
                 else tr(": nothing with CP fits"))))
     if model.experts:
         no_ep = _best(cands, lambda c: c.ep == 1)
         if best.ep > 1:
-            out.append(("8. EP for experts", tr(
+            out.append((tr("8. EP for experts"), tr(
                 "EP {ep}: each GPU holds {mine} of {experts} experts per layer, all-to-alls {a2a:.1f} "
                 "GB/step ({calls} calls); ", ep=best.ep, mine=model.experts // best.ep,
                 experts=model.experts, a2a=best.traffic.ep / GB, calls=best.traffic.calls['ep']) +
@@ -58,7 +58,7 @@ def cp_ep_reasons(model, cands: list, best, _best) -> list:
                  else tr("best without EP: {short}", short=no_ep.short()))))
         else:
             with_ep = _best(cands, lambda c: c.ep > 1)
-            out.append(("8. EP for experts", tr("not chosen") + (
+            out.append((tr("8. EP for experts"), tr("not chosen") + (
                 tr("; best with EP: {short}", short=with_ep.short()) if with_ep
                 else tr(": nothing with EP fits"))))
     return out

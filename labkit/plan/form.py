@@ -16,8 +16,7 @@ def render(model: Model, hw: Hardware) -> str:
     """The plan as two HTML tables: the tree's branches with reasons, then the chosen layout."""
     p = plan(model, hw)
     rows = "".join(f"<tr><td style='text-align:left'>{html.escape(k)}</td>"
-                   f"<td style='text-align:left'>{html.escape(v)}</td></tr>" for k, v in
-                   ((tr(k), v) for k, v in p.reasons))
+                   f"<td style='text-align:left'>{html.escape(v)}</td></tr>" for k, v in p.reasons)
     out = (tr("<b>{name}</b> on {nodes} x {g} {gpu}", name=html.escape(model.name), nodes=hw.nodes,
               g=hw.gpus_per_node, gpu=html.escape(hw.gpu))
            + f"<table><tr><th>{tr('branch')}</th><th>{tr('reason')}</th></tr>{rows}</table>")

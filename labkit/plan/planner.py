@@ -227,7 +227,7 @@ class Plan:
                   "one global batch of {batch:,} sequences x {seq:,} tokens = {mtok:.1f}M tokens",
                   name=m.name, nodes=hw.nodes, g=hw.gpus_per_node, gpu=hw.gpu, gb=hw.gpu_gb,
                   tflops=hw.peak_tflops, batch=m.global_batch, seq=m.seq, mtok=m.tokens_per_step / 1e6)
-        body = "\n".join(f"  {tr(k)}: {v}" for k, v in self.reasons)
+        body = "\n".join(f"  {k}: {v}" for k, v in self.reasons)
         if self.chosen is None:
             return f"{head}\n{body}\n  => " + tr("nothing fits")
         c = self.chosen
@@ -249,7 +249,7 @@ def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:
     R, G = [], hw.gpus
     one = evaluate(model, hw, 1, 1, 1, micro_batch=1) if model.global_batch >= 1 else None
     states = model_states(model.params).device
-    R.append(("1. one GPU?", tr("model state {state:.0f} GB (16 B/param, mixed-precision Adam) + "
+    R.append((tr("1. one GPU?"), tr("model state {state:.0f} GB (16 B/param, mixed-precision Adam) + "
                                 "activations {act:.1f} GB at micro-batch 1 = {total:.0f} GB vs {usable:.0f} "
                                 "GB usable: {fit}", state=states / GB, act=one.activations / GB,
                                 total=one.memory / GB, usable=USABLE * hw.gpu_gb,
@@ -258,18 +258,18 @@ def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:
     if best is None:
         cands8 = list(candidates(model, hw, optimizers=("adam8bit",), efficiency=efficiency))
         best = _best(cands8)
-        R.append(("8-bit optimizer", tr("nothing fits with fp32 Adam states; ") +
+        R.append((tr("8-bit optimizer"), tr("nothing fits with fp32 Adam states; ") +
                   (tr("8-bit Adam (m, v in 1 byte) makes it fit") if best else tr("not even with 8-bit Adam"))))
         if best is None:
             return Plan(model, hw, None, R)
         cands = cands8
     if G == 1:
-        R.append(("2. data parallel", tr("one GPU: nothing to replicate")))
+        R.append((tr("2. data parallel"), tr("one GPU: nothing to replicate")))
     else:
         ddp = _best(cands, lambda c: c.tp == c.pp == c.cp == c.ep == 1 and c.zero_stage == 0)
         zero = _best(cands, lambda c: c.tp == c.pp == c.cp == c.ep == 1 and c.zero_stage > 0
                      and not c.hybrid)
-        R.append(("2. DP / ZeRO / FSDP", (tr("DDP fits ({short}); the notes' 'fits: no parallelism' is "
+        R.append((tr("2. DP / ZeRO / FSDP"), (tr("DDP fits ({short}); the notes' 'fits: no parallelism' is "
                   "for one GPU: with more GPUs practice replicates the model for throughput",
                   short=ddp.short()) if ddp else tr("DDP does not fit (every GPU holds all 16 B/param)")) +
                   (tr("; best sharded: {short}", short=zero.short()) if zero
@@ -278,7 +278,7 @@ def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:
           (best.tp, best.pp, best.dp, best.zero_stage, best.hybrid, best.micro_batch)]
     none = evaluate(model, hw, best.tp, best.pp, best.dp, best.zero_stage, "none", best.micro_batch,
                     best.optimizer, best.hybrid, efficiency)
-    R.append(("3. checkpointing", tr("{ck}: activations {act:.1f} GB/GPU (without: {without:.1f} GB, "
+    R.append((tr("3. checkpointing"), tr("{ck}: activations {act:.1f} GB/GPU (without: {without:.1f} GB, "
                                      "{fit})", ck=best.checkpointing, act=best.activations / GB,
                                      without=none.activations / GB,
                                      fit=tr("fits") if none.fits else tr("does not fit"))
@@ -287,27 +287,27 @@ def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:
     if best.tp > 1:
         why = (tr("without TP nothing fits") if no_tp is None else
                tr("best without TP: {short}", short=no_tp.short()))
-        R.append(("4. TP inside the node", tr("TP {tp} keeps its {calls} all-reduces per step on NVLink "
+        R.append((tr("4. TP inside the node"), tr("TP {tp} keeps its {calls} all-reduces per step on NVLink "
                                               "and divides weights, activations and DP traffic by {tp}; "
                                               "{why}", tp=best.tp, calls=best.traffic.calls['tp'], why=why)))
     else:
         tp8 = _best(cands, lambda c: c.tp > 1)
-        R.append(("4. TP inside the node", tr("not needed: the layers fit whole") +
+        R.append((tr("4. TP inside the node"), tr("not needed: the layers fit whole") +
                   (tr(" (best with TP: {short})", short=tp8.short()) if tp8 else "")))
     no_pp = _best(cands, lambda c: c.pp == 1)
     if best.pp > 1:
-        R.append(("5. PP across nodes", tr("PP {pp}: bubble {bubble:.1%} with {m} micro-batches; ",
+        R.append((tr("5. PP across nodes"), tr("PP {pp}: bubble {bubble:.1%} with {m} micro-batches; ",
                                            pp=best.pp, bubble=best.bubble, m=best.micro_batches)
                   + (tr("without PP nothing fits") if no_pp is None
                      else tr("best without PP: {short}", short=no_pp.short()))))
     else:
-        R.append(("5. PP across nodes", tr("not needed: the layers fit on each GPU (or its TP group)")))
+        R.append((tr("5. PP across nodes"), tr("not needed: the layers fit on each GPU (or its TP group)")))
     if hw.nodes > 1:
         hyb = _best(cands, lambda c: c.hybrid)
-        R.append(("6. hybrid sharding", ((tr("chosen: {short}", short=hyb.short()) if best.hybrid
+        R.append((tr("6. hybrid sharding"), ((tr("chosen: {short}", short=hyb.short()) if best.hybrid
                                           else tr("best hybrid: {short}", short=hyb.short()))
                   if hyb else tr("does not fit (a node's GPUs alone cannot hold the model states)"))))
     R.extend(cp_ep_reasons(model, cands, best, _best))
-    R.append(("choice", tr("the fastest layout that fits (among those within 2 % of it, the simplest)")))
+    R.append((tr("choice"), tr("the fastest layout that fits (among those within 2 % of it, the simplest)")))
     return Plan(model, hw, best, R)
 
