@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from labkit.i18n import tr_fig
+
 WRONG = ("no DP sum", "no TP sum", "no PP sum", "replicas counted t times")
 
 
@@ -129,11 +131,11 @@ def norms_figure(results: dict, title: str = ""):
     for ax, (layout, res) in zip(list(getattr(axes, "flat", [axes])), results.items()):
         norms, want = res["norms"], res["norms"]["one process"]
         vals = [norms[n] for n in names][::-1]
-        ax.barh(names[::-1], vals, color=["tab:green" if abs(v / want - 1) < 1e-6 else "tab:red" for v in vals])
+        ax.barh([tr_fig(n) for n in names[::-1]], vals, color=["tab:green" if abs(v / want - 1) < 1e-6 else "tab:red" for v in vals])
         ax.axvline(want, ls="--", color="k")
-        ax.set_title(f"{layout} (rank {res['rank']})")
-        ax.set_xlabel("gradient norm")
-    fig.suptitle(title or "the global gradient norm, right and with one piece missing "
-                 "(dashed: one process; green: equal to it, red: not)")
+        ax.set_title(tr_fig("{layout} (rank {rank})", layout=layout, rank=res["rank"]))
+        ax.set_xlabel(tr_fig("gradient norm"))
+    fig.suptitle(title or tr_fig("the global gradient norm, right and with one piece missing "
+                                 "(dashed: one process; green: equal to it, red: not)"))
     fig.tight_layout()
     return fig

@@ -37,6 +37,8 @@ import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from labkit.i18n import tr
+
 DIMS = ("dp", "pp", "tp", "cp")
 GROUP_DIMS = DIMS + ("ep", "edp")       # ep, edp: the expert layers' cut of the CP x DP ranks
 ORDERS = {"notes": "tp-pp-dp", "megatron": "tp-dp-pp"}
@@ -73,38 +75,43 @@ def problems(dp: int, pp: int, tp: int, world_size: int = None, gpus_per_node: i
                     ("world_size", world_size), ("gpus_per_node", gpus_per_node), ("layers", layers),
                     ("heads", heads), ("hidden", hidden), ("seq", seq), ("experts", experts)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            out.append(f"{name} must be a whole number >= 1, got {v!r}")
+            out.append(tr("{name} must be a whole number >= 1, got {v!r}", name=name, v=v))
     if out:
         return out
     n = dp * pp * tp * cp
     if world_size is not None and n != world_size:
         dims = f"dp({dp}) x pp({pp}) x tp({tp})" + (f" x cp({cp})" if cp > 1 else "")
-        out.append(f"{dims} = {n} != world size ({world_size}); "
-                   f"the degrees must multiply to the number of GPUs")
+        out.append(tr("{dims} = {n} != world size ({world_size}); the degrees must multiply to "
+                      "the number of GPUs", dims=dims, n=n, world_size=world_size))
     if gpus_per_node is not None and tp > gpus_per_node:
-        out.append(f"tp({tp}) > GPUs per node ({gpus_per_node}): a TP group would cross the slow "
-                   f"link between nodes, and TP talks inside every layer; keep tp <= {gpus_per_node}")
+        out.append(tr("tp({tp}) > GPUs per node ({g}): a TP group would cross the slow link "
+                      "between nodes, and TP talks inside every layer; keep tp <= {g}",
+                      tp=tp, g=gpus_per_node))
     if gpus_per_node is not None and tp <= gpus_per_node and gpus_per_node % tp:
-        out.append(f"GPUs per node ({gpus_per_node}) is not a multiple of tp({tp}): some TP group "
-                   f"would straddle two nodes; pick tp among the divisors of {gpus_per_node}")
+        out.append(tr("GPUs per node ({g}) is not a multiple of tp({tp}): some TP group would "
+                      "straddle two nodes; pick tp among the divisors of {g}", g=gpus_per_node, tp=tp))
     if layers is not None and layers % pp:
-        out.append(f"layers ({layers}) not divisible by pp({pp}): {layers} / {pp} = "
-                   f"{layers / pp:.2f} layers per stage; pick pp among the divisors of {layers}")
+        out.append(tr("layers ({layers}) not divisible by pp({pp}): {layers} / {pp} = {q:.2f} "
+                      "layers per stage; pick pp among the divisors of {layers}",
+                      layers=layers, pp=pp, q=layers / pp))
     if heads is not None and heads % tp:
-        out.append(f"heads ({heads}) not divisible by tp({tp}): {heads} / {tp} = {heads / tp:.2f} "
-                   f"heads per rank; TP splits attention by whole heads")
+        out.append(tr("heads ({heads}) not divisible by tp({tp}): {heads} / {tp} = {q:.2f} heads "
+                      "per rank; TP splits attention by whole heads", heads=heads, tp=tp, q=heads / tp))
     if hidden is not None and hidden % tp:
-        out.append(f"hidden ({hidden}) not divisible by tp({tp}): {hidden} / {tp} = "
-                   f"{hidden / tp:.2f} columns per rank")
+        out.append(tr("hidden ({hidden}) not divisible by tp({tp}): {hidden} / {tp} = {q:.2f} "
+                      "columns per rank", hidden=hidden, tp=tp, q=hidden / tp))
     if seq is not None and cp > 1 and seq % (2 * cp):
-        out.append(f"sequence ({seq}) not divisible by 2 x cp({cp}) = {2 * cp}: the causal "
-                   f"load-balanced (zig-zag) split gives each rank two of {2 * cp} equal chunks")
+        out.append(tr("sequence ({seq}) not divisible by 2 x cp({cp}) = {two_cp}: the causal "
+                      "load-balanced (zig-zag) split gives each rank two of {two_cp} equal chunks",
+                      seq=seq, cp=cp, two_cp=2 * cp))
     if (cp * dp) % ep:
-        out.append(f"ep({ep}) does not divide cp({cp}) x dp({dp}) = {cp * dp}: expert parallelism "
-                   f"re-cuts the CP x DP ranks, so pick ep among the divisors of {cp * dp}")
+        out.append(tr("ep({ep}) does not divide cp({cp}) x dp({dp}) = {cd}: expert parallelism "
+                      "re-cuts the CP x DP ranks, so pick ep among the divisors of {cd}",
+                      ep=ep, cp=cp, dp=dp, cd=cp * dp))
     if experts is not None and experts % ep:
-        out.append(f"experts ({experts}) not divisible by ep({ep}): {experts} / {ep} = "
-                   f"{experts / ep:.2f} experts per rank; pick ep among the divisors of {experts}")
+        out.append(tr("experts ({experts}) not divisible by ep({ep}): {experts} / {ep} = {q:.2f} "
+                      "experts per rank; pick ep among the divisors of {experts}",
+                      experts=experts, ep=ep, q=experts / ep))
     return out
 
 
@@ -114,7 +121,7 @@ def validate(dp: int, pp: int, tp: int, world_size: int = None, gpus_per_node: i
     """Raise ValueError listing every problem (see `problems`), or return None."""
     found = problems(dp, pp, tp, world_size, gpus_per_node, layers, heads, hidden, cp, ep, seq, experts)
     if found:
-        raise ValueError("invalid parallel layout:\n  - " + "\n  - ".join(found))
+        raise ValueError(tr("invalid parallel layout:") + "\n  - " + "\n  - ".join(found))
 
 
 @dataclass(frozen=True)
@@ -155,8 +162,9 @@ class Layout:
 
     def coords(self, rank: int) -> Coord:
         if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank {rank} is outside 0..{self.world_size - 1} "
-                             f"(dp {self.dp} x pp {self.pp} x tp {self.tp} x cp {self.cp})")
+            raise ValueError(tr("rank {rank} is outside 0..{last} (dp {dp} x pp {pp} x tp {tp} x "
+                                "cp {cp})", rank=rank, last=self.world_size - 1, dp=self.dp,
+                                pp=self.pp, tp=self.tp, cp=self.cp))
         s = self._strides()
         return Coord(**{d: rank // s[d] % getattr(self, d) if s[d] else 0 for d in DIMS})
 
@@ -164,7 +172,8 @@ class Layout:
         c = dict(dp=dp, pp=pp, tp=tp, cp=cp)
         for d, v in c.items():
             if not 0 <= v < getattr(self, d):
-                raise ValueError(f"{d} coordinate {v} is outside 0..{getattr(self, d) - 1}")
+                raise ValueError(tr("{d} coordinate {v} is outside 0..{last}", d=d, v=v,
+                                    last=getattr(self, d) - 1))
         s = self._strides()
         return sum(c[d] * s[d] for d in DIMS)
 
@@ -222,13 +231,15 @@ class Layout:
 
     def describe(self) -> str:
         extra = (f" x cp {self.cp}" if self.cp > 1 else "") + \
-            (f" (experts: ep {self.ep} x edp {self.edp})" if self.ep > 1 else "")
-        lines = [f"{self.world_size} GPUs = dp {self.dp} x pp {self.pp} x tp {self.tp}{extra} on "
-                 f"{self.nodes} node(s) of {self.gpus_per_node}; order {self.order} (fastest first)"]
+            (tr(" (experts: ep {ep} x edp {edp})", ep=self.ep, edp=self.edp) if self.ep > 1 else "")
+        lines = [tr("{n} GPUs = dp {dp} x pp {pp} x tp {tp}{extra} on {nodes} node(s) of {g}; "
+                    "order {order} (fastest first)", n=self.world_size, dp=self.dp, pp=self.pp,
+                    tp=self.tp, extra=extra, nodes=self.nodes, g=self.gpus_per_node, order=self.order)]
         for d in self.dims():
             gs = self.groups(d)
-            where = "crosses nodes" if self.spans_nodes(d) else "inside a node"
-            lines.append(f"  {d}: {len(gs)} groups of {len(gs[0])}, e.g. {gs[0]} ({where})")
+            where = tr("crosses nodes") if self.spans_nodes(d) else tr("inside a node")
+            lines.append(tr("  {d}: {k} groups of {size}, e.g. {first} ({where})", d=d, k=len(gs),
+                            size=len(gs[0]), first=gs[0], where=where))
         return "\n".join(lines)
 
     __str__ = describe
@@ -271,9 +282,10 @@ def build_groups(layout: Layout) -> dict:
     """
     import torch.distributed as dist
     if dist.get_world_size() != layout.world_size:
-        raise ValueError(f"layout needs {layout.world_size} ranks (dp {layout.dp} x pp {layout.pp} "
-                         f"x tp {layout.tp} x cp {layout.cp}), the cluster has "
-                         f"{dist.get_world_size()}; start it with that many ranks")
+        raise ValueError(tr("layout needs {n} ranks (dp {dp} x pp {pp} x tp {tp} x cp {cp}), the "
+                            "cluster has {have}; start it with that many ranks", n=layout.world_size,
+                            dp=layout.dp, pp=layout.pp, tp=layout.tp, cp=layout.cp,
+                            have=dist.get_world_size()))
     me, out = dist.get_rank(), {}
     for d in layout.dims():
         for g in layout.groups(d):

@@ -27,6 +27,7 @@ import torch.nn as nn
 
 from labkit.ddp.clock import HostClock
 from labkit.ddp.base import MB, _DataParallel
+from labkit.i18n import tr
 
 DEFAULT_CAP_MB = 25                 # torch's _DEFAULT_BUCKET_CAP_MB
 FIRST_BUCKET_BYTES = 1 * MB         # torch's dist._DEFAULT_FIRST_BUCKET_BYTES
@@ -166,9 +167,9 @@ class BucketedDDP(_DataParallel):
         b = self.bucket_of[p]
         if p in b.ready:
             self._drain()
-            raise RuntimeError(f"BucketedDDP: the gradient of {self.names[p]!r} was finished twice "
-                               "before sync_gradients(). Run the backward passes of all "
-                               "micro-batches but the last inside `with ddp.no_sync():`.")
+            raise RuntimeError(tr("BucketedDDP: the gradient of {name!r} was finished twice before "
+                                  "sync_gradients(). Run the backward passes of all micro-batches but "
+                                  "the last inside `with ddp.no_sync():`.", name=self.names[p]))
         if not self._rebuilt:
             self._seen.append(p)
         self._load(b, p)
@@ -200,12 +201,12 @@ class BucketedDDP(_DataParallel):
         missing = self._missing()
         if missing and not self.find_unused:
             self._drain()
-            names = ", ".join(f"{self.names[p]!r} ({p.numel()} elements)" for p in missing)
-            raise RuntimeError(
-                f"BucketedDDP on rank {dist.get_rank()}: no gradient arrived for {names} in this "
-                "backward pass: it was not used in forward, so its bucket never filled. Pass "
+            names = ", ".join(tr("{name!r} ({k} elements)", name=self.names[p], k=p.numel()) for p in missing)
+            raise RuntimeError(tr(
+                "BucketedDDP on rank {rank}: no gradient arrived for {names} in this backward pass: it "
+                "was not used in forward, so its bucket never filled. Pass "
                 "BucketedDDP(model, find_unused_parameters=True) to all-reduce zeros for it, or set "
-                "requires_grad=False on it, or delete it from the model.")
+                "requires_grad=False on it, or delete it from the model.", rank=dist.get_rank(), names=names))
         for p in missing:                           # unused in the last backward: what it has
             self.bucket_of[p].ready.add(p)          # (accumulated under no_sync) or zeros
             self._load(self.bucket_of[p], p)

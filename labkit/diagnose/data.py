@@ -14,6 +14,8 @@ import time
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
+from labkit.i18n import tr
+
 
 class SlowDataset(Dataset):
     """n items (x, y); each takes `wait_s` seconds to produce, as a file read would.
@@ -74,7 +76,7 @@ class ShardedStream(IterableDataset):
 
     def __init__(self, n: int, rank: int, world_size: int, by: str = "rank_and_worker"):
         if by not in ("rank_and_worker", "rank"):
-            raise ValueError(f"by must be 'rank_and_worker' or 'rank', got {by!r}")
+            raise ValueError(tr("by must be 'rank_and_worker' or 'rank', got {by!r}", by=by))
         self.n, self.rank, self.world_size, self.by = n, rank, world_size, by
 
     def __iter__(self):

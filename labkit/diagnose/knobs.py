@@ -1,4 +1,5 @@
 """The notes' tuning knobs (关键调优参数), what each trades, and where the course measures it."""
+from labkit.i18n import tr
 
 KNOBS = [
     # (knob, the notes, what it trades, where it is measured)
@@ -35,5 +36,6 @@ HEADER = ("knob", "the notes", "what it trades", "where the course measures it")
 
 def knob_table() -> str:
     """KNOBS as a Markdown table."""
-    rows = [HEADER, ("---",) * 4] + [(f"`{k}`", *rest) for k, *rest in KNOBS]
+    rows = [tuple(tr(h) for h in HEADER), ("---",) * 4] + \
+        [(f"`{k}`", *(tr(x) for x in rest)) for k, *rest in KNOBS]
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)

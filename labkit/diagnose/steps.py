@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader
 
 from labkit.diagnose.data import SlowDataset
 from labkit.diagnose.verdict import Phases
+from labkit.i18n import tr
 
 MEMORY_BUDGET = 16 * 2**20        # the device of the runs: 16 MiB (tiny on purpose)
 
@@ -111,7 +112,7 @@ def scenario(name: str, steps: int = 5, budget_bytes: int = MEMORY_BUDGET, seed:
     {"phases": Phases, "peak_bytes": int, "budget_bytes": int} for `diagnose`."""
     from labkit.memory import peak
     if name not in SCENARIOS:
-        raise ValueError(f"scenario must be one of {sorted(SCENARIOS)}, got {name!r}")
+        raise ValueError(tr("scenario must be one of {known}, got {name!r}", known=sorted(SCENARIOS), name=name))
     make, data_kw, batch, workers = SCENARIOS[name]
     torch.manual_seed(seed)                       # same initial weights on every rank
     model = make()

@@ -23,6 +23,8 @@ separate it with a barrier just before the all-reduce, so that communication mea
 """
 from dataclasses import dataclass, fields
 
+from labkit.i18n import tr
+
 BUSY_LOW = 0.60        # compute share below this: the device idles (step 1; the notes give no number)
 COMM_SHARE = 0.30      # the notes' 30 % (step 2)
 MEMORY_NEAR = 0.90     # peak above 90 % of the budget is "near the limit" (step 3)
@@ -44,7 +46,7 @@ class Phases:
         for f in fields(self):
             v = getattr(self, f.name)
             if not isinstance(v, (int, float)) or v < 0:
-                raise ValueError(f"Phases.{f.name} must be seconds >= 0, got {v!r}")
+                raise ValueError(tr("Phases.{name} must be seconds >= 0, got {v!r}", name=f.name, v=v))
 
     @property
     def total(self) -> float:
@@ -87,37 +89,41 @@ def diagnose(ranks, peak_bytes: float = None, budget_bytes: float = None) -> lis
     """
     ranks = [_as_phases(r) for r in ranks]
     if not ranks:
-        raise ValueError("diagnose needs the phase times of at least one rank")
+        raise ValueError(tr("diagnose needs the phase times of at least one rank"))
     def mean(phase):
         return sum(r.share(phase) for r in ranks) / len(ranks)
     busy, comm, data, wait = mean("compute"), mean("comm"), mean("data"), mean("wait")
     idle_cause = max([("data", data), ("communication", comm), ("imbalance", wait)], key=lambda kv: kv[1])[0]
-    words = {"data": "waiting for data", "communication": "communication",
-             "imbalance": "waiting for a slower rank"}
-    out = [Finding(1, "utilisation (compute share of the step)", busy, BUSY_LOW, busy < BUSY_LOW,
+    words = {"data": tr("waiting for data"), "communication": tr("communication"),
+             "imbalance": tr("waiting for a slower rank")}
+    out = [Finding(1, tr("utilisation (compute share of the step)"), busy, BUSY_LOW, busy < BUSY_LOW,
                    idle_cause if busy < BUSY_LOW else "",
-                   f"{busy:.0%} computing (low means below {BUSY_LOW:.0%})" +
-                   (f"; the rest is mostly {words[idle_cause]} (data {data:.0%}, "
-                    f"waiting for other ranks {wait:.0%}, communication {comm:.0%})"
+                   tr("{busy:.0%} computing (low means below {low:.0%})", busy=busy, low=BUSY_LOW) +
+                   (tr("; the rest is mostly {cause} (data {data:.0%}, waiting for other ranks "
+                       "{wait:.0%}, communication {comm:.0%})", cause=words[idle_cause], data=data,
+                       wait=wait, comm=comm)
                     if busy < BUSY_LOW else ""))]
-    out.append(Finding(2, "communication share", comm, COMM_SHARE, comm > COMM_SHARE,
+    out.append(Finding(2, tr("communication share"), comm, COMM_SHARE, comm > COMM_SHARE,
                        "communication" if comm > COMM_SHARE else "",
-                       f"{comm:.0%} of the step (notes: above {COMM_SHARE:.0%}, cut communication: "
-                       f"sharding strategy, overlap, bigger buckets, accumulation)"))
+                       tr("{comm:.0%} of the step (notes: above {line:.0%}, cut communication: "
+                          "sharding strategy, overlap, bigger buckets, accumulation)",
+                          comm=comm, line=COMM_SHARE)))
     if peak_bytes is None or not budget_bytes:
-        out.append(Finding(3, "memory peak against the budget", 0.0, MEMORY_NEAR, False, "",
-                           "not measured (give peak_bytes and budget_bytes)"))
+        out.append(Finding(3, tr("memory peak against the budget"), 0.0, MEMORY_NEAR, False, "",
+                           tr("not measured (give peak_bytes and budget_bytes)")))
     else:
         frac = peak_bytes / budget_bytes
-        out.append(Finding(3, "memory peak against the budget", frac, MEMORY_NEAR, frac > MEMORY_NEAR,
+        out.append(Finding(3, tr("memory peak against the budget"), frac, MEMORY_NEAR, frac > MEMORY_NEAR,
                            "memory" if frac > MEMORY_NEAR else "",
-                           f"peak {peak_bytes / 2**20:.1f} MiB of {budget_bytes / 2**20:.1f} MiB "
-                           f"= {frac:.0%} (near the limit above {MEMORY_NEAR:.0%}: checkpointing, "
-                           f"smaller micro-batch)"))
-    out.append(Finding(4, "data loader keeps up", data, DATA_WAIT, data > DATA_WAIT,
+                           tr("peak {peak:.1f} MiB of {budget:.1f} MiB = {frac:.0%} (near the limit "
+                              "above {near:.0%}: checkpointing, smaller micro-batch)",
+                              peak=peak_bytes / 2**20, budget=budget_bytes / 2**20, frac=frac,
+                              near=MEMORY_NEAR)))
+    out.append(Finding(4, tr("data loader keeps up"), data, DATA_WAIT, data > DATA_WAIT,
                        "data" if data > DATA_WAIT else "",
-                       f"waiting for the next batch {data:.0%} of the step (starved above "
-                       f"{DATA_WAIT:.0%}: the workers are saturated, add workers or prefetch)"))
+                       tr("waiting for the next batch {data:.0%} of the step (starved above "
+                          "{line:.0%}: the workers are saturated, add workers or prefetch)",
+                          data=data, line=DATA_WAIT)))
     return out
 
 
@@ -133,7 +139,7 @@ def bottleneck(findings) -> str:
 def report(findings, title: str = "") -> str:
     """The verdict list as text, the bottleneck last."""
     lines = ([title] if title else []) + [str(f) for f in findings]
-    return "\n".join(lines + [f"bottleneck: {bottleneck(findings)}"])
+    return "\n".join(lines + [tr("bottleneck: {cause}", cause=tr(bottleneck(findings)))])
 
 
 def breakdown_table(ranks) -> list:

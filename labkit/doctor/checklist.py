@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.doctor import pitfalls
+from labkit.i18n import tr
 
 ITEMS = ("single-rank sanity", "gradient norm", "learning-rate rule", "seeds in sync")
 
@@ -35,8 +36,9 @@ def _single_rank_sanity(steps: int = 40, lr: float = 0.05, batch: int = 16):
         losses.append(loss.item())
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     ok = last < 0.7 * first
-    return ok, f"loss {first:.2f} -> {last:.2f} in {steps} steps on one rank" + \
-        ("" if ok else ": it does not learn alone; fix the data or the model before scaling out")
+    return ok, tr("loss {first:.2f} -> {last:.2f} in {steps} steps on one rank", first=first, last=last,
+                  steps=steps) + \
+        ("" if ok else tr(": it does not learn alone; fix the data or the model before scaling out"))
 
 
 def _gradient_norm(batch: int, max_norm: float):
@@ -53,9 +55,9 @@ def _gradient_norm(batch: int, max_norm: float):
     norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in ddp.module.parameters()
                                                  if p.grad is not None])).item()
     ok = math.isfinite(norm) and norm < max_norm
-    return ok, f"global gradient norm {norm:.3g}" + ("" if ok else
-                                                    f" (above {max_norm:g} or not finite: clip it, "
-                                                    "lower the learning rate, check the loss scale)")
+    return ok, tr("global gradient norm {norm:.3g}", norm=norm) + (
+        "" if ok else tr(" (above {max_norm:g} or not finite: clip it, lower the learning rate, check "
+                         "the loss scale)", max_norm=max_norm))
 
 
 def convergence_checklist(lr: float, base_lr: float, base_batch: int, batch: int,
@@ -63,13 +65,13 @@ def convergence_checklist(lr: float, base_lr: float, base_batch: int, batch: int
     """On every rank: the four items of the checklist, [(item, ok, detail)].
     lr: the learning rate used with `batch` per rank; base_lr: the one tuned at base_batch."""
     from labkit.doctor.ranks import seed_probe
-    out = [(ITEMS[0], *_single_rank_sanity())]
-    out.append((ITEMS[1], *_gradient_norm(batch, max_norm)))
-    out.append((ITEMS[2], *pitfalls.lr_rule(lr, base_lr, base_batch, batch * dist.get_world_size())))
+    out = [(tr(ITEMS[0]), *_single_rank_sanity())]
+    out.append((tr(ITEMS[1]), *_gradient_norm(batch, max_norm)))
+    out.append((tr(ITEMS[2]), *pitfalls.lr_rule(lr, base_lr, base_batch, batch * dist.get_world_size())))
     mine = seed_probe(weights_seed_by_rank=weights_seed_by_rank)
     every = [None] * dist.get_world_size()
     dist.all_gather_object(every, mine)
-    out.append((ITEMS[3], *pitfalls.seeds_ok([e["weights"] for e in every],
+    out.append((tr(ITEMS[3]), *pitfalls.seeds_ok([e["weights"] for e in every],
                                              [e["sampler_seed"] for e in every],
                                              [e["dropout"] for e in every])))
     return out

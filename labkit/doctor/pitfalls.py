@@ -11,6 +11,8 @@ do). No torch here: the ranks gather the numbers, these functions judge them.
 """
 import math
 
+from labkit.i18n import tr
+
 __all__ = ["devices_distinct", "validation_shards", "batchnorm_in_sync", "lr_rule", "seeds_ok",
            "pipeline_balance"]
 
@@ -26,15 +28,16 @@ def devices_distinct(device_map: dict, local_ranks: dict = None):
     crowded = {d: rs for d, rs in by_dev.items() if len(rs) > 1 and d.startswith("cuda")}
     if crowded:
         d, rs = sorted(crowded.items(), key=lambda kv: -len(kv[1]))[0]
-        return False, (f"ranks {', '.join(map(str, rs))} all use {d}: call "
-                       f"torch.cuda.set_device(local_rank) before creating tensors or the process group")
+        return False, tr("ranks {ranks} all use {device}: call torch.cuda.set_device(local_rank) before "
+                         "creating tensors or the process group", ranks=", ".join(map(str, rs)), device=d)
     wrong = [r for r, d in sorted(device_map.items()) if local_ranks and str(d).startswith("cuda:")
              and int(str(d).split(":")[1]) != local_ranks.get(r, int(str(d).split(":")[1]))]
     if wrong:
         r = wrong[0]
-        return False, (f"rank {r} uses {device_map[r]} but its LOCAL_RANK is {local_ranks[r]}: call "
-                       "torch.cuda.set_device(local_rank) before creating tensors or the process group")
-    return True, f"{len(device_map)} ranks, each on its own device or on the CPU"
+        return False, tr("rank {rank} uses {device} but its LOCAL_RANK is {local}: call "
+                         "torch.cuda.set_device(local_rank) before creating tensors or the process "
+                         "group", rank=r, device=device_map[r], local=local_ranks[r])
+    return True, tr("{n} ranks, each on its own device or on the CPU", n=len(device_map))
 
 
 def validation_shards(shards: list, n_items: int, again: list = None):
@@ -47,15 +50,20 @@ def validation_shards(shards: list, n_items: int, again: list = None):
     missing = sorted(set(range(n_items)) - set(seen))
     problems = []
     if twice:
-        problems.append(f"{len(twice)} item{'s' * (len(twice) > 1)} evaluated twice (padding: {twice[:5]}); "
-                        "mask the padded positions or use drop_last only for training")
+        problems.append((tr("{k} items evaluated twice (padding: {first}); mask the padded positions "
+                            "or use drop_last only for training", k=len(twice), first=twice[:5])
+                         if len(twice) > 1 else
+                         tr("{k} item evaluated twice (padding: {first}); mask the padded positions "
+                            "or use drop_last only for training", k=len(twice), first=twice[:5])))
     if missing:
-        problems.append(f"{len(missing)} item{'s' * (len(missing) > 1)} never evaluated ({missing[:5]})")
+        problems.append(tr("{k} items never evaluated ({first})", k=len(missing), first=missing[:5])
+                        if len(missing) > 1 else
+                        tr("{k} item never evaluated ({first})", k=len(missing), first=missing[:5]))
     if again is not None and [list(s) for s in again] != [list(s) for s in shards]:
-        problems.append("the order changes between evaluations: use shuffle=False for validation")
+        problems.append(tr("the order changes between evaluations: use shuffle=False for validation"))
     if problems:
-        return False, "; ".join(problems)
-    return True, f"{n_items} items, each evaluated once, in the same order every time"
+        return False, tr("; ").join(problems)
+    return True, tr("{n} items, each evaluated once, in the same order every time", n=n_items)
 
 
 def batchnorm_in_sync(per_rank: list, tol: float = 1e-5):
@@ -65,12 +73,12 @@ def batchnorm_in_sync(per_rank: list, tol: float = 1e-5):
     ref = per_rank[0]
     gap = max((abs(a - b) for row in per_rank[1:] for a, b in zip(row, ref)), default=0.0)
     if any(len(row) != len(ref) for row in per_rank):
-        return False, "ranks hold BatchNorm statistics of different sizes"
+        return False, tr("ranks hold BatchNorm statistics of different sizes")
     if gap > tol:
-        return False, (f"BatchNorm statistics differ across ranks by up to {gap:.3g}: each rank "
-                       "normalised with its own batch; use SyncBatchNorm (GPU) or all-reduce the "
-                       "batch statistics, or LayerNorm")
-    return True, f"BatchNorm statistics equal on {len(per_rank)} ranks (within {tol:g})"
+        return False, tr("BatchNorm statistics differ across ranks by up to {gap:.3g}: each rank "
+                         "normalised with its own batch; use SyncBatchNorm (GPU) or all-reduce the "
+                         "batch statistics, or LayerNorm", gap=gap)
+    return True, tr("BatchNorm statistics equal on {n} ranks (within {tol:g})", n=len(per_rank), tol=tol)
 
 
 def lr_rule(lr: float, base_lr: float, base_batch: int, global_batch: int, rtol: float = 0.02):
@@ -81,13 +89,15 @@ def lr_rule(lr: float, base_lr: float, base_batch: int, global_batch: int, rtol:
     rules = {"linear": base_lr * k, "sqrt": base_lr * math.sqrt(k), "none": base_lr}
     name = next((r for r, v in rules.items() if abs(lr - v) <= rtol * v), None)
     if k == 1 or name in ("linear", "sqrt"):
-        return True, f"lr {lr:g} follows the {name or 'same-batch'} rule for a global batch {k:g}x the base"
+        return True, tr("lr {lr:g} follows the {rule} rule for a global batch {k:g}x the base", lr=lr,
+                        rule=name or "same-batch", k=k)
     if lr > rules["linear"] * (1 + rtol):
-        return False, (f"lr {lr:g} is above the linear rule ({rules['linear']:g}) for a global batch "
-                       f"{k:g}x the base: expect divergence; use at most the linear rule, with warm-up")
-    return False, (f"lr {lr:g} is not scaled for a global batch {k:g}x the base ({base_batch} -> "
-                   f"{global_batch}): training is slow; linear rule {rules['linear']:g}, "
-                   f"sqrt rule {rules['sqrt']:g}")
+        return False, tr("lr {lr:g} is above the linear rule ({linear:g}) for a global batch {k:g}x "
+                         "the base: expect divergence; use at most the linear rule, with warm-up",
+                         lr=lr, linear=rules["linear"], k=k)
+    return False, tr("lr {lr:g} is not scaled for a global batch {k:g}x the base ({base} -> {batch}): "
+                     "training is slow; linear rule {linear:g}, sqrt rule {sqrt:g}", lr=lr, k=k,
+                     base=base_batch, batch=global_batch, linear=rules["linear"], sqrt=rules["sqrt"])
 
 
 def seeds_ok(weights: list, sampler_seeds: list, dropout_masks: list, tp_replicated_masks: list = None):
@@ -102,28 +112,28 @@ def seeds_ok(weights: list, sampler_seeds: list, dropout_masks: list, tp_replica
     rank draw its own (Megatron's `model_parallel_cuda_manual_seed`, `CudaRNGStatesTracker`)."""
     problems, notes = [], []
     if len(set(weights)) > 1:
-        problems.append(f"initial weights differ across ranks ({len(set(weights))} versions): seed "
-                        "the model identically or broadcast rank 0's weights (DDP does)")
+        problems.append(tr("initial weights differ across ranks ({k} versions): seed the model "
+                           "identically or broadcast rank 0's weights (DDP does)", k=len(set(weights))))
     if len(set(sampler_seeds)) > 1:
-        problems.append(f"sampler seeds differ ({sorted(set(sampler_seeds))}): shards overlap and "
-                        "miss items; give DistributedSampler the same seed on every rank")
+        problems.append(tr("sampler seeds differ ({seeds}): shards overlap and miss items; give "
+                           "DistributedSampler the same seed on every rank", seeds=sorted(set(sampler_seeds))))
     if tp_replicated_masks is not None and len(set(tp_replicated_masks)) > 1:
-        problems.append(f"dropout masks on a replicated activation differ inside the tensor-parallel "
-                        f"group ({len(set(tp_replicated_masks))} versions): the ranks' copies of it "
-                        "diverge; use the same seed on the group for replicated regions, and a "
-                        "per-rank generator only inside the sharded region")
+        problems.append(tr("dropout masks on a replicated activation differ inside the tensor-parallel "
+                           "group ({k} versions): the ranks' copies of it diverge; use the same seed on "
+                           "the group for replicated regions, and a per-rank generator only inside the "
+                           "sharded region", k=len(set(tp_replicated_masks))))
     if len(dropout_masks) > 1 and len(set(dropout_masks)) == 1:
-        notes.append("note: dropout masks are identical on every data-parallel rank; not a bug (each "
-                     "mask falls on different samples), though seeding dropout with the rank "
-                     "(seed + rank) is the usual choice")
+        notes.append(tr("note: dropout masks are identical on every data-parallel rank; not a bug (each "
+                        "mask falls on different samples), though seeding dropout with the rank "
+                        "(seed + rank) is the usual choice"))
     if problems:
-        return False, "; ".join(problems + notes)
-    what = "weights and sampler seeds match on every rank"
+        return False, tr("; ").join(problems + notes)
+    what = tr("weights and sampler seeds match on every rank")
     if tp_replicated_masks is not None:
-        what += ", the tensor-parallel group's masks on replicated activations are identical"
+        what += tr(", the tensor-parallel group's masks on replicated activations are identical")
     if notes:
-        return True, what + "; " + notes[0]
-    return True, what + ", dropout masks differ across data-parallel ranks"
+        return True, what + tr("; ") + notes[0]
+    return True, what + tr(", dropout masks differ across data-parallel ranks")
 
 
 def pipeline_balance(stage_seconds: list, tol: float = 0.2):
@@ -134,6 +144,6 @@ def pipeline_balance(stage_seconds: list, tol: float = 0.2):
     idle = sum(worst - s for s in stage_seconds) / (worst * len(stage_seconds))
     s = stage_seconds.index(worst)
     if worst > (1 + tol) * mean:
-        return False, (f"stage {s} takes {worst / mean:.2f}x the mean stage time; the others idle "
-                       f"{idle:.0%} of the time: move layers off stage {s}")
-    return True, f"stages within {tol:.0%} of the mean (idle {idle:.0%})"
+        return False, tr("stage {s} takes {x:.2f}x the mean stage time; the others idle {idle:.0%} of "
+                         "the time: move layers off stage {s}", s=s, x=worst / mean, idle=idle)
+    return True, tr("stages within {tol:.0%} of the mean (idle {idle:.0%})", tol=tol, idle=idle)

@@ -169,3 +169,5 @@ from labkit.i18n import zh_m020506 as _m020506   # noqa: E402
 MESSAGES.update(_m020506.MESSAGES)     # notebooks 02, 05a/05b, 06: checkers and library text
 from labkit.i18n import zh_m07091213 as _m07091213   # noqa: E402
 MESSAGES.update(_m07091213.MESSAGES)   # notebooks 07, 09, 12, 13: checkers, printed lines, figures
+from labkit.i18n import zh_m081011 as _m081011   # noqa: E402
+MESSAGES.update(_m081011.MESSAGES)     # the library's text for notebooks 08, 10, 11 (+ 01, 03, 04 tables)

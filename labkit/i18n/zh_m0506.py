@@ -87,7 +87,6 @@ MESSAGES = {
     "precision": "精度",
     "device peak (most over the ranks)": "设备显存峰值（各 rank 中最大）",
     "0.6 MB budget": "0.6 MB 预算",
-    "knob": "开关",
     "all-gathers (rules)": "all-gather 次数（按规则）",
     "reduce-scatters (rules)": "reduce-scatter 次数（按规则）",
     "unsharded grads held after": "之后持有的未分片梯度",

@@ -13,6 +13,7 @@ These are the same categories as `model_states`, so formula and measurement subt
 """
 import torch
 
+from labkit.i18n import tr
 from labkit.memory.breakdown import Breakdown
 
 # optimizer.state keys -> category (torch.optim, and bitsandbytes' 8-bit optimizers)
@@ -147,4 +148,4 @@ def table(breakdowns: list, formula: Breakdown = None, unit: str = "B"):
             line.append("" if b is formula else fmt(b.total - formula.total))
         out.append(line)
     return Table(header, out, align="l" + "r" * (len(header) - 1),
-                 title=f"bytes ({unit})" if unit != "B" else "bytes")
+                 title=tr("bytes ({unit})", unit=unit) if unit != "B" else tr("bytes"))

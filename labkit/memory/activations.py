@@ -20,6 +20,7 @@ Here `bytes_per_value` (2 for 16-bit, 4 for fp32) generalises the 16-bit counts.
 """
 from dataclasses import dataclass
 
+from labkit.i18n import tr
 from labkit.memory.breakdown import GB
 from labkit.memory.formulas import _choice, _positive
 
@@ -112,14 +113,15 @@ class Fit:
         return self.capacity - self.needed
 
     def __str__(self) -> str:
-        need = (f"needs {self.needed / GB:.1f} GB (model state {self.model_state / GB:.1f} + "
-                f"activations {self.activations / GB:.1f})")
+        need = tr("needs {need:.1f} GB (model state {state:.1f} + activations {act:.1f})",
+                  need=self.needed / GB, state=self.model_state / GB, act=self.activations / GB)
+        cap = self.capacity / GB
+        gpu = tr("an {gb:g} GB GPU", gb=cap) if _a(cap) == "an" else tr("a {gb:g} GB GPU", gb=cap)
         if self.fits:
-            return (f"fits: {need}, {self.margin / GB:.1f} GB to spare on {_a(self.capacity / GB)} "
-                    f"{self.capacity / GB:g} GB GPU")
-        return (f"does not fit: {need}, {-self.margin / GB:.1f} GB over {_a(self.capacity / GB)} "
-                f"{self.capacity / GB:g} GB GPU "
-                f"({self.needed / self.capacity:.2f}x its memory)")
+            return tr("fits: {need}, {spare:.1f} GB to spare on {gpu}", need=need,
+                      spare=self.margin / GB, gpu=gpu)
+        return tr("does not fit: {need}, {over:.1f} GB over {gpu} ({x:.2f}x its memory)", need=need,
+                  over=-self.margin / GB, gpu=gpu, x=self.needed / self.capacity)
 
     __repr__ = __str__
 

@@ -115,7 +115,7 @@ def plot_breakdown(breakdowns: list, labels=None, gpu_gb: float = None, title: s
 
 def _gpu_line(ax, gpu_gb: float, div: float) -> None:
     ax.axhline(gpu_gb * GB / div, color="crimson", linestyle="--", linewidth=1.2)
-    ax.annotate(f"{gpu_gb:g} GB GPU ", (0.99, gpu_gb * GB / div), color="crimson",
+    ax.annotate(tr_fig("{gb:g} GB GPU ", gb=gpu_gb), (0.99, gpu_gb * GB / div), color="crimson",
                 xycoords=("axes fraction", "data"), va="bottom", ha="right", fontsize=_fs(8))
 
 
@@ -188,23 +188,27 @@ def explorer_figure(n_params=7e9, world_size=1, zero_stage=0, precision="mixed",
     slide = _on_slide()                    # larger text: shorter titles, legends where they fit
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 5.4) if slide else (11, 4.6),
                                  gridspec_kw={"width_ratios": [1, 2.2]}, layout="constrained" if slide else None)
-    plot_breakdown([here], labels=[f"this setting:\nZeRO-{zero_stage}, N={world_size}"], gpu_gb=gpu_gb, ax=a1)
+    plot_breakdown([here], labels=[tr_fig("this setting:") + f"\nZeRO-{zero_stage}, N={world_size}"], gpu_gb=gpu_gb, ax=a1)
     a1.get_legend().remove()
     handles = [Patch(color=COLORS[c], label=c) for c in CATEGORIES if getattr(here, c)]
     if slide:                              # under both panels, in one or two rows
         fig.legend(handles=handles, loc="outside lower left", ncol=3, fontsize=_fs(7),
-                   title="left panel", title_fontsize=_fs(7), alignment="left")
+                   title=tr_fig("left panel"), title_fontsize=_fs(7), alignment="left")
     else:
         a1.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=_fs(7))
-    verdict = "fits" if fit.fits else "does NOT fit"
-    a1.set_title(f"{'' if slide else 'one GPU holds: '}{verdict}\n{fit.needed / GB:.1f} of {gpu_gb:g} GB "
-                 f"{chr(10) if slide else ''}({'spare' if fit.fits else 'over by'} {abs(fit.margin) / GB:.1f} GB)",
+    verdict = tr_fig("fits") if fit.fits else tr_fig("does NOT fit")
+    amount = (tr_fig("(spare {gb:.1f} GB)", gb=abs(fit.margin) / GB) if fit.fits
+              else tr_fig("(over by {gb:.1f} GB)", gb=abs(fit.margin) / GB))
+    a1.set_title(("" if slide else tr_fig("one GPU holds: ")) + verdict + "\n" +
+                 tr_fig("{need:.1f} of {cap:g} GB ", need=fit.needed / GB, cap=gpu_gb) +
+                 (chr(10) if slide else "") + amount,
                  fontsize=_fs(10), color="darkgreen" if fit.fits else "crimson")
     plot_breakdown(stages, labels=[f"ZeRO-{s}" for s in range(4)], gpu_gb=gpu_gb, ax=a2, log=log,
-                   title="every ZeRO stage, same setting" if slide else
-                   f"every ZeRO stage, same setting: {n_params / 1e9:g}B params, {precision} "
-                   f"{optimizer}, N={world_size},\nseq {seq} x batch {micro_batch}, "
-                   f"checkpointing {checkpointing}")
+                   title=tr_fig("every ZeRO stage, same setting") if slide else
+                   tr_fig("every ZeRO stage, same setting: {b:g}B params, {precision} {optimizer}, "
+                          "N={n},\nseq {seq} x batch {mb}, checkpointing {ck}", b=n_params / 1e9,
+                          precision=precision, optimizer=optimizer, n=world_size, seq=seq,
+                          mb=micro_batch, ck=checkpointing))
     if not slide:
         fig.tight_layout()
     return fig

@@ -6,6 +6,7 @@ and a live kernel redraws it as the learner moves the controls.
 """
 import matplotlib.pyplot as plt
 
+from labkit.i18n import tr
 from labkit.memory.activations import CHECKPOINTING, GPU_SIZES_GB
 from labkit.memory.formulas import OPTIMIZERS, PRECISIONS
 from labkit.memory.plots import configuration, explorer_figure
@@ -19,24 +20,24 @@ def _controls(start: dict) -> dict:
     style = {"description_width": "110px"}
     return {
         "n_params": w.FloatLogSlider(value=start["n_params"], base=10, min=9, max=12, step=0.05,
-                                     description="parameters", readout_format=".3g", style=style),
+                                     description=tr("parameters"), readout_format=".3g", style=style),
         "world_size": w.SelectionSlider(options=WORLD_SIZES, value=start["world_size"],
-                                        description="world size N", style=style),
+                                        description=tr("world size N"), style=style),
         "zero_stage": w.ToggleButtons(options=[0, 1, 2, 3], value=start["zero_stage"],
-                                      description="ZeRO stage", style=style),
+                                      description=tr("ZeRO stage"), style=style),
         "precision": w.Dropdown(options=list(PRECISIONS), value=start["precision"],
-                                description="precision", style=style),
+                                description=tr("precision"), style=style),
         "optimizer": w.Dropdown(options=list(OPTIMIZERS), value=start["optimizer"],
-                                description="optimizer", style=style),
+                                description=tr("optimizer"), style=style),
         "checkpointing": w.ToggleButtons(options=list(CHECKPOINTING), value=start["checkpointing"],
-                                         description="checkpointing", style=style),
-        "seq": w.SelectionSlider(options=SEQS, value=start["seq"], description="sequence",
+                                         description=tr("checkpointing"), style=style),
+        "seq": w.SelectionSlider(options=SEQS, value=start["seq"], description=tr("sequence"),
                                  style=style),
         "micro_batch": w.IntSlider(value=start["micro_batch"], min=1, max=32,
-                                   description="micro-batch", style=style),
+                                   description=tr("micro-batch"), style=style),
         "gpu_gb": w.ToggleButtons(options=list(GPU_SIZES_GB), value=start["gpu_gb"],
-                                  description="GPU (GB)", style=style),
-        "log": w.Checkbox(value=start["log"], description="log scale (right panel)", style=style),
+                                  description=tr("GPU (GB)"), style=style),
+        "log": w.Checkbox(value=start["log"], description=tr("log scale (right panel)"), style=style),
     }
 
 

@@ -6,6 +6,7 @@
 - EP is tried for MoE models, at every divisor of the experts that divides CP x DP (EP re-cuts
   the data-parallel ranks, `labkit.parallel_dims`).
 """
+from labkit.i18n import tr
 from labkit.memory import GB
 
 CP_MIN_TOKENS = 8192      # CP is tried only when every rank keeps at least this many tokens
@@ -29,28 +30,35 @@ def cp_ep_reasons(model, cands: list, best, _best) -> list:
     `_best(cands, pred)` is the planner's pick among the candidates that fit."""
     out = []
     if len(cp_choices(model)) == 1:
-        out.append(("7. CP for long sequences", f"not tried: a sequence of {model.seq:,} tokens over 2 "
-                    f"ranks would leave each under {CP_MIN_TOKENS:,}"))
+        out.append((tr("7. CP for long sequences"), tr("not tried: a sequence of {seq:,} tokens over 2 "
+                                                   "ranks would leave each under {least:,}",
+                                                   seq=model.seq, least=CP_MIN_TOKENS)))
     else:
         no_cp = _best(cands, lambda c: c.cp == 1)
         if best.cp > 1:
-            out.append(("7. CP for long sequences", f"CP {best.cp}: each GPU holds {model.seq // best.cp:,} "
-                        f"of the {model.seq:,} tokens, activations {best.activations / GB:.1f} GB, K/V "
-                        f"all-gathers {best.traffic.cp / GB:.1f} GB/step; " +
-                        ("without CP nothing fits" if no_cp is None else f"best without CP: {no_cp.short()}")))
+            out.append((tr("7. CP for long sequences"), tr(
+                "CP {cp}: each GPU holds {mine:,} of the {seq:,} tokens, activations {act:.1f} GB, K/V "
+                "all-gathers {kv:.1f} GB/step; ", cp=best.cp, mine=model.seq // best.cp, seq=model.seq,
+                act=best.activations / GB, kv=best.traffic.cp / GB) +
+                (tr("without CP nothing fits") if no_cp is None
+                 else tr("best without CP: {short}", short=no_cp.short()))))
         else:
             with_cp = _best(cands, lambda c: c.cp > 1)
-            out.append(("7. CP for long sequences", "not chosen" + (f"; best with CP: {with_cp.short()}"
-                                                                    if with_cp else ": nothing with CP fits")))
+            out.append((tr("7. CP for long sequences"), tr("not chosen") + (
+                tr("; best with CP: {short}", short=with_cp.short()) if with_cp
+                else tr(": nothing with CP fits"))))
     if model.experts:
         no_ep = _best(cands, lambda c: c.ep == 1)
         if best.ep > 1:
-            out.append(("8. EP for experts", f"EP {best.ep}: each GPU holds {model.experts // best.ep} of "
-                        f"{model.experts} experts per layer, all-to-alls {best.traffic.ep / GB:.1f} GB/step "
-                        f"({best.traffic.calls['ep']} calls); " +
-                        ("without EP nothing fits" if no_ep is None else f"best without EP: {no_ep.short()}")))
+            out.append((tr("8. EP for experts"), tr(
+                "EP {ep}: each GPU holds {mine} of {experts} experts per layer, all-to-alls {a2a:.1f} "
+                "GB/step ({calls} calls); ", ep=best.ep, mine=model.experts // best.ep,
+                experts=model.experts, a2a=best.traffic.ep / GB, calls=best.traffic.calls['ep']) +
+                (tr("without EP nothing fits") if no_ep is None
+                 else tr("best without EP: {short}", short=no_ep.short()))))
         else:
             with_ep = _best(cands, lambda c: c.ep > 1)
-            out.append(("8. EP for experts", "not chosen" + (f"; best with EP: {with_ep.short()}"
-                                                             if with_ep else ": nothing with EP fits")))
+            out.append((tr("8. EP for experts"), tr("not chosen") + (
+                tr("; best with EP: {short}", short=with_ep.short()) if with_ep
+                else tr(": nothing with EP fits"))))
     return out

@@ -3,6 +3,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import FancyBboxPatch, Rectangle
 
 from labkit import figtext
+from labkit.i18n import tr_fig
 from labkit.parallel_dims import Layout
 
 _TITLES = {"tp": "TP groups", "pp": "PP groups (pipelines)", "dp": "DP groups (replicas)"}
@@ -25,7 +26,7 @@ def draw_layout(layout: Layout, dims=("tp", "pp", "dp"), cols: int = 4):
             x0 = node * (cols + 1)
             ax.add_patch(FancyBboxPatch((x0 - 0.15, -0.15), cols + 0.3 - 0.0, rows_per_node + 0.3,
                                         boxstyle="round,pad=0.05", fill=False, lw=1.5, ec="0.3"))
-            ax.text(x0 + cols / 2, rows_per_node + 0.35, f"node {node}", ha="center", va="bottom",
+            ax.text(x0 + cols / 2, rows_per_node + 0.35, tr_fig("node {node}", node=node), ha="center", va="bottom",
                     fontsize=figtext.size(9))
             for k in range(g):
                 r = node * g + k
@@ -34,16 +35,18 @@ def draw_layout(layout: Layout, dims=("tp", "pp", "dp"), cols: int = 4):
                 x, y = x0 + k % cols, rows_per_node - 1 - k // cols
                 ax.add_patch(Rectangle((x + 0.05, y + 0.05), 0.9, 0.9, color=colour[r]))
                 ax.text(x + 0.5, y + 0.5, str(r), ha="center", va="center", fontsize=figtext.size(8))
-        where = "crosses nodes" if layout.spans_nodes(dim) else "inside each node"
-        key = "" if figtext.slides() else " (colour = group, number = global rank)"
-        ax.set_title(f"{_TITLES[dim]}: {len(groups)} of {len(groups[0])} ranks, {where}{key}",
+        where = tr_fig("crosses nodes") if layout.spans_nodes(dim) else tr_fig("inside each node")
+        key = "" if figtext.slides() else tr_fig(" (colour = group, number = global rank)")
+        ax.set_title(tr_fig("{groups}: {k} of {size} ranks, {where}{key}", groups=tr_fig(_TITLES[dim]),
+                            k=len(groups), size=len(groups[0]), where=where, key=key),
                      fontsize=figtext.size(9), loc="left")
         ax.set_xlim(-0.4, n_nodes * (cols + 1) - 0.6)
         ax.set_ylim(-0.4, rows_per_node + 0.9)
         ax.set_aspect("equal")
         ax.axis("off")
-    fig.suptitle(f"dp {layout.dp} x pp {layout.pp} x tp {layout.tp} = {layout.world_size} GPUs, "
-                 f"order {layout.order} (fastest first)" +
-                 ("\ncolour = group, number = global rank" if figtext.slides() else ""), fontsize=figtext.size(10))
+    fig.suptitle(tr_fig("dp {dp} x pp {pp} x tp {tp} = {n} GPUs, order {order} (fastest first)",
+                        dp=layout.dp, pp=layout.pp, tp=layout.tp, n=layout.world_size, order=layout.order) +
+                 ("\n" + tr_fig("colour = group, number = global rank") if figtext.slides() else ""),
+                 fontsize=figtext.size(10))
     fig.tight_layout()
     return fig

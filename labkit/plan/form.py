@@ -5,6 +5,7 @@
 """
 import html
 
+from labkit.i18n import tr
 from labkit.memory import GB
 from labkit.plan.flops import GPUS
 from labkit.plan.models import MODELS, Hardware, Model
@@ -16,22 +17,25 @@ def render(model: Model, hw: Hardware) -> str:
     p = plan(model, hw)
     rows = "".join(f"<tr><td style='text-align:left'>{html.escape(k)}</td>"
                    f"<td style='text-align:left'>{html.escape(v)}</td></tr>" for k, v in p.reasons)
-    out = (f"<b>{html.escape(model.name)}</b> on {hw.nodes} x {hw.gpus_per_node} {html.escape(hw.gpu)}"
-           f"<table><tr><th>branch</th><th>reason</th></tr>{rows}</table>")
+    out = (tr("<b>{name}</b> on {nodes} x {g} {gpu}", name=html.escape(model.name), nodes=hw.nodes,
+              g=hw.gpus_per_node, gpu=html.escape(hw.gpu))
+           + f"<table><tr><th>{tr('branch')}</th><th>{tr('reason')}</th></tr>{rows}</table>")
     c = p.chosen
     if c is None:
-        return out + "<p><b>Nothing fits</b> on this hardware: add GPUs or memory.</p>"
-    cells = [("layout", f"TP {c.tp} x PP {c.pp} x DP {c.dp}"), ("sharding", c.sharding),
+        return out + tr("<p><b>Nothing fits</b> on this hardware: add GPUs or memory.</p>")
+    cells = [("layout", f"TP {c.tp} x PP {c.pp} x DP {c.dp}"), ("sharding", tr(c.sharding)),
              ("checkpointing", c.checkpointing), ("micro-batch x count", f"{c.micro_batch} x {c.micro_batches}"),
-             ("memory / GPU", f"{c.memory / GB:.1f} GB (state {c.model_state / GB:.1f}, activations "
-                              f"{c.activations / GB:.1f}, gathered {c.working / GB:.1f}) of {hw.gpu_gb:g}"),
+             ("memory / GPU", tr("{gb:.1f} GB (state {state:.1f}, activations {act:.1f}, gathered "
+                                 "{gathered:.1f}) of {cap:g}", gb=c.memory / GB, state=c.model_state / GB,
+                                 act=c.activations / GB, gathered=c.working / GB, cap=hw.gpu_gb)),
              ("traffic / GPU / step", f"TP {c.traffic.tp / GB:.1f} GB, PP {c.traffic.pp / GB:.2f} GB, "
                                       f"DP {c.traffic.dp / GB:.1f} GB"),
-             ("bubble", f"{c.bubble:.1%}"), ("step time", f"{c.step_seconds:.2f} s per global batch of "
-                                                           f"{p.model.global_batch:,} x {p.model.seq:,} tokens"), ("MFU", f"{c.mfu:.0%}")]
-    body = "".join(f"<tr><td style='text-align:left'>{k}</td><td style='text-align:left'>{html.escape(v)}</td></tr>"
+             ("bubble", f"{c.bubble:.1%}"),
+             ("step time", tr("{s:.2f} s per global batch of {batch:,} x {seq:,} tokens", s=c.step_seconds,
+                              batch=p.model.global_batch, seq=p.model.seq)), ("MFU", f"{c.mfu:.0%}")]
+    body = "".join(f"<tr><td style='text-align:left'>{tr(k)}</td><td style='text-align:left'>{html.escape(v)}</td></tr>"
                    for k, v in cells)
-    return out + f"<table><tr><th>plan</th><th></th></tr>{body}</table>"
+    return out + f"<table><tr><th>{tr('plan')}</th><th></th></tr>{body}</table>"
 
 
 class _NoDisplay:
@@ -45,15 +49,15 @@ def form(model: str = "70B", gpu: str = "H100-80GB", gpus_per_node: int = 8, nod
     import ipywidgets as w
     from IPython.display import HTML, display
     m = MODELS[model]
-    preset = w.Dropdown(options=list(MODELS), value=model, description="model")
+    preset = w.Dropdown(options=list(MODELS), value=model, description=tr("model"))
     fields = {k: w.FloatText(value=getattr(m, k), description=k) for k in ("params",)}
     fields.update({k: w.IntText(value=getattr(m, k), description=k)
                    for k in ("layers", "hidden", "heads", "seq", "global_batch")})
     gpu_w = w.Dropdown(options=list(GPUS), value=gpu, description="GPU")
-    per_node = w.IntText(value=gpus_per_node, description="GPUs/node")
-    nodes_w = w.IntText(value=nodes, description="nodes")
+    per_node = w.IntText(value=gpus_per_node, description=tr("GPUs/node"))
+    nodes_w = w.IntText(value=nodes, description=tr("nodes"))
     intra = w.FloatText(value=GPUS[gpu][2], description="NVLink GB/s")
-    inter = w.FloatText(value=GPUS[gpu][3], description="network GB/s")
+    inter = w.FloatText(value=GPUS[gpu][3], description=tr("network GB/s"))
     handle = display(HTML(""), display_id=True) or _NoDisplay()   # None outside IPython
 
     def update(*_):
@@ -64,7 +68,7 @@ def form(model: str = "70B", gpu: str = "H100-80GB", gpus_per_node: int = 8, nod
                           intra_gbps=intra.value, inter_gbps=inter.value)
             handle.update(HTML(render(mod, hw)))
         except ValueError as exc:
-            handle.update(HTML(f"<p><b>Cannot plan:</b> {html.escape(str(exc))}</p>"))
+            handle.update(HTML(tr("<p><b>Cannot plan:</b> {error}</p>", error=html.escape(str(exc)))))
 
     def load_preset(change):
         for k, v in fields.items():

@@ -32,6 +32,7 @@ Two more dimensions, each costed like the others and chosen only when it wins:
 """
 from dataclasses import dataclass, field
 
+from labkit.i18n import tr
 from labkit.memory import GB, activations, model_states
 from labkit.parallel_dims import Layout
 from labkit.plan.flops import bubble_ratio, flops_per_token
@@ -83,10 +84,12 @@ class Candidate:
             else "none"
 
     def short(self) -> str:
-        return (f"TP {self.tp}{' x CP ' + str(self.cp) if self.cp > 1 else ''} x PP {self.pp} x DP {self.dp}"
-                f"{' (EP ' + str(self.ep) + ')' if self.ep > 1 else ''} ({self.sharding}), "
-                f"checkpointing {self.checkpointing}, micro-batch {self.micro_batch}: "
-                f"{self.memory / GB:.1f} GB/GPU, step {self.step_seconds:.2f} s, MFU {self.mfu:.0%}")
+        layout = (f"TP {self.tp}{' x CP ' + str(self.cp) if self.cp > 1 else ''} x PP {self.pp} x DP {self.dp}"
+                  f"{' (EP ' + str(self.ep) + ')' if self.ep > 1 else ''}")
+        return tr("{layout} ({sharding}), checkpointing {ck}, micro-batch {mb}: {gb:.1f} GB/GPU, "
+                  "step {s:.2f} s, MFU {mfu:.0%}", layout=layout, sharding=tr(self.sharding),
+                  ck=self.checkpointing, mb=self.micro_batch, gb=self.memory / GB,
+                  s=self.step_seconds, mfu=self.mfu)
 
 
 def evaluate(model: Model, hw: Hardware, tp: int, pp: int, dp: int, zero_stage: int = 0,
@@ -96,11 +99,11 @@ def evaluate(model: Model, hw: Hardware, tp: int, pp: int, dp: int, zero_stage: 
     """Cost one layout: memory per GPU, traffic, bubble, step time and MFU."""
     m = model.global_batch // (dp * micro_batch)
     if m < 1 or m * dp * micro_batch != model.global_batch:
-        raise ValueError(f"global batch {model.global_batch} does not split into dp {dp} x "
-                         f"micro-batch {micro_batch} x a whole number of micro-batches")
+        raise ValueError(tr("global batch {gb} does not split into dp {dp} x micro-batch {mb} x a "
+                            "whole number of micro-batches", gb=model.global_batch, dp=dp, mb=micro_batch))
     if ep > 1 and (model.experts % ep or (cp * dp) % ep):
-        raise ValueError(f"ep {ep} must divide the experts ({model.experts}) and cp x dp "
-                         f"({cp} x {dp} = {cp * dp})")
+        raise ValueError(tr("ep {ep} must divide the experts ({experts}) and cp x dp ({cp} x {dp} = "
+                            "{cd})", ep=ep, experts=model.experts, cp=cp, dp=dp, cd=cp * dp))
     shard_group = hw.gpus_per_node if hybrid else dp * cp
     dense = (model.params - model.expert_params) / (tp * pp)        # parameters on this GPU
     expert = model.expert_params / (tp * pp * ep)
@@ -116,7 +119,7 @@ def evaluate(model: Model, hw: Hardware, tp: int, pp: int, dp: int, zero_stage: 
     layer = 12 * model.hidden ** 2 / tp if not model.experts else held * pp / model.layers
     working = 4 * layer * 2 if zero_stage == 3 else 0               # 2 gathered layers + grads, 16-bit
     lay = Layout(dp=dp, pp=pp, tp=tp, gpus_per_node=hw.gpus_per_node, cp=cp, ep=ep)
-    tr = step_traffic(lay, n_params=model.params, layers=model.layers, hidden=model.hidden,
+    traf = step_traffic(lay, n_params=model.params, layers=model.layers, hidden=model.hidden,
                       seq=model.seq, micro_batch=micro_batch, micro_batches=m,
                       zero_stage=zero_stage, recompute=checkpointing == "full", heads=model.heads,
                       kv_heads=model.kv_heads, cp_method="allgather",
@@ -124,14 +127,14 @@ def evaluate(model: Model, hw: Hardware, tp: int, pp: int, dp: int, zero_stage: 
     bw = {d: (hw.inter_gbps if lay.spans_nodes(d) else hw.intra_gbps) * 1e9 for d in DIMS}
     if ep > 1 and lay.spans_nodes("edp") and not lay.spans_nodes("dp"):
         bw["dp"] = hw.inter_gbps * 1e9                              # the experts' replicas are far
-    comm = {d: getattr(tr, d) / bw[d] for d in DIMS}
+    comm = {d: getattr(traf, d) / bw[d] for d in DIMS}
     if hybrid and dp > shard_group:      # ZeRO-3 inside the node, all-reduce across nodes
         g, r = shard_group, dp // shard_group
         grads = held * 2
         intra = 3 * m * (g - 1) / g * grads
         inter = 2 * (r - 1) / r * grads / g
-        tr = Traffic(tp=tr.tp, pp=tr.pp, dp=intra + inter, calls={**tr.calls, "dp": 3 * m + 1},
-                     cp=tr.cp, ep=tr.ep)
+        traf = Traffic(tp=traf.tp, pp=traf.pp, dp=intra + inter, calls={**traf.calls, "dp": 3 * m + 1},
+                     cp=traf.cp, ep=traf.ep)
         comm["dp"] = intra / (hw.intra_gbps * 1e9) + inter / (hw.inter_gbps * 1e9)
     per_token = flops_per_token(model.active, model.layers, model.hidden, model.seq)
     useful = per_token * model.tokens_per_step
@@ -144,7 +147,7 @@ def evaluate(model: Model, hw: Hardware, tp: int, pp: int, dp: int, zero_stage: 
     step = (compute + exposed) / (1 - bub) + max(0.0, comm["dp"] - overlap)
     mfu = useful / (step * hw.gpus * hw.peak_tflops * 1e12)
     return Candidate(tp, pp, dp, zero_stage, hybrid, checkpointing, optimizer, micro_batch, m, ms,
-                     act_bytes, working, hw.gpu_gb * GB, tr, comm, compute, bub, step, mfu, cp, ep)
+                     act_bytes, working, hw.gpu_gb * GB, traf, comm, compute, bub, step, mfu, cp, ep)
 
 
 def candidates(model: Model, hw: Hardware, optimizers=("adam",), efficiency: float = EFFICIENCY):
@@ -220,19 +223,21 @@ class Plan:
     def __str__(self) -> str:
         hw = self.hardware
         m = self.model
-        head = (f"{m.name} on {hw.nodes} node(s) x {hw.gpus_per_node} {hw.gpu} "
-                f"({hw.gpu_gb:g} GB, {hw.peak_tflops:g} TFLOP/s); a step is one global batch of "
-                f"{m.global_batch:,} sequences x {m.seq:,} tokens = {m.tokens_per_step / 1e6:.1f}M tokens")
+        head = tr("{name} on {nodes} node(s) x {g} {gpu} ({gb:g} GB, {tflops:g} TFLOP/s); a step is "
+                  "one global batch of {batch:,} sequences x {seq:,} tokens = {mtok:.1f}M tokens",
+                  name=m.name, nodes=hw.nodes, g=hw.gpus_per_node, gpu=hw.gpu, gb=hw.gpu_gb,
+                  tflops=hw.peak_tflops, batch=m.global_batch, seq=m.seq, mtok=m.tokens_per_step / 1e6)
         body = "\n".join(f"  {k}: {v}" for k, v in self.reasons)
         if self.chosen is None:
-            return f"{head}\n{body}\n  => nothing fits"
+            return f"{head}\n{body}\n  => " + tr("nothing fits")
         c = self.chosen
-        tail = (f"  => {c.short()}\n     memory/GPU: model state {c.model_state / GB:.1f} + activations "
-                f"{c.activations / GB:.1f} + gathered layers {c.working / GB:.1f} GB; traffic/GPU/step: "
-                f"TP {c.traffic.tp / GB:.1f}, PP {c.traffic.pp / GB:.2f}, DP {c.traffic.dp / GB:.1f}"
-                + (f", CP {c.traffic.cp / GB:.1f}" if c.cp > 1 else "")
-                + (f", EP {c.traffic.ep / GB:.1f}" if c.ep > 1 else "") + " GB; "
-                f"bubble {c.bubble:.1%}")
+        traffic = (f"TP {c.traffic.tp / GB:.1f}, PP {c.traffic.pp / GB:.2f}, DP {c.traffic.dp / GB:.1f}"
+                   + (f", CP {c.traffic.cp / GB:.1f}" if c.cp > 1 else "")
+                   + (f", EP {c.traffic.ep / GB:.1f}" if c.ep > 1 else ""))
+        tail = f"  => {c.short()}\n     " + tr(
+            "memory/GPU: model state {state:.1f} + activations {act:.1f} + gathered layers {gathered:.1f} "
+            "GB; traffic/GPU/step: {traffic} GB; bubble {bubble:.1%}", state=c.model_state / GB,
+            act=c.activations / GB, gathered=c.working / GB, traffic=traffic, bubble=c.bubble)
         return f"{head}\n{body}\n{tail}"
 
     __repr__ = __str__
@@ -244,57 +249,65 @@ def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:
     R, G = [], hw.gpus
     one = evaluate(model, hw, 1, 1, 1, micro_batch=1) if model.global_batch >= 1 else None
     states = model_states(model.params).device
-    R.append(("1. one GPU?", f"model state {states / GB:.0f} GB (16 B/param, mixed-precision Adam) + "
-              f"activations {one.activations / GB:.1f} GB at micro-batch 1 = {one.memory / GB:.0f} GB "
-              f"vs {USABLE * hw.gpu_gb:.0f} GB usable: " + ("fits" if one.fits else "does not fit")))
+    R.append((tr("1. one GPU?"), tr("model state {state:.0f} GB (16 B/param, mixed-precision Adam) + "
+                                "activations {act:.1f} GB at micro-batch 1 = {total:.0f} GB vs {usable:.0f} "
+                                "GB usable: {fit}", state=states / GB, act=one.activations / GB,
+                                total=one.memory / GB, usable=USABLE * hw.gpu_gb,
+                                fit=tr("fits") if one.fits else tr("does not fit"))))
     best = _best(cands)
     if best is None:
         cands8 = list(candidates(model, hw, optimizers=("adam8bit",), efficiency=efficiency))
         best = _best(cands8)
-        R.append(("8-bit optimizer", "nothing fits with fp32 Adam states; " +
-                  ("8-bit Adam (m, v in 1 byte) makes it fit" if best else "not even with 8-bit Adam")))
+        R.append((tr("8-bit optimizer"), tr("nothing fits with fp32 Adam states; ") +
+                  (tr("8-bit Adam (m, v in 1 byte) makes it fit") if best else tr("not even with 8-bit Adam"))))
         if best is None:
             return Plan(model, hw, None, R)
         cands = cands8
     if G == 1:
-        R.append(("2. data parallel", "one GPU: nothing to replicate"))
+        R.append((tr("2. data parallel"), tr("one GPU: nothing to replicate")))
     else:
         ddp = _best(cands, lambda c: c.tp == c.pp == c.cp == c.ep == 1 and c.zero_stage == 0)
         zero = _best(cands, lambda c: c.tp == c.pp == c.cp == c.ep == 1 and c.zero_stage > 0
                      and not c.hybrid)
-        R.append(("2. DP / ZeRO / FSDP", (f"DDP fits ({ddp.short()}); the notes' 'fits: no parallelism' is "
-                  "for one GPU: with more GPUs practice replicates the model for throughput" if ddp else
-                  "DDP does not fit (every GPU holds all 16 B/param)") +
-                  (f"; best sharded: {zero.short()}" if zero else "; ZeRO over all GPUs does not fit")))
+        R.append((tr("2. DP / ZeRO / FSDP"), (tr("DDP fits ({short}); the notes' 'fits: no parallelism' is "
+                  "for one GPU: with more GPUs practice replicates the model for throughput",
+                  short=ddp.short()) if ddp else tr("DDP does not fit (every GPU holds all 16 B/param)")) +
+                  (tr("; best sharded: {short}", short=zero.short()) if zero
+                   else tr("; ZeRO over all GPUs does not fit"))))
     ck = [c for c in cands if c.fits and (c.tp, c.pp, c.dp, c.zero_stage, c.hybrid, c.micro_batch) ==
           (best.tp, best.pp, best.dp, best.zero_stage, best.hybrid, best.micro_batch)]
     none = evaluate(model, hw, best.tp, best.pp, best.dp, best.zero_stage, "none", best.micro_batch,
                     best.optimizer, best.hybrid, efficiency)
-    R.append(("3. checkpointing", f"{best.checkpointing}: activations {best.activations / GB:.1f} GB/GPU "
-              f"(without: {none.activations / GB:.1f} GB, {'fits' if none.fits else 'does not fit'})"
-              + ("" if len(ck) > 1 or best.checkpointing == "none" else "; the only setting that fits")))
+    R.append((tr("3. checkpointing"), tr("{ck}: activations {act:.1f} GB/GPU (without: {without:.1f} GB, "
+                                     "{fit})", ck=best.checkpointing, act=best.activations / GB,
+                                     without=none.activations / GB,
+                                     fit=tr("fits") if none.fits else tr("does not fit"))
+              + ("" if len(ck) > 1 or best.checkpointing == "none" else tr("; the only setting that fits"))))
     no_tp = _best(cands, lambda c: c.tp == 1)
     if best.tp > 1:
-        why = ("without TP nothing fits" if no_tp is None else
-               f"best without TP: {no_tp.short()}")
-        R.append(("4. TP inside the node", f"TP {best.tp} keeps its {best.traffic.calls['tp']} all-reduces "
-                  f"per step on NVLink and divides weights, activations and DP traffic by {best.tp}; {why}"))
+        why = (tr("without TP nothing fits") if no_tp is None else
+               tr("best without TP: {short}", short=no_tp.short()))
+        R.append((tr("4. TP inside the node"), tr("TP {tp} keeps its {calls} all-reduces per step on NVLink "
+                                              "and divides weights, activations and DP traffic by {tp}; "
+                                              "{why}", tp=best.tp, calls=best.traffic.calls['tp'], why=why)))
     else:
         tp8 = _best(cands, lambda c: c.tp > 1)
-        R.append(("4. TP inside the node", "not needed: the layers fit whole" +
-                  (f" (best with TP: {tp8.short()})" if tp8 else "")))
+        R.append((tr("4. TP inside the node"), tr("not needed: the layers fit whole") +
+                  (tr(" (best with TP: {short})", short=tp8.short()) if tp8 else "")))
     no_pp = _best(cands, lambda c: c.pp == 1)
     if best.pp > 1:
-        R.append(("5. PP across nodes", f"PP {best.pp}: bubble {best.bubble:.1%} with "
-                  f"{best.micro_batches} micro-batches; " + ("without PP nothing fits" if no_pp is None
-                                                             else f"best without PP: {no_pp.short()}")))
+        R.append((tr("5. PP across nodes"), tr("PP {pp}: bubble {bubble:.1%} with {m} micro-batches; ",
+                                           pp=best.pp, bubble=best.bubble, m=best.micro_batches)
+                  + (tr("without PP nothing fits") if no_pp is None
+                     else tr("best without PP: {short}", short=no_pp.short()))))
     else:
-        R.append(("5. PP across nodes", "not needed: the layers fit on each GPU (or its TP group)"))
+        R.append((tr("5. PP across nodes"), tr("not needed: the layers fit on each GPU (or its TP group)")))
     if hw.nodes > 1:
         hyb = _best(cands, lambda c: c.hybrid)
-        R.append(("6. hybrid sharding", (f"{'chosen' if best.hybrid else 'best hybrid'}: {hyb.short()}"
-                  if hyb else "does not fit (a node's GPUs alone cannot hold the model states)")))
+        R.append((tr("6. hybrid sharding"), ((tr("chosen: {short}", short=hyb.short()) if best.hybrid
+                                          else tr("best hybrid: {short}", short=hyb.short()))
+                  if hyb else tr("does not fit (a node's GPUs alone cannot hold the model states)"))))
     R.extend(cp_ep_reasons(model, cands, best, _best))
-    R.append(("choice", "the fastest layout that fits (among those within 2 % of it, the simplest)"))
+    R.append((tr("choice"), tr("the fastest layout that fits (among those within 2 % of it, the simplest)")))
     return Plan(model, hw, best, R)
 

@@ -27,6 +27,7 @@ sends 2 (n-1)/n S per rank, a reduce-scatter or an all-gather (n-1)/n S.
 from dataclasses import dataclass
 
 from labkit.cp.formulas import wire
+from labkit.i18n import tr
 from labkit.moe.formulas import uniform_dispatch_bytes
 from labkit.parallel_dims import Layout
 
@@ -80,7 +81,7 @@ def step_traffic(layout: Layout, *, n_params: float, layers: int, hidden: int, s
     cp = 0.0
     if c > 1:
         if heads is None:
-            raise ValueError(f"cp {c} > 1: give heads (and kv_heads) so the K/V blocks can be sized")
+            raise ValueError(tr("cp {c} > 1: give heads (and kv_heads) so the K/V blocks can be sized", c=c))
         kv = max(1.0, (kv_heads or heads) / t)            # Megatron copies K/V heads when t > h_kv
         w = wire(seq, c, 0, method=cp_method, batch=micro_batch, kv_heads=kv,
                  head_dim=hidden // heads, itemsize=bytes_per_value, layout="zigzag")
@@ -115,5 +116,7 @@ def ranking_sentence(traffic: Traffic) -> str:
     """'TP > DP > PP (notes: TP > PP > DP; holds / differs here)'."""
     order = [d for d, _ in traffic.ranked()]
     holds = order == ["tp", "pp", "dp"]
-    return (" > ".join(d.upper() for d in order) + " by bytes per GPU; the notes' TP > PP > DP "
-            + ("holds here" if holds else "does not hold here (by calls per step DP is still fewest)"))
+    ranked = " > ".join(d.upper() for d in order)
+    return (tr("{ranked} by bytes per GPU; the notes' TP > PP > DP holds here", ranked=ranked) if holds
+            else tr("{ranked} by bytes per GPU; the notes' TP > PP > DP does not hold here (by calls "
+                    "per step DP is still fewest)", ranked=ranked))

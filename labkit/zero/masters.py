@@ -11,6 +11,7 @@ backward says so instead of silently doing nothing.
 """
 import torch
 
+from labkit.i18n import tr
 from labkit.zero.optim import InnerOptimizer, check_optimizer_class
 
 
@@ -41,9 +42,10 @@ class MasterOptimizer(InnerOptimizer):
             raise ValueError("this optimizer's step does not take a closure")
         if self.owner is not None and not self.owner.backward_seen:
             import torch.distributed as dist
-            raise RuntimeError(f"rank {dist.get_rank()}: optimizer.step() was called before any "
-                               "loss.backward() since the last zero_grad(): there are no gradients. "
-                               "Call loss.backward() first, then step(), then zero_grad().")
+            raise RuntimeError(tr("rank {rank}: optimizer.step() was called before any loss.backward() "
+                                  "since the last zero_grad(): there are no gradients. Call "
+                                  "loss.backward() first, then step(), then zero_grad().",
+                                  rank=dist.get_rank()))
         if self.mixed and not self.grads_prepared:
             for w, p in zip(self.work, self.params):
                 w.grad = p.grad.float() if p.grad is not None else None

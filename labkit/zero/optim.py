@@ -27,6 +27,7 @@ memory; `labkit_memory()` shows those buffers to `labkit.memory.measure`.
 import torch
 import torch.distributed as dist
 
+from labkit.i18n import tr
 from labkit.zero import flat as F
 
 MB = 1024 * 1024
@@ -152,9 +153,10 @@ class ZeroOptimizer(InnerOptimizer):
         if closure is not None:
             raise ValueError("ZeroOptimizer.step does not take a closure")
         if not self.backward_seen:
-            raise RuntimeError(f"rank {self.global_rank}: optimizer.step() was called before any "
-                               "loss.backward() since the last zero_grad(): there are no gradients "
-                               "to reduce. Call loss.backward() first, then step(), then zero_grad().")
+            raise RuntimeError(tr("rank {rank}: optimizer.step() was called before any loss.backward() "
+                                  "since the last zero_grad(): there are no gradients to reduce. Call "
+                                  "loss.backward() first, then step(), then zero_grad().",
+                                  rank=self.global_rank))
         for b in self.buckets:
             g = self._own_gradient(b)
             b.work.grad = g.float() if self.mixed else g
