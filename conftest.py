@@ -56,7 +56,8 @@ def _serial(item) -> bool:
 
 def pytest_ignore_collect(collection_path, config):
     """A learner copy (build/learner*/NN.ipynb) of a notebook with no exercise is the reference
-    notebook itself, cell for cell: nbval runs the reference once, not its copy again."""
+    notebook itself, cell for cell (in Chinese: the same code, its text translated): nbval runs
+    the reference once, not its copy again."""
     p = pathlib.Path(collection_path)
     if p.suffix == ".ipynb" and p.parent.name.startswith("learner") and p.parent.parent.name == "build":
         ref = pathlib.Path(__file__).parent / "notebooks" / p.name
