@@ -184,3 +184,20 @@ def test_every_message_of_a_translated_module_has_its_chinese(path):
     missing = [k for k in _literal_keys(path) if k not in zh.MESSAGES]
     assert not missing, f"{path}: tr() messages without a Chinese entry in labkit/i18n/zh*.py:\n" + \
         "\n".join(map(repr, missing))
+
+
+def test_a_message_in_two_parts_of_the_catalog_says_the_same_thing():
+    # labkit.i18n.zh merges its PARTS in order: a key in two of them would silently take the
+    # last one's Chinese (it happened with ", " and "knob" when three engineers' parts met)
+    import ast
+    import importlib
+    base = [n for n in ast.parse((ROOT / "labkit/i18n/zh.py").read_text(encoding="utf-8")).body
+            if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "MESSAGES"][0]
+    seen = {k: ("zh", v) for k, v in ast.literal_eval(base.value).items()}
+    clash = []
+    for part in zh.PARTS:
+        for k, v in importlib.import_module(f"labkit.i18n.{part}").MESSAGES.items():
+            if k in seen and seen[k][1] != v:
+                clash.append(f"{k!r}: {seen[k][0]} says {seen[k][1]!r}, {part} says {v!r}")
+            seen.setdefault(k, (part, v))
+    assert not clash, "one English message, two Chinese texts:\n" + "\n".join(clash)

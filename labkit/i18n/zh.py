@@ -161,13 +161,24 @@ MESSAGES = {
     "send / recv: rank 0 -> rank 1 (ranks 2, 3 idle)": "send / recv：rank 0 -> rank 1（rank 2、3 空闲）",
 }
 
-from labkit.i18n import zh_check as _check, zh_figures as _figures   # noqa: E402
+# The rest of the catalog, one file per part of the course (each file: English key -> Chinese).
+# A key in two files must say the same thing (tests/test_i18n.py), so the order does not matter.
+PARTS = (
+    "zh_check",      # the checkers of notebooks 03 (DDP) and 04 (ZeRO)
+    "zh_figures",    # the library's figures for notebooks 00-04
+    "zh_m02",        # notebook 02: collectives and the ring (checkers, tables, figures)
+    "zh_m0506",      # notebooks 05a/05b (FSDP) and 06 (tensor parallelism)
+    "zh_m07",        # notebook 07: pipeline schedules; and the list separator ", "
+    "zh_m081011",    # notebooks 08 (planning), 10 (throughput), 11 (pitfalls); 01, 03, 04 leftovers
+    "zh_m09",        # notebook 09: memory tricks
+    "zh_m1213",      # notebooks 12 (context parallelism) and 13 (expert parallelism)
+)
 
-MESSAGES.update(_check.MESSAGES)       # the checkers of notebooks 03-04
-MESSAGES.update(_figures.MESSAGES)     # the library's figures for notebooks 00-04
-from labkit.i18n import zh_m020506 as _m020506   # noqa: E402
-MESSAGES.update(_m020506.MESSAGES)     # notebooks 02, 05a/05b, 06: checkers and library text
-from labkit.i18n import zh_m07091213 as _m07091213   # noqa: E402
-MESSAGES.update(_m07091213.MESSAGES)   # notebooks 07, 09, 12, 13: checkers, printed lines, figures
-from labkit.i18n import zh_m081011 as _m081011   # noqa: E402
-MESSAGES.update(_m081011.MESSAGES)     # the library's text for notebooks 08, 10, 11 (+ 01, 03, 04 tables)
+
+def _merge() -> None:
+    import importlib
+    for part in PARTS:
+        MESSAGES.update(importlib.import_module(f"labkit.i18n.{part}").MESSAGES)
+
+
+_merge()

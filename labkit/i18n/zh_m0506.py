@@ -1,7 +1,7 @@
-"""Chinese catalog, part of `zh_m020506`: the checkers of notebooks 05a/05b (FSDP) and 06 (tensor
-parallelism), the errors of labkit.fsdp and labkit.tp, their figures, and the column headers of
-those notebooks' tables. Same rules as every catalog: the English key's format fields, and the
-words programs read left as they are."""
+"""Chinese catalog, notebooks 05a/05b (FSDP) and 06 (tensor parallelism): their checkers, the
+errors of labkit.fsdp and labkit.tp, their figures, and the column headers of those notebooks'
+tables (merged by labkit.i18n.zh, PARTS). Same rules as every catalog: the English key's format
+fields, and the words programs read left as they are."""
 
 MESSAGES = {
     # -- notebooks 05a/05b: fsdp_budget (labkit/check/fsdp.py) ---------------------------------

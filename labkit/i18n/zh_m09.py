@@ -1,5 +1,5 @@
 """Chinese catalog: notebook 09 (memory tricks): accumulate_gradients' diagnoses, the tricks'
-words, tables and sentences, LossScaler's errors and the figures. Merged by zh_m07091213.py."""
+words, tables and sentences, LossScaler's errors and the figures. Merged by labkit.i18n.zh (PARTS)."""
 
 MESSAGES = {
     # -- notebook 09: checker accumulate_gradients (labkit/check/tricks.py) -------------------

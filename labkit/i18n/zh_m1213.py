@@ -1,5 +1,5 @@
 """Chinese catalog: notebooks 12 (context parallelism) and 13 (expert parallelism): the
-checkers' diagnoses, the MoE layer's errors and the figures. Merged by zh_m07091213.py."""
+checkers' diagnoses, the MoE layer's errors and the figures. Merged by labkit.i18n.zh (PARTS)."""
 
 MESSAGES = {
     # -- notebook 12: checker online_softmax_merge (labkit/check/cp.py) -----------------------

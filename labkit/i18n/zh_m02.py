@@ -1,7 +1,6 @@
-"""Chinese catalog, part: notebooks 02 (collectives and the ring), 05a/05b (FSDP) and 06 (tensor
-parallelism): their checkers and what their library prints or draws. Merged into
-`labkit.i18n.zh.MESSAGES`; the same rules (same format fields, machine-read words untouched).
-This file holds notebook 02's messages; `zh_m0506` those of 05a/05b and 06, merged here."""
+"""Chinese catalog, notebook 02 (collectives and the ring): its checkers and what its library
+prints or draws. Merged into `labkit.i18n.zh.MESSAGES`; the same rules (same format fields,
+machine-read words untouched)."""
 
 MESSAGES = {
     # -- notebook 02: ring_all_reduce (labkit/check/comm.py) ----------------------------------
@@ -166,7 +165,7 @@ MESSAGES = {
         "你的函数取 {what} 时没传进程组：在 {world} 个 rank 中 {k} 个组成的进程组里，这得到的是整个 "
         "world 的值，不是组内的；用 dist.get_world_size(group) 和 dist.get_rank(group)",
     # -- notebook 02: what the library prints and draws (labkit/comm/busbw.py, draw.py, runs.py)
-    # ", " is in zh_m09.py (，): one entry for every list the library joins
+    # ", " is in zh_m07.py (，): one entry for every list the library joins
     "({n} more events not shown)": "（另有 {n} 条事件未显示）",
     "rank {rank}: the recorded ring gave a wrong sum": "rank {rank}：录制的环形 all-reduce 算出的和不对",
     "world_size must be between 1 and the cluster's {most}, got {n}":
@@ -221,7 +220,3 @@ MESSAGES = {
         "{n} 个 rank 上的环形 all-reduce（实录）：先 reduce-scatter（{steps} 步，上排），"
         "再 all-gather（{steps} 步，下排）",
 }
-
-from labkit.i18n import zh_m0506 as _m0506   # noqa: E402
-
-MESSAGES.update(_m0506.MESSAGES)       # notebooks 05a/05b (FSDP) and 06 (tensor parallelism)

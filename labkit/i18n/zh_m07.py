@@ -1,10 +1,7 @@
-"""Chinese catalog, part for notebooks 07, 09, 12 and 13: their checkers, the library's printed
-lines and its figures. This file holds notebook 07's (pipeline) and merges zh_m09.py (memory
-tricks) and zh_m1213.py (context and expert parallelism); `labkit.i18n.zh` merges it. Same rules:
+"""Chinese catalog, notebook 07 (pipeline): its checker, the library's printed lines and its
+figures, and the list separator ", " of the whole library. Merged into `labkit.i18n.zh`. Same rules:
 same format fields as the English key, and none of `pass`, `FAIL`, `ok:`, `MISS:` or a checker's
 name inside a message."""
-from labkit.i18n import zh_m09 as _m09, zh_m1213 as _m1213
-
 MESSAGES = {
     # -- notebook 07: checker schedule_1f1b (labkit/check/pipeline.py) -------------------------
     "for stage {r} of {p} (m={m}) your function returned {kind}; "
@@ -160,5 +157,3 @@ MESSAGES = {
     ", ": "，",
     "numbers counted from the schedule": "数字是从调度数出来的",
 }
-MESSAGES.update(_m09.MESSAGES)      # notebook 09
-MESSAGES.update(_m1213.MESSAGES)    # notebooks 12 and 13
