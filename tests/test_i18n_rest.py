@@ -26,3 +26,26 @@ def test_strategy_notes_are_shown_in_chinese_and_the_data_stays(monkeypatch):
     for name, s in STRATEGIES.items():
         assert s.note == zh.MESSAGES[s.about] != s.about, name
         assert s.name == name and s.fsdp1.isupper()          # what programs compare: English
+
+
+# -- 03: the DDP benchmark's table and summary (labkit/ddp/benchmark.py) -----------------------
+def _bench_result(config, seconds, memory=None):
+    return {"config": config, "group": 0, "times": [seconds], "median": seconds, "sent": 3.0e6,
+            "grad_bytes": 2.5e6, "memory": memory}
+
+
+def test_ddp_benchmark_table_and_summary_in_chinese(zh_lang):
+    from labkit.ddp import benchmark
+    res = {"labkit naive": _bench_result(("naive", None, False), 0.030),
+           "labkit flat": _bench_result(("flat", None, False), 0.020),
+           "labkit bucketed 4 MB view": _bench_result(("bucketed", 4, True), 0.022, 2.5e6),
+           "torch DDP 4 MB view": _bench_result(("torch", 4, True), 0.020, 2.5e6)}
+    assert benchmark.summary(res).splitlines() == [
+        "单步时间 labkit naive / flat = 1.50",
+        "bucket_cap_mb=4, gradient_as_bucket_view：单步时间 labkit bucketed / torch DDP = 1.10"]
+    lines = benchmark.table(res, 4).splitlines()
+    assert lines[0] == "梯度 2.5 MB；环形 all-reduce 公式 2(N-1)/N x 梯度 = 每个 rank 每步 3.8 MB（N=4）。"
+    assert lines[2] == "| 实现 | step ms | 与 torch DDP 之比（相同 cap 和 view） | 每步发送 MB | 发送/公式 | " \
+                       "梯度+桶 MB | / 梯度 |"
+    assert lines[6] == "| labkit bucketed 4 MB view | 22.0 | 1.10x | 3.0 | 0.800 | 2.5 | 1.00 |"
+    assert lines[-1].startswith("step ms：最慢 rank 的单步时间的中位数。")

@@ -455,6 +455,23 @@ MESSAGES = {
         "rank {rank} 上的 BucketedDDP：这次反向中 {names}没有收到梯度：它没有在前向中用到，所以它的桶"
         "一直没有填满。请用 BucketedDDP(model, find_unused_parameters=True) 为它 all-reduce 零，"
         "或者给它设 requires_grad=False，或者把它从模型里删掉。",
+    # -- notebook 03 leftovers: the benchmark's table and summary (labkit/ddp/benchmark.py) ----
+    "Gradient {grad:.1f} MB; ring all-reduce formula 2(N-1)/N x gradient = {ring:.1f} MB per "
+    "rank per step (N={n}).":
+        "梯度 {grad:.1f} MB；环形 all-reduce 公式 2(N-1)/N x 梯度 = 每个 rank 每步 {ring:.1f} MB（N={n}）。",
+    "variant": "实现",
+    "vs torch DDP, same cap and view": "与 torch DDP 之比（相同 cap 和 view）",
+    "sent MB/step": "每步发送 MB",
+    "sent/formula": "发送/公式",
+    "grad+bucket MB": "梯度+桶 MB",
+    "/ gradient": "/ 梯度",
+    "Step ms: median of the slowest rank's step. Ratios: median over rounds of the ratio of steps "
+    "taken back to back.":
+        "step ms：最慢 rank 的单步时间的中位数。比值：对前后紧接着执行的两步取时间之比，再对各轮取中位数。",
+    "bucket_cap_mb={cap}{view}: labkit bucketed / torch DDP step time = {ratio:.2f}":
+        "bucket_cap_mb={cap}{view}：单步时间 labkit bucketed / torch DDP = {ratio:.2f}",
+    "labkit naive / {other}{cap} step time = {ratio:.2f}":
+        "单步时间 labkit naive / {other}{cap} = {ratio:.2f}",
     # -- notebook 04 leftovers: step() before backward() (labkit/zero/optim.py, masters.py) -----
     "rank {rank}: optimizer.step() was called before any loss.backward() since the last "
     "zero_grad(): there are no gradients to reduce. Call loss.backward() first, then step(), then "
