@@ -49,3 +49,18 @@ def test_ddp_benchmark_table_and_summary_in_chinese(zh_lang):
                        "梯度+桶 MB | / 梯度 |"
     assert lines[6] == "| labkit bucketed 4 MB view | 22.0 | 1.10x | 3.0 | 0.800 | 2.5 | 1.00 |"
     assert lines[-1].startswith("step ms：最慢 rank 的单步时间的中位数。")
+
+
+# -- library values a table shows: Breakdown categories (labkit.memory.accounting.table) -------
+def test_memory_table_heads_its_categories_in_chinese(zh_lang):
+    from labkit.memory.accounting import table
+    from labkit.memory.breakdown import Breakdown
+    got = Breakdown(params=1000, grads=1000, momentum=2000, variance=2000, other=8, buffers=4, temporary=2,
+                    label="rank 0 measured")
+    formula = Breakdown(params=1000, grads=1000, momentum=2000, variance=2000, label="formula: SGD")
+    t = table([got], formula)
+    assert t.header == ["", "参数", "梯度", "一阶动量 m", "二阶动量 v", "其他", "缓冲区", "临时张量", "合计",
+                        "实测 - 公式"]
+    assert t.rows == [["rank 0", "1,000", "1,000", "2,000", "2,000", "8", "4", "2", "6,014", "14"],
+                      ["公式", "1,000", "1,000", "2,000", "2,000", "0", "0", "0", "6,000", ""]]
+    assert t.title == "字节"

@@ -443,6 +443,16 @@ MESSAGES = {
         "batch {mb}，激活重计算 {ck}",
     "bytes": "字节",
     "bytes ({unit})": "字节（{unit}）",
+    # the categories of a Breakdown as labkit.memory.accounting.table heads its columns (params,
+    # grads, master, activations: zh_m0506), and the checkpointing modes as the planner shows
+    # them (labkit/plan/form.py, planner.py; "none": above)
+    "momentum": "一阶动量 m",
+    "variance": "二阶动量 v",
+    "other": "其他",
+    "buffers": "缓冲区",
+    "temporary": "临时张量",
+    "selective": "选择性",
+    "full": "完全",
     # -- notebook 03 leftovers: BucketedDDP's errors (labkit/ddp/bucketed.py) -----------------
     "BucketedDDP: the gradient of {name!r} was finished twice before sync_gradients(). Run the "
     "backward passes of all micro-batches but the last inside `with ddp.no_sync():`.":
