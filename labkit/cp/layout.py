@@ -13,31 +13,33 @@ the sum of (p + 1) over the positions it holds. Contiguous blocks give the last 
 2N - 1 times the work of the first; zigzag gives every rank the same work up to rounding.
 """
 from labkit.comm.formulas import chunk_bounds
+from labkit.i18n import tr
 
 LAYOUTS = ("contiguous", "zigzag")
 
 
 def _check(seq_len: int, n: int, layout: str) -> None:
     if layout not in LAYOUTS:
-        raise ValueError(f"layout={layout!r} is not one of {LAYOUTS}")
+        raise ValueError(tr("layout={layout!r} is not one of {layouts}", layout=layout, layouts=LAYOUTS))
     if n < 1:
-        raise ValueError(f"the context-parallel degree must be >= 1, got {n}")
+        raise ValueError(tr("the context-parallel degree must be >= 1, got {n}", n=n))
     parts = n if layout == "contiguous" else 2 * n
     if seq_len < parts:
-        raise ValueError(f"a sequence of {seq_len} positions cannot be split into the {parts} "
-                         f"chunks the {layout} layout needs on {n} ranks ({'1' if layout == 'contiguous' else '2'}"
-                         f" per rank); use a sequence of at least {parts} positions or fewer ranks")
+        raise ValueError(tr("a sequence of {seq} positions cannot be split into the {parts} chunks the "
+                            "{layout} layout needs on {n} ranks ({per} per rank); use a sequence of at least "
+                            "{parts} positions or fewer ranks", seq=seq_len, parts=parts, layout=layout, n=n,
+                            per="1" if layout == "contiguous" else "2"))
 
 
 def chunk_ids(rank: int, n: int, layout: str = "contiguous") -> tuple:
     """The indices of the chunks rank `rank` holds: (rank,) or (rank, 2n-1-rank)."""
     if not 0 <= rank < n:
-        raise ValueError(f"rank {rank} is not in 0..{n - 1}")
+        raise ValueError(tr("rank {rank} is not in 0..{last}", rank=rank, last=n - 1))
     if layout == "contiguous":
         return (rank,)
     if layout == "zigzag":
         return (rank, 2 * n - 1 - rank)
-    raise ValueError(f"layout={layout!r} is not one of {LAYOUTS}")
+    raise ValueError(tr("layout={layout!r} is not one of {layouts}", layout=layout, layouts=LAYOUTS))
 
 
 def ranges(seq_len: int, n: int, rank: int, layout: str = "contiguous") -> list:

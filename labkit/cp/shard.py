@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.cp import layout as L
+from labkit.i18n import tr
 
 _METHODS = ("ring", "allgather")
 
@@ -82,38 +83,50 @@ def agree(q, k, v, *, group=None, causal: bool, method: str, layout: str) -> int
     table = torch.zeros(n, len(mine), dtype=torch.int64, device=q.device)
     table[r] = torch.tensor(mine, dtype=torch.int64, device=q.device)
     dist.all_reduce(table, group=group)
-    rows = table.tolist()
+    return check_rows(table.tolist(), r, method=method, layout=layout)
+
+
+def check_rows(rows: list, rank: int, *, method: str, layout: str) -> int:
+    """`agree`'s checks on the gathered table (pure): row j holds rank j's q, k, v shapes (-1 for
+    a tensor that is not 4-D), causal, method and layout; `rank` is the caller's. Returns the full
+    sequence length or raises a ValueError naming the rank at fault and what to do."""
+    r, n = rank, len(rows)
     if method not in _METHODS:
-        raise ValueError(f"rank {r}: method={method!r} is not one of {_METHODS}")
+        raise ValueError(tr("rank {r}: method={method!r} is not one of {methods}", r=r, method=method,
+                            methods=_METHODS))
     if layout not in L.LAYOUTS:
-        raise ValueError(f"rank {r}: layout={layout!r} is not one of {L.LAYOUTS}")
+        raise ValueError(tr("rank {r}: layout={layout!r} is not one of {layouts}", r=r, layout=layout,
+                            layouts=L.LAYOUTS))
     for j, row in enumerate(rows):
         if -1 in row[:12]:
-            raise ValueError(f"rank {j}: q, k and v must be 4-D (batch, heads, sequence, head_dim); "
-                             f"got shapes {row[0:4]}, {row[4:8]}, {row[8:12]} (-1: not 4-D)")
+            raise ValueError(tr("rank {j}: q, k and v must be 4-D (batch, heads, sequence, head_dim); got "
+                                "shapes {q}, {k}, {v} (-1: not 4-D)", j=j, q=row[0:4], k=row[4:8], v=row[8:12]))
         for i, (a, b) in enumerate(zip(row, rows[0])):
             if a != b and i not in (2, 6, 10):
-                raise ValueError(f"rank {j} has {_FIELDS[i]} = {a} but rank 0 has {b}: every rank "
-                                 f"must call attention with the same shapes and options; only the "
-                                 f"number of positions differs (its part of the sequence)")
+                raise ValueError(tr("rank {j} has {field} = {a} but rank 0 has {b}: every rank must call "
+                                    "attention with the same shapes and options; only the number of "
+                                    "positions differs (its part of the sequence)", j=j, field=tr(_FIELDS[i]),
+                                    a=a, b=b))
         if not row[2] == row[6] == row[10]:
-            raise ValueError(f"rank {j}: q, k and v hold {row[2]}, {row[6]} and {row[10]} positions; "
-                             f"give each rank the same positions of q, k and v (shard_sequence)")
+            raise ValueError(tr("rank {j}: q, k and v hold {q}, {k} and {v} positions; give each rank the "
+                                "same positions of q, k and v (shard_sequence)", j=j, q=row[2], k=row[6],
+                                v=row[10]))
         if row[8:10] != row[4:6] or row[7] != row[3] or row[11] != row[3]:
-            raise ValueError(f"rank {j}: k {row[4:8]} and v {row[8:12]} must match each other and q's "
-                             f"head size {row[3]}")
+            raise ValueError(tr("rank {j}: k {k} and v {v} must match each other and q's head size {d}",
+                                j=j, k=row[4:8], v=row[8:12], d=row[3]))
         if row[1] % row[5]:
-            raise ValueError(f"rank {j}: {row[1]} query heads do not divide into groups of the "
-                             f"{row[5]} K/V heads (grouped-query attention needs a multiple)")
+            raise ValueError(tr("rank {j}: {hq} query heads do not divide into groups of the {hkv} K/V heads "
+                                "(grouped-query attention needs a multiple)", j=j, hq=row[1], hkv=row[5]))
     seq = sum(row[2] for row in rows)
     try:
         L.ranges(seq, n, 0, layout)                   # raises if the sequence is too short
     except ValueError as exc:
-        raise ValueError(f"rank {r}: {exc}") from None
+        raise ValueError(tr("rank {rank}: {error}", rank=r, error=exc)) from None
     for j, row in enumerate(rows):
         want = L.local_len(seq, n, j, layout)
         if row[2] != want:
-            raise ValueError(f"rank {j} holds {row[2]} positions but the {layout} layout of {seq} "
-                             f"positions on {n} ranks gives it {want}: split the sequence with "
-                             f"labkit.cp.shard_sequence(x, dim=2, layout={layout!r})")
+            raise ValueError(tr("rank {j} holds {have} positions but the {layout} layout of {seq} positions "
+                                "on {n} ranks gives it {want}: split the sequence with "
+                                "labkit.cp.shard_sequence(x, dim=2, layout={layout!r})", j=j, have=row[2],
+                                layout=layout, seq=seq, n=n, want=want))
     return seq

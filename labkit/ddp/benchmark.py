@@ -23,6 +23,7 @@ import torch.distributed as dist
 from labkit.comm.formulas import ring_bytes_per_rank
 from labkit.ddp.data_parallel import STRATEGIES, trainable
 from labkit.ddp.timeline import BENCH_GPT
+from labkit.i18n import tr
 
 # (label, kind, bucket_cap_mb, gradient_as_bucket_view). The configurations of a group live
 # together and take their steps in turn (A B C A B C ...), so a change in the machine's load
@@ -167,10 +168,11 @@ def table(res: dict, n: int) -> str:
     """The results as a Markdown table (display it with IPython.display.Markdown)."""
     grad = next(iter(res.values()))["grad_bytes"]
     ring = ring_bytes_per_rank(grad, n)
-    rows = [f"Gradient {grad / 1e6:.1f} MB; ring all-reduce formula 2(N-1)/N x gradient = "
-            f"{ring / 1e6:.1f} MB per rank per step (N={n}).", "",
-            "| variant | step ms | vs torch DDP, same cap and view | sent MB/step | sent/formula | "
-            "grad+bucket MB | / gradient |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    head = ["variant", "step ms", "vs torch DDP, same cap and view", "sent MB/step", "sent/formula",
+            "grad+bucket MB", "/ gradient"]
+    rows = [tr("Gradient {grad:.1f} MB; ring all-reduce formula 2(N-1)/N x gradient = {ring:.1f} MB per "
+               "rank per step (N={n}).", grad=grad / 1e6, ring=ring / 1e6, n=n), "",
+            "| " + " | ".join(tr(h) for h in head) + " |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for lbl, r in res.items():
         twin = torch_twin(res, r) if r["config"][0] == "bucketed" else None
         vs = f"{paired_ratio(r, twin):.2f}x" if twin is not None else ""
@@ -178,8 +180,8 @@ def table(res: dict, n: int) -> str:
         rows.append(f"| {lbl} | {r['median'] * 1e3:.1f} | {vs} | {r['sent'] / 1e6:.1f} | "
                     f"{r['sent'] / ring:.3f} | " +
                     (f"{mem / 1e6:.1f} | {mem / grad:.2f} |" if mem is not None else " | |"))
-    rows += ["", "Step ms: median of the slowest rank's step. Ratios: median over rounds of the "
-             "ratio of steps taken back to back."]
+    rows += ["", tr("Step ms: median of the slowest rank's step. Ratios: median over rounds of the "
+                    "ratio of steps taken back to back.")]
     return "\n".join(rows)
 
 
@@ -190,12 +192,13 @@ def summary(res: dict) -> str:
         kind, cap, view = r["config"]
         twin = torch_twin(res, r)
         if kind == "bucketed" and twin is not None:
-            lines.append(f"bucket_cap_mb={cap}{', gradient_as_bucket_view' if view else ''}: "
-                         f"labkit bucketed / torch DDP step time = {paired_ratio(r, twin):.2f}")
+            lines.append(tr("bucket_cap_mb={cap}{view}: labkit bucketed / torch DDP step time = {ratio:.2f}",
+                            cap=cap, view=", gradient_as_bucket_view" if view else "",
+                            ratio=paired_ratio(r, twin)))
         if kind == "naive":
             for t in res.values():
                 if t["group"] == r["group"] and t["config"][0] in ("flat", "bucketed") and not t["config"][2]:
-                    lines.append(f"labkit naive / {t['config'][0]}"
-                                 f"{' %g MB' % t['config'][1] if t['config'][1] else ''} step time = "
-                                 f"{paired_ratio(r, t):.2f}")
+                    lines.append(tr("labkit naive / {other}{cap} step time = {ratio:.2f}", other=t["config"][0],
+                                    cap=" %g MB" % t["config"][1] if t["config"][1] else "",
+                                    ratio=paired_ratio(r, t)))
     return "\n".join(lines)

@@ -26,7 +26,13 @@ class Strategy:
     reshard_after_forward: bool
     zero_stage: int                # what it equals in ZeRO terms (memory after backward)
     fsdp2: str                     # how FSDP2 writes it
-    note: str
+    about: str                     # what it means, in English (the key of its translation)
+
+    @property
+    def note(self) -> str:
+        """What it means, in the learner's language (labkit.i18n): the text a table shows."""
+        from labkit.i18n import tr
+        return tr(self.about)
 
 
 # the granularities labkit.fsdp.shard(wrap=...) takes: one unit for the whole model, one per

@@ -46,6 +46,22 @@ MESSAGES = {
     "strategy must be one of {names} (FSDP1: {fsdp1}), got {name!r}":
         "strategy 必须是 {names} 之一（FSDP1 的写法：{fsdp1}），却得到了 {name!r}",
 
+    # -- notebook 05a: what each sharding strategy means (labkit/fsdp/strategies.py: Strategy.note,
+    #    the last column of the table of section 1) ------------------------------------------
+    "parameters, gradients and optimizer state sharded; parameters gathered for forward and "
+    "again for backward":
+        "参数、梯度和优化器状态都分片；前向时 all-gather 一次参数，反向时再 all-gather 一次",
+    "full parameters kept from forward to the end of backward: one all-gather per step; ZeRO-2's "
+    "memory only outside that window":
+        "从前向开始一直到反向结束都保留完整参数：每步只 all-gather 一次；只有在这段时间之外，"
+        "显存占用才是 ZeRO-2 的水平",
+    "every rank holds everything; gradients all-reduced, as DDP":
+        "每个 rank 都持有全部参数和状态；梯度做 all-reduce，与 DDP 相同",
+    "sharded inside a group (a node), replicated across groups: parameters gathered inside the "
+    "group, gradients reduce-scattered inside it and all-reduced across groups":
+        "组内（一个节点）分片，组间复制：参数在组内 all-gather，梯度先在组内 reduce-scatter，"
+        "再在组间 all-reduce",
+
     # -- notebooks 05a/05b: the figures (labkit/fsdp/plots.py) ---------------------------------
     "peak gathered params (kB)": "gather 后参数的峰值（kB）",
     "peak gathered parameters, kB per rank": "gather 后参数的峰值，每个 rank 的 kB",

@@ -156,4 +156,14 @@ MESSAGES = {
     "Activations held at the peak: bars measured on the ranks": "峰值时保留的激活值：柱子是在各 rank 上实测的",
     ", ": "，",
     "numbers counted from the schedule": "数字是从调度数出来的",
+
+    # -- notebook 07: arguments of the bubble formulas (labkit/pipeline/formulas.py) ------------
+    "{name} must be a whole number >= 1, got {value!r} (stages={stages!r}, "
+    "microbatches={microbatches!r}, chunks={chunks!r})":
+        "{name} 必须是 >= 1 的整数，收到的是 {value!r}（stages={stages!r}，"
+        "microbatches={microbatches!r}，chunks={chunks!r}）",
+    "no formula for {name!r}: choose gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipe-v or dualpipe":
+        "没有 {name!r} 的公式：请从 gpipe、1f1b、interleaved、zb-h1、zb-v、dualpipe-v 和 dualpipe 中选一个",
+    "no idle formula for {name!r}: choose 1f1b, zb-h1, zb-v, dualpipe-v or dualpipe":
+        "没有 {name!r} 的空转时间公式：请从 1f1b、zb-h1、zb-v、dualpipe-v 和 dualpipe 中选一个",
 }

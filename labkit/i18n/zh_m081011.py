@@ -443,6 +443,16 @@ MESSAGES = {
         "batch {mb}，激活重计算 {ck}",
     "bytes": "字节",
     "bytes ({unit})": "字节（{unit}）",
+    # the categories of a Breakdown as labkit.memory.accounting.table heads its columns (params,
+    # grads, master, activations: zh_m0506), and the checkpointing modes as the planner shows
+    # them (labkit/plan/form.py, planner.py; "none": above)
+    "momentum": "一阶动量 m",
+    "variance": "二阶动量 v",
+    "other": "其他",
+    "buffers": "缓冲区",
+    "temporary": "临时张量",
+    "selective": "选择性",
+    "full": "完全",
     # -- notebook 03 leftovers: BucketedDDP's errors (labkit/ddp/bucketed.py) -----------------
     "BucketedDDP: the gradient of {name!r} was finished twice before sync_gradients(). Run the "
     "backward passes of all micro-batches but the last inside `with ddp.no_sync():`.":
@@ -455,6 +465,23 @@ MESSAGES = {
         "rank {rank} 上的 BucketedDDP：这次反向中 {names}没有收到梯度：它没有在前向中用到，所以它的桶"
         "一直没有填满。请用 BucketedDDP(model, find_unused_parameters=True) 为它 all-reduce 零，"
         "或者给它设 requires_grad=False，或者把它从模型里删掉。",
+    # -- notebook 03 leftovers: the benchmark's table and summary (labkit/ddp/benchmark.py) ----
+    "Gradient {grad:.1f} MB; ring all-reduce formula 2(N-1)/N x gradient = {ring:.1f} MB per "
+    "rank per step (N={n}).":
+        "梯度 {grad:.1f} MB；环形 all-reduce 公式 2(N-1)/N x 梯度 = 每个 rank 每步 {ring:.1f} MB（N={n}）。",
+    "variant": "实现",
+    "vs torch DDP, same cap and view": "与 torch DDP 之比（相同 cap 和 view）",
+    "sent MB/step": "每步发送 MB",
+    "sent/formula": "发送/公式",
+    "grad+bucket MB": "梯度+桶 MB",
+    "/ gradient": "/ 梯度",
+    "Step ms: median of the slowest rank's step. Ratios: median over rounds of the ratio of steps "
+    "taken back to back.":
+        "step ms：最慢 rank 的单步时间的中位数。比值：对前后紧接着执行的两步取时间之比，再对各轮取中位数。",
+    "bucket_cap_mb={cap}{view}: labkit bucketed / torch DDP step time = {ratio:.2f}":
+        "bucket_cap_mb={cap}{view}：单步时间 labkit bucketed / torch DDP = {ratio:.2f}",
+    "labkit naive / {other}{cap} step time = {ratio:.2f}":
+        "单步时间 labkit naive / {other}{cap} = {ratio:.2f}",
     # -- notebook 04 leftovers: step() before backward() (labkit/zero/optim.py, masters.py) -----
     "rank {rank}: optimizer.step() was called before any loss.backward() since the last "
     "zero_grad(): there are no gradients to reduce. Call loss.backward() first, then step(), then "

@@ -150,4 +150,8 @@ MESSAGES = {
     "loss (x: a step skipped for an inf)": "loss（x：因出现 inf 而跳过的 step）",
     "elements exactly 0 in fp16, nonzero in fp32": "在 fp16 中恰为 0、在 fp32 中非零的元素个数",
     "gradient elements flushed to zero (of {n})": "被冲成 0 的梯度元素（共 {n} 个）",
+
+    # -- notebook 09: gradient accumulation's argument (labkit/tricks/accumulation.py) ----------
+    "the batch of {n} does not split into {micro} equal micro-batches":
+        "大小为 {n} 的 batch 无法均分成 {micro} 个相同大小的 micro-batch",
 }

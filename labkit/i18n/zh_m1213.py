@@ -181,4 +181,50 @@ MESSAGES = {
     "balanced: 1/{n}": "均衡：1/{n}",
     "busiest rank's share": "最忙 rank 的占比",
     "the busiest rank's share of all tokens": "最忙的 rank 占全部 token 的比例",
+
+    # -- notebook 12: the checks every rank agrees on (labkit/cp/shard.py, layout.py) ----------
+    "rank {r}: method={method!r} is not one of {methods}": "rank {r}：method={method!r} 不在 {methods} 之中",
+    "rank {r}: layout={layout!r} is not one of {layouts}": "rank {r}：layout={layout!r} 不在 {layouts} 之中",
+    "rank {j}: q, k and v must be 4-D (batch, heads, sequence, head_dim); got shapes {q}, {k}, {v} "
+    "(-1: not 4-D)":
+        "rank {j}：q、k、v 必须是 4 维张量 (batch, heads, sequence, head_dim)；收到的形状是 {q}、{k}、{v}"
+        "（-1：不是 4 维）",
+    "rank {j} has {field} = {a} but rank 0 has {b}: every rank must call attention with the same "
+    "shapes and options; only the number of positions differs (its part of the sequence)":
+        "rank {j} 的 {field} = {a}，而 rank 0 的是 {b}：每个 rank 调用 attention 时的形状和选项都必须相同，"
+        "只有位置数可以不同（各自持有的那段序列）",
+    "query heads": "query 头数",
+    "query positions": "query 位置数",
+    "head size": "每头维度",
+    "K batch": "K 的 batch",
+    "K heads": "K 的头数",
+    "K positions": "K 的位置数",
+    "K head size": "K 的每头维度",
+    "V batch": "V 的 batch",
+    "V heads": "V 的头数",
+    "V positions": "V 的位置数",
+    "V head size": "V 的每头维度",
+    "rank {j}: q, k and v hold {q}, {k} and {v} positions; give each rank the same positions of q, "
+    "k and v (shard_sequence)":
+        "rank {j}：q、k、v 分别有 {q}、{k}、{v} 个位置；每个 rank 上的 q、k、v 必须是同一段位置"
+        "（用 shard_sequence 切分）",
+    "rank {j}: k {k} and v {v} must match each other and q's head size {d}":
+        "rank {j}：k {k} 和 v {v} 的形状必须一致，每头维度也必须等于 q 的 {d}",
+    "rank {j}: {hq} query heads do not divide into groups of the {hkv} K/V heads (grouped-query "
+    "attention needs a multiple)":
+        "rank {j}：{hq} 个 query 头无法平均分给 {hkv} 个 K/V 头（分组查询注意力要求前者是后者的整数倍）",
+    "rank {j} holds {have} positions but the {layout} layout of {seq} positions on {n} ranks gives "
+    "it {want}: split the sequence with labkit.cp.shard_sequence(x, dim=2, layout={layout!r})":
+        "rank {j} 持有 {have} 个位置，但把 {seq} 个位置按 {layout} 布局分到 {n} 个 rank 上，它应得 "
+        "{want} 个：请用 labkit.cp.shard_sequence(x, dim=2, layout={layout!r}) 切分序列",
+    "layout={layout!r} is not one of {layouts}": "layout={layout!r} 不在 {layouts} 之中",
+    "the context-parallel degree must be >= 1, got {n}": "上下文并行度必须 >= 1，收到的是 {n}",
+    "a sequence of {seq} positions cannot be split into the {parts} chunks the {layout} layout "
+    "needs on {n} ranks ({per} per rank); use a sequence of at least {parts} positions or fewer ranks":
+        "{seq} 个位置的序列无法切成 {layout} 布局在 {n} 个 rank 上所需的 {parts} 块（每个 rank {per} 块）；"
+        "请让序列至少有 {parts} 个位置，或者减少 rank 数",
+    "rank {rank} is not in 0..{last}": "rank {rank} 不在 0..{last} 之中",
+
+    # -- notebook 13: the all-to-all's argument (labkit/moe/alltoall.py) -------------------------
+    "impl must be one of {impls}, got {impl!r}": "impl 必须是 {impls} 之一，收到的是 {impl!r}",
 }

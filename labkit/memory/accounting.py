@@ -141,7 +141,7 @@ def table(breakdowns: list, formula: Breakdown = None, unit: str = "B"):
     header = [""] + cats + ["total"] + (["measured - formula"] if formula is not None else [])
     out = []
     for b in rows:
-        name = "formula" if b is formula else (" ".join(b.label.split()[:2])
+        name = tr("formula") if b is formula else (" ".join(b.label.split()[:2])
                                                if b.label.startswith("rank") else b.label[:10])
         line = [name] + [fmt(getattr(b, k)) for k in cats] + [fmt(b.total)]
         if formula is not None:

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.comm.ring import exchange
+from labkit.i18n import tr
 
 IMPLS = ("torch", "p2p")
 
@@ -65,7 +66,7 @@ class _AllToAll(torch.autograd.Function):
 def all_to_all(x: torch.Tensor, out_splits, in_splits, group=None, impl: str = "torch") -> torch.Tensor:
     """Differentiable all-to-all of the rows of x (see the module's docstring)."""
     if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        raise ValueError(tr("impl must be one of {impls}, got {impl!r}", impls=IMPLS, impl=impl))
     return _AllToAll.apply(x, [int(s) for s in out_splits], [int(s) for s in in_splits], group, impl)
 
 

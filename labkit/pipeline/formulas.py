@@ -10,6 +10,8 @@ model chunks per rank (interleaved 1F1B); v = 1 for GPipe and plain 1F1B, which 
 same bubble: 1F1B only reorders the work, it saves memory, not time.
 """
 
+from labkit.i18n import tr      # pure (reads LABKIT_LANG)
+
 __all__ = ["bubble_ratio", "bubble_over_ideal", "ideal_time", "pipeline_time", "interleaved_memory_factor",
            "first_stage_activations", "idle_per_rank", "WEIGHT_COPIES"]
 
@@ -17,8 +19,9 @@ __all__ = ["bubble_ratio", "bubble_over_ideal", "ideal_time", "pipeline_time", "
 def _check(stages, microbatches, chunks) -> None:
     for name, value in (("stages", stages), ("microbatches", microbatches), ("chunks", chunks)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a whole number >= 1, got {value!r} "
-                             f"(stages={stages!r}, microbatches={microbatches!r}, chunks={chunks!r})")
+            raise ValueError(tr("{name} must be a whole number >= 1, got {value!r} (stages={stages!r}, "
+                                "microbatches={microbatches!r}, chunks={chunks!r})", name=name, value=value,
+                                stages=stages, microbatches=microbatches, chunks=chunks))
 
 
 def bubble_ratio(stages: int, microbatches: int, chunks: int = 1) -> float:
@@ -81,8 +84,8 @@ def first_stage_activations(name: str, stages: int, microbatches: int, chunks: i
         return p + 1.0
     if key == "interleaved":
         return min(p * interleaved_memory_factor(p, chunks), float(m))
-    raise ValueError(f"no formula for {name!r}: choose gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipe-v or "
-                     "dualpipe")
+    raise ValueError(tr("no formula for {name!r}: choose gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipe-v or "
+                        "dualpipe", name=name))
 
 
 def idle_per_rank(name: str, stages: int, forward: float = 1.0, backward: float = 2.0, weight: float = 1.0,
@@ -114,7 +117,8 @@ def idle_per_rank(name: str, stages: int, forward: float = 1.0, backward: float 
         return (p / 2 - 1) * ((f + b if overlapped is None else overlapped) + b - 3 * w)
     if key == "zb-v":
         return 0.0 if f == b - w == w else None
-    raise ValueError(f"no idle formula for {name!r}: choose 1f1b, zb-h1, zb-v, dualpipe-v or dualpipe")
+    raise ValueError(tr("no idle formula for {name!r}: choose 1f1b, zb-h1, zb-v, dualpipe-v or dualpipe",
+                        name=name))
 
 
 # parameters each rank holds, as a multiple of 1F1B's (1/p of the model): DeepSeek-V3, Table 2

@@ -24,7 +24,7 @@ def render(model: Model, hw: Hardware) -> str:
     if c is None:
         return out + tr("<p><b>Nothing fits</b> on this hardware: add GPUs or memory.</p>")
     cells = [("layout", f"TP {c.tp} x PP {c.pp} x DP {c.dp}"), ("sharding", tr(c.sharding)),
-             ("checkpointing", c.checkpointing), ("micro-batch x count", f"{c.micro_batch} x {c.micro_batches}"),
+             ("checkpointing", tr(c.checkpointing)), ("micro-batch x count", f"{c.micro_batch} x {c.micro_batches}"),
              ("memory / GPU", tr("{gb:.1f} GB (state {state:.1f}, activations {act:.1f}, gathered "
                                  "{gathered:.1f}) of {cap:g}", gb=c.memory / GB, state=c.model_state / GB,
                                  act=c.activations / GB, gathered=c.working / GB, cap=hw.gpu_gb)),

@@ -88,7 +88,7 @@ class Candidate:
                   f"{' (EP ' + str(self.ep) + ')' if self.ep > 1 else ''}")
         return tr("{layout} ({sharding}), checkpointing {ck}, micro-batch {mb}: {gb:.1f} GB/GPU, "
                   "step {s:.2f} s, MFU {mfu:.0%}", layout=layout, sharding=tr(self.sharding),
-                  ck=self.checkpointing, mb=self.micro_batch, gb=self.memory / GB,
+                  ck=tr(self.checkpointing), mb=self.micro_batch, gb=self.memory / GB,
                   s=self.step_seconds, mfu=self.mfu)
 
 
@@ -279,7 +279,7 @@ def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:
     none = evaluate(model, hw, best.tp, best.pp, best.dp, best.zero_stage, "none", best.micro_batch,
                     best.optimizer, best.hybrid, efficiency)
     R.append((tr("3. checkpointing"), tr("{ck}: activations {act:.1f} GB/GPU (without: {without:.1f} GB, "
-                                     "{fit})", ck=best.checkpointing, act=best.activations / GB,
+                                     "{fit})", ck=tr(best.checkpointing), act=best.activations / GB,
                                      without=none.activations / GB,
                                      fit=tr("fits") if none.fits else tr("does not fit"))
               + ("" if len(ck) > 1 or best.checkpointing == "none" else tr("; the only setting that fits"))))

@@ -12,6 +12,7 @@ Activations are those of one micro-batch: 1/micro of the big batch's.
 import torch
 import torch.distributed as dist
 
+from labkit.i18n import tr
 from labkit.models import lm_loss
 
 
@@ -20,7 +21,8 @@ def accumulate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, micro: 
     """Forward and backward `micro` micro-batches, then average the gradients over ranks (once).
     Returns the mean loss over the local batch."""
     if x.size(0) % micro:
-        raise ValueError(f"the batch of {x.size(0)} does not split into {micro} equal micro-batches")
+        raise ValueError(tr("the batch of {n} does not split into {micro} equal micro-batches", n=x.size(0),
+                            micro=micro))
     total = 0.0
     for xs, ys in zip(x.chunk(micro), y.chunk(micro)):
         loss = loss_fn(model(xs), ys) / micro        # mean over the micro-batch, / micro: the batch mean
