@@ -1,26 +1,17 @@
 """The Chinese learner copies run the English copies' code: CI runs each learner copy with an
 exercise once, in Chinese (scripts/test), and this is what makes that run stand for both. Pure:
 both copies are built here (seconds), nothing is executed."""
-import io
 import pathlib
-import tokenize
 
 import nbformat
 import pytest
 
 from labkit.exercises import BEGIN, build
+from labkit.i18n.cells import code_tokens      # tokens without comments: what the kernel runs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WITH_EXERCISE = [p.stem[:3].rstrip("_") for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
                  if BEGIN in p.read_text(encoding="utf-8")]
-
-
-def code_tokens(source: str) -> list:
-    """The source's tokens without comments and layout: what the kernel runs."""
-    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
-    lines = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
-    return [(t.type, t.string) for t in tokenize.generate_tokens(io.StringIO(lines).readline)
-            if t.type not in skip]
 
 
 @pytest.fixture(scope="module")
