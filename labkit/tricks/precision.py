@@ -77,27 +77,54 @@ def saved_by_dtype(precision: str = "autocast", shape=None) -> dict:
 
 def matmul_seconds(n: int = 256, repeats: int = 5) -> dict:
     """{'float32': [...], 'bfloat16': [...]}: seconds of `repeats` n x n matrix multiplications
-    in each dtype, on this process's threads (one untimed call of each first). On a CPU without
-    bf16 matrix instructions (AVX512-BF16, AMX) torch has no fast bf16 kernel to call
-    (`bf16_fast()` says False) and the bf16 product is many times slower than fp32's."""
+    in each dtype, on this process's threads (one untimed call of each first), the two dtypes in
+    turns so that a burst of load slows both alike. How fast bf16 is depends on the CPU
+    (`labkit.machine.bf16_matmul`): faster than fp32 with bf16 instructions (AVX512_BF16, AMX),
+    about as fast where oneDNN converts (AVX-512 without them), many times slower where torch
+    has only its generic loop (AVX2 CPUs, or ``ONEDNN_MAX_CPU_ISA=AVX2``)."""
     import time
-    out = {}
-    for dtype in (torch.float32, HALF):
-        g = torch.Generator().manual_seed(0)
-        a, b = torch.randn(n, n, generator=g).to(dtype), torch.randn(n, n, generator=g).to(dtype)
-        a @ b
-        times = []
-        for _ in range(repeats):
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    pairs = {str(d).replace("torch.", ""): (a.to(d), b.to(d)) for d in (torch.float32, HALF)}
+    out = {k: [] for k in pairs}
+    for x, y in pairs.values():
+        x @ y
+    for _ in range(repeats):
+        for k, (x, y) in pairs.items():
             t0 = time.perf_counter()
-            a @ b
-            times.append(time.perf_counter() - t0)
-        out[str(dtype).replace("torch.", "")] = times
+            x @ y
+            out[k].append(time.perf_counter() - t0)
     return out
 
 
 def bf16_fast() -> bool:
-    """Whether oneDNN (torch's CPU kernel library) has bf16 instructions on this CPU."""
+    """Whether oneDNN (torch's CPU kernel library) runs bf16 matrix products on this CPU
+    (``torch.ops.mkldnn._is_mkldnn_bf16_supported()``): True with AVX-512 or newer on x86, with
+    or without bf16 instructions (`labkit.machine.bf16_matmul` tells the two apart)."""
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+def speed_verdict(ratios: list, kind: str):
+    """(ok, text) of notebook 09's bf16 speed check: `ratios` (bf16 median / fp32 median, one
+    per rank) against the band `kind` predicts (`labkit.machine.BF16_BANDS`), or (None, text)
+    where no prediction is made (not x86). The lesson is worded for this machine."""
+    from labkit.machine import bf16_expected
+    from labkit.i18n import tr
+    lo, hi = min(ratios), max(ratios)
+    band = bf16_expected(kind)
+    if band is None:
+        return None, tr("bf16 took {lo:.2f}x to {hi:.2f}x fp32's median on this CPU (no prediction is "
+                        "made for this kind of CPU: this is the measurement)", lo=lo, hi=hi)
+    a, b = band
+    ok = a < lo and hi < b
+    lesson = {"native": tr("with bf16 instructions bf16 is the faster one"),
+              "converted": tr("oneDNN converts bf16 to fp32 here: bf16 is about as fast as fp32 or somewhat "
+                             "slower, not faster"),
+              "generic": tr("without bf16 kernels torch runs a generic loop: bf16 is many times slower")}[kind]
+    want = (tr("over {a:g}x", a=a) if b == float("inf") else tr("below {b:g}x", b=b) if a == 0
+            else tr("between {a:g}x and {b:g}x", a=a, b=b))
+    return ok, tr("{lesson}: bf16 took {lo:.2f}x to {hi:.2f}x fp32's median on every rank (this CPU's kind, "
+                  "{kind}, predicts {want})", lesson=lesson, lo=lo, hi=hi, kind=kind, want=want)
