@@ -50,6 +50,7 @@ PURE = [
     "labkit.cp.layout",
     "labkit.cp.formulas",
     "labkit.verdict",
+    "labkit.machine",
     "labkit._lazy",
 ]
 
