@@ -1,29 +1,44 @@
-"""fp16 and loss scaling (module 09): gradients flushed to zero without scaling, labkit's
+"""fp16 and loss scaling (module 09): gradients that underflow to 0 without scaling, labkit's
 LossScaler step for step with torch.amp.GradScaler, and on 2 ranks with sharded gradients the
 found-inf flag agreed (every rank skips the step one rank overflows), as ShardedGradScaler does."""
 import pytest
 import torch
 
 from labkit.tricks import fp16
-from labkit.tricks.loss_scale import LossScaler, flushed, ranges
+from labkit.tricks.loss_scale import LossScaler, ranges, underflowed
 
 
 # -- one process -----------------------------------------------------------------------------
-def test_ranges_and_flush_count():
+def test_ranges_and_underflow_count():
     h, b = ranges(torch.float16), ranges(torch.bfloat16)
     assert (h["max"], h["smallest_normal"], h["smallest_subnormal"]) == (65504.0, 2.0 ** -14, 2.0 ** -24)
     assert b["smallest_normal"] == torch.finfo(torch.float32).smallest_normal and b["eps"] == 2.0 ** -7
     g = torch.tensor([1e-3, 1e-7, 2.0 ** -26, 0.0, -1e-9])
-    assert flushed(g) == 2 and flushed(g, torch.bfloat16) == 0
+    assert underflowed(g) == 2 and underflowed(g, torch.bfloat16) == 0
 
 
-def test_fp16_unscaled_flushes_every_gradient_and_the_loss_stalls():
+def test_fp16_underflow_boundary_is_round_to_nearest_even_not_a_flush_below_2_pow_minus_24():
+    """What notebook 09 and loss_scale.py say: |g| <= 2^-25 becomes 0 in fp16; a value in
+    (2^-25, 2^-24) rounds up to 2^-24, the smallest subnormal; 2^-25 itself is a tie, and ties go
+    to the even neighbour, 0. 1.5 x 2^-24 is a tie between 2^-24 and 2^-23: it goes to 2^-23."""
+    tiny, half = 2.0 ** -24, 2.0 ** -25
+    above_half = torch.nextafter(torch.tensor(half), torch.tensor(1.0)).item()
+    x = torch.tensor([half, above_half, 0.75 * tiny, 0.9999 * tiny, tiny, 1.5 * tiny, -half, -0.6 * tiny,
+                      half / 2], dtype=torch.float32)
+    want = [0.0, tiny, tiny, tiny, tiny, 2 * tiny, -0.0, -tiny, 0.0]
+    assert x.to(torch.float16).float().tolist() == want
+    assert underflowed(x) == 3                                 # 2^-25, -2^-25 and 2^-26 only
+    assert underflowed(torch.tensor([above_half, 0.6 * tiny])) == 0      # below 2^-24, still kept
+    assert underflowed(x, torch.bfloat16) == 0                 # bf16 has fp32's exponent range
+
+
+def test_fp16_unscaled_underflows_every_gradient_and_the_loss_stalls():
     ref = fp16.underflow(None, steps=6, fp16=False)
     bare = fp16.underflow(None, steps=6)
     static = fp16.underflow(LossScaler(2.0 ** 16, dynamic=False), steps=6)
     assert ref["smallest"] < 2.0 ** -25                       # the fp32 gradients fp16 cannot hold
-    assert bare["flushed"] == [bare["n"]] * 6 and len(set(bare["loss"])) == 1
-    assert max(static["flushed"]) <= 0.01 * static["n"] and not any(static["skipped"])
+    assert bare["underflowed"] == [bare["n"]] * 6 and len(set(bare["loss"])) == 1
+    assert max(static["underflowed"]) <= 0.01 * static["n"] and not any(static["skipped"])
     assert ref["loss"][-1] < 0.5 * ref["loss"][0]
     assert abs(static["loss"][-1] - ref["loss"][-1]) < 0.05 * ref["loss"][-1]
 
@@ -36,7 +51,7 @@ def test_dynamic_scaler_halves_and_skips_on_overflow_then_grows():
         assert s[i] in (s[i - 1] / 2, s[i - 1], s[i - 1] * 2)
         assert (s[i] == s[i - 1] / 2) == skip[i - 1]
     assert any(s[i] == 2 * s[i - 1] for i in range(1, len(s)))          # grew after 3 good steps
-    assert r["flushed"][-1] <= 0.01 * r["n"]
+    assert r["underflowed"][-1] <= 0.01 * r["n"]
 
 
 def test_labkit_scaler_matches_gradscaler_step_for_step():

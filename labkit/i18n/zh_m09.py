@@ -108,10 +108,10 @@ MESSAGES = {
     "{k} of {n}": "第 {k} / {n}",
     ", step {ratio:.2f}x": "，step 耗时 {ratio:.2f} 倍",
     "these gradients are fp16: dividing them by the scale in fp16 would "
-    "flush the small ones to zero again. Keep fp32 masters (labkit.zero."
+    "underflow the small ones to zero again. Keep fp32 masters (labkit.zero."
     "masters.MasterOptimizer) or fp32 parameters under "
     "torch.autocast(dtype=torch.float16)":
-        "这些梯度是 fp16 的：在 fp16 里除以缩放因子，会把小的梯度再次冲成 0。请保留 FP32 主权重"
+        "这些梯度是 fp16 的：在 fp16 里除以缩放因子，会让小的梯度再次下溢为零。请保留 FP32 主权重"
         "（labkit.zero.masters.MasterOptimizer），或在 torch.autocast(dtype=torch.float16) 下使用 fp32 参数",
     "unscale_() was already called since the last update(): call step() then update()":
         "自上次 update() 以来已经调用过 unscale_()：请先调用 step()，再调用 update()",
@@ -149,7 +149,7 @@ MESSAGES = {
     "loss": "loss",
     "loss (x: a step skipped for an inf)": "loss（x：因出现 inf 而跳过的 step）",
     "elements exactly 0 in fp16, nonzero in fp32": "在 fp16 中恰为 0、在 fp32 中非零的元素个数",
-    "gradient elements flushed to zero (of {n})": "被冲成 0 的梯度元素（共 {n} 个）",
+    "gradient elements underflowed to 0 (of {n})": "下溢为零的梯度元素（共 {n} 个）",
 
     # -- notebook 09: gradient accumulation's argument (labkit/tricks/accumulation.py) ----------
     "the batch of {n} does not split into {micro} equal micro-batches":

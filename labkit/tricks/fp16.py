@@ -1,13 +1,14 @@
-"""fp16 training, measured: gradients flushed to zero, loss scaling, the ranks agreeing (layer 3).
+"""fp16 training, measured: gradients that underflow to 0, loss scaling, the ranks agreeing (layer 3).
 
-    underflow(scaler=None)              # one process: loss and flushed gradient elements per step
+    underflow(scaler=None)              # one process: loss and underflowed gradient elements per step
     beside_gradscaler()                 # labkit's LossScaler and torch.amp.GradScaler on one run
     inside a rank: agree_on_skip(kind)  # one rank finds an inf in its shard: every rank skips
 
 The model is a small MLP (16 -> 32 -> 1, tanh) on small inputs whose output layer is fixed at
 small weights, as gradients become late in training: the first layer's gradients are around
-1e-9, below fp16's smallest subnormal (2^-24, 6e-8), so in fp16 they are exactly 0 and Adam does
-not move those weights. fp32 masters are kept (labkit.zero.masters.MasterOptimizer): the fp16
+1e-9, below half of fp16's smallest subnormal (2^-25, 3e-8; round to nearest even sends a value
+between 2^-25 and 2^-24 up to 2^-24, one at most 2^-25 to 0), so in fp16 they underflow to exactly
+0 and Adam does not move those weights. fp32 masters are kept (labkit.zero.masters.MasterOptimizer): the fp16
 weights are rounded copies, rewritten after each update.
 """
 import torch
@@ -53,7 +54,7 @@ def _loss(model, x, y):
 def underflow(scaler: LossScaler = None, steps: int = 20, fp16: bool = True, seed: int = 0) -> dict:
     """Train `steps` Adam steps in fp16 with fp32 masters (or in fp32), with `scaler` or none.
     Each step also takes the fp32 gradient at the same weights, to count the elements nonzero
-    there and exactly 0 in fp16 ('flushed'). {'loss', 'flushed', 'skipped', 'scale': per step,
+    there and exactly 0 in fp16 ('underflowed'). {'loss', 'underflowed', 'skipped', 'scale': per step,
     'n': trainable elements, 'smallest': smallest nonzero fp32 |gradient| at step 0, 'grads0':
     the fp32 gradients at step 0, flat}."""
     from labkit.zero.masters import MasterOptimizer
@@ -63,7 +64,7 @@ def underflow(scaler: LossScaler = None, steps: int = 20, fp16: bool = True, see
     if fp16:
         model.half()
     opt = MasterOptimizer(model.parameters(), torch.optim.Adam, mixed_precision=fp16, lr=LR)
-    out = dict(loss=[], flushed=[], skipped=[], scale=[], n=sum(p.numel() for p in trainable))
+    out = dict(loss=[], underflowed=[], skipped=[], scale=[], n=sum(p.numel() for p in trainable))
     for step in range(steps):
         with torch.no_grad():
             for r, w in zip(trainable, opt.work):
@@ -78,7 +79,7 @@ def underflow(scaler: LossScaler = None, steps: int = 20, fp16: bool = True, see
         out["loss"].append(loss.item())
         out["scale"].append(scaler.scale_value if scaler is not None else 1.0)
         (scaler.scale(loss) if scaler is not None else loss).backward()
-        out["flushed"].append(sum(int(((r.grad != 0) & (p.grad == 0)).sum())
+        out["underflowed"].append(sum(int(((r.grad != 0) & (p.grad == 0)).sum())
                                   for r, p in zip(trainable, opt.params)))
         if scaler is None:
             opt.step()

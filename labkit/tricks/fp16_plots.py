@@ -1,5 +1,5 @@
 """The pictures of fp16 training (layer 4): the formats' ranges beside measured gradients, and
-the loss of the underflow runs with the gradient elements flushed to zero.
+the loss of the underflow runs with the gradient elements that underflowed to 0.
 
     fig = ranges_figure({"first layer": grads})     # fp32, bf16, fp16 on one log2 axis
     fig = underflow_figure({"fp32": run, "fp16, no scaling": run, ...})   # fp16.underflow results
@@ -57,14 +57,14 @@ def ranges_figure(grads: dict = None, lo: int = -155, hi: int = 235):
 
 
 def underflow_figure(runs: dict):
-    """Left: loss per step of each run (log scale); right: gradient elements flushed to zero."""
+    """Left: loss per step of each run (log scale); right: gradient elements underflowed to 0."""
     import matplotlib.pyplot as plt
     fig, (a, b) = plt.subplots(1, 2, figsize=figtext.figsize((10, 4.2)))
     for k, (name, r) in enumerate(runs.items()):
         steps = range(len(r["loss"]))
         style = dict(marker="o", ms=3, lw=3 - k * 0.6, label=name, alpha=0.85)
         a.plot(steps, r["loss"], **style)
-        b.plot(steps, r["flushed"], **style)
+        b.plot(steps, r["underflowed"], **style)
         skipped = [i for i, s in enumerate(r["skipped"]) if s]
         if skipped:
             a.plot(skipped, [r["loss"][i] for i in skipped], "kx", ms=8)
@@ -74,7 +74,7 @@ def underflow_figure(runs: dict):
     a.set_title(tr_fig("loss (x: a step skipped for an inf)"), fontsize=figtext.size(9))
     b.set_xlabel(tr_fig("step"))
     b.set_ylabel(tr_fig("elements exactly 0 in fp16, nonzero in fp32"))
-    b.set_title(tr_fig("gradient elements flushed to zero (of {n})", n=next(iter(runs.values()))["n"]),
+    b.set_title(tr_fig("gradient elements underflowed to 0 (of {n})", n=next(iter(runs.values()))["n"]),
                 fontsize=figtext.size(9))
     fig.legend(*a.get_legend_handles_labels(), fontsize=figtext.size(8), loc="lower center", ncol=2)
     fig.tight_layout(rect=(0, 0.14, 1, 1))

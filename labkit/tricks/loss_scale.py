@@ -6,12 +6,15 @@
     scaler.update()                   # dynamic: S / 2 after a skip, S x 2 after K good steps
 
 fp16 keeps 10 bits of mantissa and 5 of exponent: its smallest positive value is 2^-24 (about
-6e-8; below 2^-14 only as subnormals, with fewer bits) and its largest 65504. A gradient
-smaller than 2^-25 becomes exactly 0 in fp16 (flushed). Multiplying the loss by S multiplies every
+6e-8; below 2^-14 only as subnormals, with fewer bits) and its largest 65504. Converting rounds
+to the nearest value (ties to even): a gradient of magnitude at most 2^-25 becomes exactly 0 in
+fp16 (it underflows), one between 2^-25 and 2^-24 rounds up to 2^-24. (Flush-to-zero, FTZ, is
+another thing: a hardware mode that treats subnormals themselves as 0, torch.set_flush_denormal.)
+Multiplying the loss by S multiplies every
 gradient by S (backward is linear), which lifts the small ones above 2^-24; the optimizer must see
 the true gradient, so the gradients are divided by S again in fp32 before the update. If S is too
 large, some gradient overflows to inf: the step is skipped (the weights are not touched) and a
-dynamic scaler halves S. bf16 has fp32's 8 exponent bits: nothing flushes, no scaling needed.
+dynamic scaler halves S. bf16 has fp32's 8 exponent bits: gradients do not underflow, no scaling needed.
 
 With data parallelism, ZeRO or FSDP every rank holds different gradients (or a different shard):
 one rank may overflow while the others do not. The ranks must agree, or one would skip the step
@@ -22,7 +25,7 @@ the same with a SUM).
 The optimizer can be a plain torch optimizer on fp32 parameters (autocast: the gradients are
 fp32) or labkit's MasterOptimizer on 16-bit parameters: then the 16-bit gradients are copied
 into the fp32 masters' gradients and divided there, never in fp16 (GradScaler refuses fp16
-gradients for that reason: dividing in fp16 would flush them again).
+gradients for that reason: dividing in fp16 would underflow them again).
 """
 import torch
 import torch.distributed as dist
@@ -71,7 +74,7 @@ class LossScaler:
                 if p.grad is not None:
                     if p.grad.dtype == torch.float16:
                         raise ValueError(tr("these gradients are fp16: dividing them by the scale in fp16 would "
-                                            "flush the small ones to zero again. Keep fp32 masters (labkit.zero."
+                                            "underflow the small ones to zero again. Keep fp32 masters (labkit.zero."
                                             "masters.MasterOptimizer) or fp32 parameters under "
                                             "torch.autocast(dtype=torch.float16)"))
                     out.append((p, p))
@@ -136,8 +139,9 @@ class LossScaler:
 
 
 @torch.no_grad()
-def flushed(reference: torch.Tensor, dtype=torch.float16) -> int:
-    """Elements nonzero in `reference` (fp32 gradients) that become exactly 0 in `dtype`."""
+def underflowed(reference: torch.Tensor, dtype=torch.float16) -> int:
+    """Elements nonzero in `reference` (fp32 gradients) that become exactly 0 in `dtype` (in
+    fp16: those of magnitude at most 2^-25, half the smallest subnormal)."""
     return int(((reference != 0) & (reference.to(dtype) == 0)).sum())
 
 
