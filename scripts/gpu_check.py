@@ -1,14 +1,31 @@
-"""The GPU path of the runtime, in one short run (for a machine with at least one CUDA GPU).
+"""The GPU path of labkit, in one short run (for a machine with at least one CUDA GPU).
 
-    .venv/bin/python scripts/gpu_check.py
+    .venv/bin/python scripts/gpu_check.py            # on a machine with a CUDA GPU (about 2 minutes)
+    .venv/bin/python scripts/gpu_check.py --cpu      # the same strategy checks on gloo, CPU, world size 1
 
-Checks: backend="auto" picks NCCL; set_device is done for the learner; a CUDA tensor goes
-through every collective at world size 1; results come back on the CPU; a rank error and a
-timeout (stack dump, kill, spare promotion) work on NCCL ranks. Then GPUs given by a spawner
-(CUDA_VISIBLE_DEVICES, in fresh processes): each rank computes on the GPU it was given (matched
-by UUID), more ranks than given GPUs fall back to gloo with the line that says why, none given
-is gloo, and backend="nccl" with too few refuses naming the variable. Prints one line per check
-and exits non-zero on the first failure. CI has no GPU: this is run by hand where one is lent.
+Part 1, the runtime: backend="auto" picks NCCL; set_device is done for the learner; a CUDA
+tensor goes through every collective at world size 1; results come back on the CPU; a rank
+error and a timeout (stack dump, kill, spare promotion) work on NCCL ranks. Then GPUs given by a
+spawner (CUDA_VISIBLE_DEVICES, in fresh processes): each rank computes on the GPU it was given
+(matched by UUID), more ranks than given GPUs fall back to gloo with the line that says why,
+none given is gloo, and backend="nccl" with too few refuses naming the variable. One line per
+check; it stops at the first failure.
+
+Part 2, every module's strategy once on the device (world size 1, NCCL on CUDA): DDP (naive,
+flat, bucketed), ZeRO 1-3, FSDP2, tensor parallelism, a pipeline schedule (1F1B), ring
+attention (zig-zag, causal), the MoE layer with expert parallelism, bf16 mixed precision and fp16
+with loss scaling; each against one process on the same device. Then CUDA memory against
+labkit's formulas: `torch.cuda.memory_allocated` after a step equals the blocks of the model
+state's storages rounded up to the caching allocator's 512 bytes
+(`labkit.memory.formulas.cuda_block_bytes`), and `labkit.memory.measure`'s exact bytes equal
+`model_states` (fp32 Adam, bf16 mixed, ZeRO-2). One line per check, ``ok:`` or ``MISS:`` with
+the numbers, all of them printed before the exit.
+
+`--cpu` runs part 2 alone on gloo on the CPU, world size 1: the same calls into labkit with the
+same arguments (only the CUDA allocator's reading is skipped), so a signature that changed is
+found without a GPU (tests/test_gpu_check.py runs it). Exit status: 0 every check ok; 1 a check
+failed (its line says which); 2 no CUDA device, nothing checked (without --cpu). CI has no GPU:
+the GPU run is by hand where one is lent.
 """
 import json
 import os
@@ -126,9 +143,343 @@ def given_gpus():
           out.get("error", str(out)))
 
 
+# -- part 2: every module's strategy once on this rank's device --------------------------------
+EPS32 = torch.finfo(torch.float32).eps
+
+
+def bound(reference, terms: int) -> float:
+    """How far two computations of the same values may drift when they sum up to `terms` terms
+    in different orders (ring blocks against one kernel, a flat buffer against per-tensor
+    kernels): Higham's bound for recursive summation, terms x eps relative to the largest
+    value, with eps fp32's 2^-23. At world size 1 the collectives copy or sum one term, so this
+    is the whole difference a correct strategy can show; a wrong one (a gradient not averaged,
+    a shard misplaced, a step not taken) is off by the size of the values themselves."""
+    big = max(float(t.detach().abs().max()) for t in reference) if isinstance(reference, (list, tuple)) \
+        else float(reference.detach().abs().max())
+    return terms * EPS32 * max(big, 1.0)
+
+
+def _row(name, ok, detail):
+    return {"name": name, "ok": bool(ok), "detail": detail}
+
+
+def _diff(a: dict, b: dict) -> tuple:
+    worst, where = 0.0, None
+    for k, t in a.items():
+        d = float((t.detach().float() - b[k].detach().float()).abs().max())
+        if where is None or d > worst:
+            worst, where = d, k
+    return worst, where
+
+
+def _awkward(dev, seed=0):
+    from labkit.models import AwkwardNet
+    torch.manual_seed(seed)
+    return AwkwardNet().to(dev)
+
+
+def _awkward_data(dev, batch=4, seed=1000):
+    from labkit.models import awkward_batch
+    return tuple(t.to(dev) for t in awkward_batch(batch, seed=seed))
+
+
+def _tiny_gpt(dev, seed=0):
+    from labkit.models import GPTConfig, TinyGPT
+    torch.manual_seed(seed)
+    return TinyGPT(GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)).to(dev)
+
+
+def _tokens(dev, batch=2, seq=16, vocab=64):
+    from labkit.models import token_batch
+    return tuple(t.to(dev) for t in token_batch(batch, seq, vocab))
+
+
+def check_ddp(dev) -> list:
+    import copy
+    from labkit.ddp import STRATEGIES
+    from labkit.models import lm_loss
+    rows = []
+    for name in ("naive", "flat", "bucketed"):
+        model = _awkward(dev)
+        ref = copy.deepcopy(model)
+        ddp = STRATEGIES[name](model)
+        x, y = _awkward_data(dev)
+        for net in (ddp, ref):
+            lm_loss(net(x), y).backward()
+        ddp.sync_gradients()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        want = {n: p.grad for n, p in ref.named_parameters() if p.grad is not None}
+        d, where = _diff(grads, want)
+        tol = bound(list(want.values()), 1)          # world size 1: the average of one gradient
+        rows.append(_row(f"DDP {name}: gradients after sync", d <= tol and grads.keys() == want.keys(),
+                         f"max |diff| {d:.2e} at {where} (bound {tol:.1e})"))
+    return rows
+
+
+def check_zero(dev) -> list:
+    from labkit.models import lm_loss
+    from labkit.zero import wrap
+    from labkit.zero.reference import OneProcess, full_params
+    rows = []
+    for stage in (1, 2, 3):
+        ref = OneProcess(_awkward(dev), torch.optim.Adam, lr=1e-2)
+        wrapped, opt = wrap(_awkward(dev), torch.optim.Adam, stage=stage, lr=1e-2)
+        x, y = _awkward_data(dev)
+        lm_loss(ref.model(x), y).backward()
+        ref.step()
+        lm_loss(wrapped(x).float(), y).backward()
+        opt.step()
+        opt.zero_grad()
+        got = {k[len("module."):] if k.startswith("module.") else k: t for k, t in full_params(wrapped).items()}
+        want = dict(ref.model.named_parameters())
+        d, where = _diff(got, want)
+        # Adam's step is lr x m/(sqrt(v)+eps): the flat buffer and per-tensor kernels round each
+        # of its ~10 operations alike up to an ulp: 16 ulps of the largest weight
+        tol = bound(list(want.values()), 16)
+        rows.append(_row(f"ZeRO-{stage}: parameters after one Adam step", d <= tol,
+                         f"max |diff| {d:.2e} at {where} (bound {tol:.1e})"))
+    return rows
+
+
+def check_fsdp2(dev) -> list:
+    import copy
+    from labkit.fsdp import shard
+    from labkit.models import lm_loss
+    model = _tiny_gpt(dev)
+    ref = copy.deepcopy(model)
+    shard(model, wrap="block", strategy="full")
+    x, y = _tokens(dev)
+    for net in (model, ref):
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+        lm_loss(net(x), y).backward()
+        opt.step()
+    got = {n: (p.full_tensor() if hasattr(p, "full_tensor") else p) for n, p in model.named_parameters()}
+    want = dict(ref.named_parameters())
+    d, where = _diff(got, want)
+    tol = bound(list(want.values()), 16)             # as ZeRO: one Adam step, another kernel
+    return [_row("FSDP2 (fully_shard, per block): parameters after one Adam step", d <= tol,
+                 f"max |diff| {d:.2e} at {where} (bound {tol:.1e})")]
+
+
+def check_tp(dev) -> list:
+    import copy
+    from labkit.models import Block, GPTConfig
+    from labkit.tp import TPBlock
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=64, block_size=16, n_layer=1, n_head=4, n_embd=32)
+    block = Block(cfg).to(dev)
+    tp = TPBlock(copy.deepcopy(block))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 16, 32, generator=g).to(dev)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out, want = tp(xa), block(xb)
+    out.sum().backward()
+    want.sum().backward()
+    d_out = float((out - want).detach().abs().max())
+    d_in = float((xa.grad - xb.grad).abs().max())
+    tol = bound(want, 4 * cfg.n_embd)                # the longest sum: the MLP's 4h hidden units
+    return [_row("TP block (column + row parallel): output and input gradient", max(d_out, d_in) <= tol,
+                 f"max |diff| output {d_out:.2e}, input grad {d_in:.2e} (bound {tol:.1e})")]
+
+
+def check_pipeline(dev) -> list:
+    from labkit.pipeline import one_f_one_b
+    from labkit.pipeline.executor import run_schedule
+    r = run_schedule(one_f_one_b(1, 4), layers=4, width=32, live=False, warmup=0)
+    tol = 4 * 4 * EPS32 * 32       # 4 micro-batches summed in another order, |grad| below ~32
+    return [_row("pipeline 1F1B (1 stage, 4 micro-batches): gradients", r["grad_diff"] <= tol and not r["grad_mismatch"],
+                 f"max |diff| {r['grad_diff']:.2e} (bound {tol:.1e}), missing or extra {r['grad_mismatch']}")]
+
+
+def check_ring_attention(dev) -> list:
+    from labkit.cp.parity import attention_parity
+    seq = 16
+    d = attention_parity(seq=seq, causal=True, method="ring", layout="zigzag")
+    tol = bound(torch.tensor(4.0), seq)   # sums over 16 keys; q, k, v, dout are N(0,1): below ~4
+    worst = max(d, key=d.get)
+    return [_row("ring attention (zig-zag, causal): output, dq, dk, dv", d[worst] <= tol,
+                 f"max |diff| {d[worst]:.2e} in {worst} (bound {tol:.1e})")]
+
+
+def check_moe(dev) -> list:
+    import copy
+    from labkit.moe import expert_parallel
+    from labkit.moe.parity import build
+    moe = build(hidden=16, ffn_hidden=32, experts=4, k=2).to(dev)
+    ep = expert_parallel(copy.deepcopy(moe))
+    g = torch.Generator().manual_seed(1)
+    x, w = (torch.randn(12, 16, generator=g).to(dev) for _ in range(2))
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = ep(xa), moe(xb)
+    ((ya * w).sum() + ep.aux_loss).backward()
+    ((yb * w).sum() + moe.aux_loss).backward()
+    d = {"output": float((ya - yb).detach().abs().max()), "input grad": float((xa.grad - xb.grad).abs().max())}
+    want = dict(moe.named_parameters())
+    for name, p in ep.named_parameters():            # world size 1: every expert is this rank's
+        d[name] = float((p.grad - want[name].grad).abs().max())
+    worst = max(d, key=d.get)
+    tol = bound([yb, *(p.grad for p in want.values())], 32)   # sums over the experts' 32 hidden units
+    return [_row("MoE layer, expert parallel (top-2, 4 experts): output and gradients", d[worst] <= tol,
+                 f"max |diff| {d[worst]:.2e} in {worst} (bound {tol:.1e})")]
+
+
+def check_precision(dev) -> list:
+    from labkit.memory import measure, model_states, count_params
+    from labkit.models import lm_loss
+    from labkit.tricks import fp16
+    from labkit.tricks.loss_scale import LossScaler
+    from labkit.tricks.precision import to_mixed
+    rows = []
+    model, opt = to_mixed(_tiny_gpt(dev), torch.optim.Adam, dtype=torch.bfloat16, lr=1e-3)
+    x, y = _tokens(dev)
+    losses = []
+    for _ in range(3):
+        loss = lm_loss(model(x).float(), y)
+        losses.append(loss.item())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    n = count_params(model)
+    held, want = measure(model, opt), model_states(n, precision="mixed", optimizer="adam")
+    same = all(getattr(held, c) == getattr(want, c) for c in ("params", "master", "momentum", "variance"))
+    rows.append(_row("bf16 mixed precision: trains, state in bytes as the formula (2 + 4 + 4 + 4 per parameter "
+                     "after zero_grad)", same and losses[-1] < losses[0] and model.head.weight.dtype == torch.bfloat16,
+                     f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; params {held.params:,} B (formula {want.params:,.0f}), "
+                     f"master {held.master:,} B, m {held.momentum:,} B, v {held.variance:,} B"))
+    bare = fp16.underflow(None, steps=3)
+    scaled = fp16.underflow(LossScaler(2.0 ** 16, dynamic=False), steps=3)
+    dyn = fp16.underflow(LossScaler(2.0 ** 36, growth_interval=3), steps=6)
+    ok = (bare["underflowed"][0] == bare["n"] and max(scaled["underflowed"]) <= 0.01 * scaled["n"]
+          and scaled["loss"][-1] < scaled["loss"][0] and dyn["skipped"][0] and dyn["scale"][1] == dyn["scale"][0] / 2)
+    rows.append(_row("fp16 with loss scaling: unscaled gradients underflow, S = 2^16 trains, dynamic S halves "
+                     "on overflow", ok,
+                     f"underflowed to 0: {bare['underflowed'][0]} of {bare['n']} unscaled, {max(scaled['underflowed'])} "
+                     f"scaled; loss {scaled['loss'][0]:.2e} -> {scaled['loss'][-1]:.2e}; dynamic S "
+                     f"{dyn['scale'][0]:.3g} -> {dyn['scale'][1]:.3g} after a skip"))
+    return rows
+
+
+def _storages(model, opt) -> list:
+    """Bytes of every distinct storage of the model state on the device (params, grads,
+    optimizer state, labkit's flat buffers)."""
+    seen, sizes = set(), []
+
+    def add(t):
+        if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+            t = t.to_local() if hasattr(t, "to_local") else t
+            st = t.untyped_storage()
+            if st.data_ptr() not in seen:
+                seen.add(st.data_ptr())
+                sizes.append(st.nbytes())
+    for p in model.parameters():
+        add(p)
+        add(p.grad)
+    for g in opt.param_groups:
+        for p in g["params"]:
+            add(p)
+            add(p.grad)
+    for state in opt.state.values():
+        for v in state.values():
+            add(v)
+    for source in (model, opt):
+        for _, t in getattr(source, "labkit_memory", tuple)():
+            add(t)
+    return sizes
+
+
+def check_memory(dev) -> list:
+    """CUDA memory after one step (gradients kept) against the formula and the allocator's
+    rounding; on the CPU, measure() against the formula alone."""
+    from labkit.memory import count_params, measure, model_states
+    from labkit.memory.formulas import cuda_block_bytes
+    from labkit.models import lm_loss
+    from labkit.tricks.precision import to_mixed
+    from labkit.zero import wrap
+    cuda = dev.type == "cuda"
+    rows = []
+    x, y = _tokens(dev)
+    _tiny_gpt(dev)(x).sum().backward()               # cuBLAS handles and workspaces exist first
+    cases = (("fp32 Adam", "fp32", lambda: (lambda m: (m, torch.optim.Adam(m.parameters(), lr=1e-3)))(_tiny_gpt(dev)), 0),
+             ("bf16 mixed, fp32 masters", "mixed",
+              lambda: to_mixed(_tiny_gpt(dev), torch.optim.Adam, dtype=torch.bfloat16, lr=1e-3), 0),
+             ("ZeRO-2, fp32 Adam", "fp32", lambda: wrap(_tiny_gpt(dev), torch.optim.Adam, stage=2, lr=1e-3), 2))
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None) if cuda else None
+    for name, precision, make, stage in cases:
+        if cuda:
+            torch.cuda.synchronize(dev)
+            if clear is not None:
+                clear()                              # cuBLAS workspaces live in the allocator too
+            base = torch.cuda.memory_allocated(dev)
+        model, opt = make()
+        out = lm_loss(model(x).float(), y)
+        out.backward()
+        opt.step()
+        del out
+        n = count_params(model)
+        held = measure(model, opt)
+        want = model_states(n, precision=precision, optimizer="adam", zero_stage=stage)
+        cats = ("params", "grads", "master", "momentum", "variance")
+        exact = all(getattr(held, c) == getattr(want, c) for c in cats)
+        detail = (f"measure() {held.model_state:,} B, formula {want.model_state:,.0f} B for {n:,} parameters "
+                  f"({', '.join(f'{c} {getattr(held, c):,}' for c in cats if getattr(held, c))})")
+        ok = exact
+        if cuda:
+            torch.cuda.synchronize(dev)
+            if clear is not None:
+                clear()
+            got = torch.cuda.memory_allocated(dev) - base
+            blocks = cuda_block_bytes(_storages(model, opt))
+            ok = ok and got == blocks
+            detail += f"; memory_allocated {got:,} B, the storages in 512 B blocks {blocks:,} B"
+        rows.append(_row(f"memory, {name}: model state as the formula", ok, detail))
+        del model, opt
+    return rows
+
+
+CHECKS = (check_ddp, check_zero, check_fsdp2, check_tp, check_pipeline, check_ring_attention, check_moe,
+          check_precision, check_memory)
+
+
+def strategy_checks() -> list:
+    """On the rank: every check, each caught so that one failure does not hide the others."""
+    import traceback
+    dev = labkit.device()
+    rows = []
+    for fn in CHECKS:
+        t0 = time.perf_counter()
+        try:
+            got = fn(dev)
+        except Exception as exc:                     # one line, with where it failed
+            tb = traceback.extract_tb(exc.__traceback__)[-1]
+            got = [_row(fn.__name__, False, f"raised {type(exc).__name__}: {exc} ({tb.filename.split('/')[-1]}:{tb.lineno})")]
+        for r in got:
+            r["seconds"] = time.perf_counter() - t0
+        rows += got
+    return rows
+
+
+def strategies(backend: str) -> bool:
+    """Part 2 on one rank with `backend`; prints one line per check; True if all are ok."""
+    from labkit.verdict import verdict
+    with labkit.Cluster(1, backend=backend, spares=0) as c:
+        t0 = time.monotonic()
+        rows = c.run(strategy_checks, timeout=420)[0]
+        print(f"part 2: {len(rows)} checks on one rank, backend {c.backend}, in {time.monotonic() - t0:.1f} s")
+    oks = [verdict(r["ok"], f"{r['name']}: {r['detail']}") for r in rows]
+    return all(oks)
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--given"]:
         given_child(int(sys.argv[2]), sys.argv[3])
+    elif sys.argv[1:2] == ["--cpu"]:
+        sys.exit(0 if strategies("gloo") else 1)
+    elif not torch.cuda.is_available():
+        print(f"no CUDA device: nothing checked (torch {torch.__version__}, CUDA build: "
+              f"{torch.version.cuda is not None}). Run it on a machine with a GPU, or --cpu for the dry run "
+              "of the strategy checks on gloo. Exit status 2.")
+        sys.exit(2)
     else:
         main()
         given_gpus()
+        sys.exit(0 if strategies("nccl") else 1)

@@ -220,3 +220,14 @@ def zero_paper_example() -> dict:
     """{stage: GB per GPU} computed for the paper's example; compare with ZERO_PAPER_EXAMPLE."""
     t = zero_table(ZERO_PAPER_EXAMPLE["n_params"], ZERO_PAPER_EXAMPLE["world_size"])
     return {s: b / GB for s, b in t.items()}
+
+
+CUDA_BLOCK = 512     # c10's CUDA caching allocator: kMinBlockSize, every block a multiple of it
+
+
+def cuda_block_bytes(sizes) -> int:
+    """What ``torch.cuda.memory_allocated`` counts for storages of these byte sizes: each rounded
+    up to a multiple of 512 bytes (the caching allocator's smallest block; a 0-byte storage
+    takes none). Tiny tensors therefore cost 512 B each on a GPU: a 4-byte scalar is a block."""
+    return sum(-(-int(s) // CUDA_BLOCK) * CUDA_BLOCK for s in sizes)
+

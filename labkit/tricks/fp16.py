@@ -28,7 +28,8 @@ def problem(seed: int = 0, batch: int = BATCH):
     """(x, y, student): the student's output layer is fixed (small weights, not trained); the
     targets are what its hidden layer would give with other first-layer weights (a teacher's)."""
     g = torch.Generator().manual_seed(seed)
-    student, teacher = _mlp(seed, OUT_SCALE), _mlp(seed + 100, OUT_SCALE)
+    dev = labkit.device()                          # a rank's GPU under NCCL, else the CPU
+    student, teacher = _mlp(seed, OUT_SCALE).to(dev), _mlp(seed + 100, OUT_SCALE).to(dev)
     teacher[2].load_state_dict(student[2].state_dict())
     student[2].requires_grad_(False)
     x = torch.randn(batch, D, generator=g).to(labkit.device()) * X_SCALE
@@ -101,11 +102,11 @@ def beside_gradscaler(steps: int = 12, init_scale: float = 2.0 ** 40, growth_int
         x, y, model = problem(seed)
         opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=LR)
         kw = dict(init_scale=init_scale, growth_interval=growth_interval)
-        scaler = LossScaler(**kw) if name == "labkit" else torch.amp.GradScaler("cpu", **kw)
+        scaler = LossScaler(**kw) if name == "labkit" else torch.amp.GradScaler(x.device.type, **kw)
         scales, skipped = [], []
         for _ in range(steps):
             opt.zero_grad()
-            with torch.autocast("cpu", dtype=torch.float16):
+            with torch.autocast(x.device.type, dtype=torch.float16):
                 loss = ((model(x).float() - y) ** 2).mean()
             before = [p.detach().clone() for p in model.parameters()]
             scales.append(float(scaler.get_scale() if name == "torch" else scaler.scale_value))
@@ -134,9 +135,9 @@ def agree_on_skip(kind: str = "labkit", steps: int = 8, init_scale: float = 2.0 
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(BATCH * world, D, generator=g).to(labkit.device())
     with torch.no_grad():
-        y = _mlp(seed + 100)(x)
+        y = _mlp(seed + 100).to(x.device)(x)
     x, y = x.chunk(world)[rank], y.chunk(world)[rank]                    # O(1) numbers here
-    model = _mlp(seed)
+    model = _mlp(seed).to(x.device)
     params = list(model.parameters())
     numel = sum(p.numel() for p in params)
     size = -(-numel // world) * world
@@ -147,7 +148,7 @@ def agree_on_skip(kind: str = "labkit", steps: int = 8, init_scale: float = 2.0 
     opt = torch.optim.SGD([shard], lr=1e-3)
     if kind == "sharded":
         from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-        scaler = ShardedGradScaler(device="cpu", init_scale=init_scale, growth_interval=1)
+        scaler = ShardedGradScaler(device=x.device.type, init_scale=init_scale, growth_interval=1)
     else:
         scaler = LossScaler(init_scale=init_scale, growth_interval=1, agree=(kind == "labkit"))
     rows = []
@@ -156,7 +157,7 @@ def agree_on_skip(kind: str = "labkit", steps: int = 8, init_scale: float = 2.0 
         torch.nn.utils.vector_to_parameters(full[:numel], params)
         for p in params:
             p.grad = None
-        with torch.autocast("cpu", dtype=torch.float16):
+        with torch.autocast(x.device.type, dtype=torch.float16):
             loss = ((model(x).float() - y) ** 2).sum()
         scale = float(scaler.get_scale() if kind == "sharded" else scaler.scale_value)
         scaler.scale(loss).backward()
