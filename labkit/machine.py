@@ -191,7 +191,7 @@ def lessons(f: Facts, world_size: int = WORLD_SIZE) -> list:
     else:
         out.append(tr("bf16's speed here is not predicted: notebook 09 section 1 measures it; it halves "
                       "the bytes everywhere"))
-    if fp16_matmul(f) != "native":
+    if fp16_matmul(f) == "generic":
         out.append(tr("fp16 matrix products are slow on this CPU: notebook 09 section 7 teaches fp16's "
                       "range and loss scaling, not its speed (on a GPU fp16 runs on tensor cores)"))
     t = threads_per_rank(f.cores, world_size)
