@@ -458,28 +458,39 @@ def strategy_checks() -> list:
     return rows
 
 
+def print_rows(rows: list) -> bool:
+    """One line per check, ``ok:`` or ``MISS:`` with its numbers; True if all are ok."""
+    from labkit.verdict import verdict
+    return all([verdict(r["ok"], f"{r['name']}: {r['detail']}") for r in rows])
+
+
 def strategies(backend: str) -> bool:
     """Part 2 on one rank with `backend`; prints one line per check; True if all are ok."""
-    from labkit.verdict import verdict
     with labkit.Cluster(1, backend=backend, spares=0) as c:
         t0 = time.monotonic()
         rows = c.run(strategy_checks, timeout=420)[0]
         print(f"part 2: {len(rows)} checks on one rank, backend {c.backend}, in {time.monotonic() - t0:.1f} s")
-    oks = [verdict(r["ok"], f"{r['name']}: {r['detail']}") for r in rows]
-    return all(oks)
+    return print_rows(rows)
+
+
+NO_CUDA = 2          # the exit status when there is no CUDA device and nothing was checked
+
+
+def cli(argv: list) -> int:
+    if argv[:1] == ["--given"]:
+        given_child(int(argv[1]), argv[2])
+        return 0
+    if argv[:1] == ["--cpu"]:
+        return 0 if strategies("gloo") else 1
+    if not torch.cuda.is_available():
+        print(f"no CUDA device: nothing checked (torch {torch.__version__}, CUDA build: "
+              f"{torch.version.cuda is not None}). Run it on a machine with a GPU, or --cpu for the dry run "
+              f"of the strategy checks on gloo. Exit status {NO_CUDA}.")
+        return NO_CUDA
+    main()
+    given_gpus()
+    return 0 if strategies("nccl") else 1
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--given"]:
-        given_child(int(sys.argv[2]), sys.argv[3])
-    elif sys.argv[1:2] == ["--cpu"]:
-        sys.exit(0 if strategies("gloo") else 1)
-    elif not torch.cuda.is_available():
-        print(f"no CUDA device: nothing checked (torch {torch.__version__}, CUDA build: "
-              f"{torch.version.cuda is not None}). Run it on a machine with a GPU, or --cpu for the dry run "
-              "of the strategy checks on gloo. Exit status 2.")
-        sys.exit(2)
-    else:
-        main()
-        given_gpus()
-        sys.exit(0 if strategies("nccl") else 1)
+    sys.exit(cli(sys.argv[1:]))
