@@ -49,6 +49,23 @@ def test_computed_scores_follow_the_layout(cluster4):
         assert got == [L.scores_computed(s, 4, r, layout) for r in range(4)], (layout, got)
 
 
+def _largest(cases):
+    from labkit.cp.runs import largest_scores
+    return [largest_scores(seq=48, heads=1, **kw) for kw in cases]
+
+
+def test_largest_score_block_follows_method_and_layout(cluster4):
+    """The largest block one attend call holds, the maximum over ranks, against the formula:
+    zig-zag halves the query chunk (s/(2N) x s for all-gather, (s/(2N))^2 for the ring)."""
+    from labkit.cp import formulas as F
+    cases = [dict(method=m, layout=lay, causal=c) for m in F.METHODS for lay in L.LAYOUTS
+             for c in (False, True)]
+    per_rank = cluster4.run(_largest, cases)
+    for i, kw in enumerate(cases):
+        got = max(r[i] for r in per_rank)
+        assert got == F.score_entries(48, 4, heads=1, **kw), (kw, [r[i] for r in per_rank])
+
+
 def _bad(case):
     import torch.distributed as dist
     from labkit.cp import attention

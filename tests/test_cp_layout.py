@@ -67,12 +67,23 @@ def test_bytes_per_rank(layout):
     lens = [L.local_len(13, 3, j, layout) for j in range(3)]
     assert odd["forward"]["payload"] == 2 * (lens[0] + lens[2])
     assert F.wire(9, 1, 0, method="ring", **kw)["backward"]["payload"] == 0
+    # 16-bit training: K/V in 2 bytes, the dK/dV accumulators in fp32 (torch's accum_dtype)
+    kw16 = dict(kw, itemsize=2)
+    half = F.wire(s, n, 1, method="ring", **kw16)["backward"]["payload"]
+    mixed = F.wire(s, n, 1, method="ring", grad_itemsize=4, **kw16)["backward"]["payload"]
+    assert half == ((n - 1) + n) * blk // 2 and mixed == (n - 1) * blk // 2 + n * blk
 
 
 def test_score_memory_falls_with_the_degree():
     full = F.score_entries(4096, 1, method="full", heads=8)
     assert F.score_entries(4096, 4, method="allgather", heads=8) == full // 4
     assert F.score_entries(4096, 4, method="ring", heads=8) == full // 16
+    # zig-zag: each rank's two chunks of s/(2N) are computed one at a time
+    assert F.score_entries(4096, 4, method="allgather", heads=8, layout="zigzag") == full // 8
+    assert F.score_entries(4096, 4, method="ring", heads=8, layout="zigzag") == full // 64
+    # causal, contiguous: the last rank's queries see every key; rank 0 only its own block
+    assert F.score_entries(4096, 4, method="allgather", heads=8, causal=True) == full // 4
+    assert F.score_entries(4096, 4, method="ring", heads=8, causal=True) == full // 16
 
 
 def test_saved_bytes():
