@@ -76,6 +76,26 @@ def test_aux_loss_is_switch_formula_and_reaches_router():
     assert math.isclose(m.aux_loss.item(), 0.01, rel_tol=1e-6)   # balanced: weight x 1
 
 
+def test_aux_loss_conventions_differ_as_documented():
+    """Megatron-core (labkit's layer) counts all k and divides by k; GShard's top-2 counts first
+    choices only; Hugging Face's Mixtral counts all k without dividing: balanced gives k x w."""
+    m = _moe(2)
+    x = torch.randn(32, 8)
+    m(x)
+    probs = m.router(x).softmax(-1)
+    choices = probs.topk(2, dim=-1).indices.tolist()
+    mean = probs.mean(0).tolist()
+    got = formulas.aux_loss_conventions(choices, mean, 0.01)
+    mega, gshard, hf = (got[c] for c in formulas.AUX_CONVENTIONS)
+    assert math.isclose(m.aux_loss.item(), mega, rel_tol=1e-5)
+    first = [sum(c[0] == e for c in choices) / 32 for e in range(4)]
+    assert math.isclose(gshard, formulas.aux_loss(first, mean, 0.01), rel_tol=1e-12)
+    assert math.isclose(hf, 2 * mega, rel_tol=1e-12)
+    # each token's two choices on two different experts, every expert equally often, P uniform
+    flat = formulas.aux_loss_conventions([[e, (e + 1) % 4] for e in range(4)], [0.25] * 4, 0.01)
+    assert [round(flat[c], 12) for c in formulas.AUX_CONVENTIONS] == [0.01, 0.01, 0.02]
+
+
 def test_top1_gate_is_the_probability():
     m = _moe(1)
     x = torch.randn(6, 8)

@@ -66,8 +66,10 @@ def capacity_mask(expert: torch.Tensor, experts: int, capacity_factor=None) -> t
 
 
 def load_balancing_loss(probs, expert, weight: float) -> torch.Tensor:
-    """weight x E x sum_e f_e P_e (f_e: share of the k x T assignments to e before dropping;
-    P_e: mean probability of e). Gradients reach the router through P_e only."""
+    """weight x E x sum_e f_e P_e (f_e: share of the k x T assignments to e before dropping,
+    all k choices counted and divided by k, as Megatron-core; P_e: mean probability of e).
+    GShard's top-2 and Hugging Face's Mixtral count differently: formulas.aux_loss_conventions.
+    Gradients reach the router through P_e only."""
     tokens, experts = probs.shape
     f = torch.bincount(expert.reshape(-1), minlength=experts).to(probs.dtype) / max(expert.numel(), 1)
     return weight * experts * (f * probs.mean(0)).sum() if tokens else probs.sum() * 0
