@@ -107,3 +107,15 @@ def test_saved_for_backward_equals_the_formula(cluster2):
         for rank, r in enumerate(cluster2.run(saved_for_backward, seq=61, method=method,
                                               layout="zigzag", kv_heads=2)):
             assert r["measured"] == r["formula"], (method, rank, r)
+
+
+def test_training_step_under_cp_equals_one_process_only_with_the_cp_reduction(cluster4):
+    """One step of one block on 4 CP ranks (zig-zag, ring, causal): the weight gradients summed
+    over the CP group equal one process's; without that sum, or with the labels sharded in
+    another permutation than the tokens, they do not."""
+    from labkit.cp.train import cp_step_parity, tolerance, worst
+    good = cluster4.run(cp_step_parity)
+    tol = tolerance(good)
+    assert worst(good) < tol and worst(good, params=False) < 1e-5, (worst(good), tol)
+    assert worst(cluster4.run(cp_step_parity, cp_reduce=False)) > 100 * tol
+    assert worst(cluster4.run(cp_step_parity, labels_layout="contiguous")) > 100 * tol
