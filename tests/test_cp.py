@@ -119,3 +119,37 @@ def test_training_step_under_cp_equals_one_process_only_with_the_cp_reduction(cl
     assert worst(good) < tol and worst(good, params=False) < 1e-5, (worst(good), tol)
     assert worst(cluster4.run(cp_step_parity, cp_reduce=False)) > 100 * tol
     assert worst(cluster4.run(cp_step_parity, labels_layout="contiguous")) > 100 * tol
+
+
+def test_ulysses_equals_one_process_and_its_bytes_the_formula(cluster4):
+    """Two all-to-alls; rank 0's forward bytes on 2 and 4 ranks with s = 16 N: Ulysses grows by
+    (N-1)/N only (x 1.5), the ring with s (x 3)."""
+    rows = cluster4.run(_ulysses_rows)[0]
+    for r in rows:
+        assert r["ulysses"] == r["ulysses formula"] and r["ring"] == r["ring formula"], r
+        assert r["max diff"] < TOL, r
+    two, four = rows
+    pay = lambda r, k, m: r[k] - 144 * m                  # noqa: E731 - payload: headers off
+    assert pay(four, "ulysses", 6) * 2 == pay(two, "ulysses", 2) * 3
+    assert pay(four, "ring", 3) == 3 * pay(two, "ring", 1)
+
+
+def _ulysses_rows():
+    from labkit.cp.ulysses import by_degree
+    return by_degree()
+
+
+def _ulysses_bad_degree():
+    from labkit.cp.ulysses import ulysses_attention
+    from labkit.cp.parity import qkv
+    q, k, v = (t[:, :, :4] for t in qkv(1, 4, 2, 16, 8))
+    try:
+        ulysses_attention(q, k, v)
+    except ValueError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_ulysses_refuses_more_ranks_than_kv_heads(cluster4):
+    for rank, msg in enumerate(cluster4.run(_ulysses_bad_degree)):
+        assert f"Ulysses on rank {rank}: 4 ranks must divide the 4 query heads and the 2 K/V heads" in msg

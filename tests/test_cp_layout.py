@@ -74,6 +74,15 @@ def test_bytes_per_rank(layout):
     assert half == ((n - 1) + n) * blk // 2 and mixed == (n - 1) * blk // 2 + n * blk
 
 
+def test_ulysses_bytes_stay_flat_when_n_grows_with_s():
+    kw = dict(batch=1, heads=32, kv_heads=8, head_dim=128, itemsize=2)
+    per = {n: F.ulysses_wire(4096 * n, n, **kw)["payload"] * n // (n - 1) for n in (2, 4, 8, 16)}
+    assert len(set(per.values())) == 1                      # b (2h + 2h_kv) (s/N) d e, N-free
+    ring = {n: F.wire(4096 * n, n, 0, method="ring", batch=1, kv_heads=8, head_dim=128,
+                      itemsize=2)["forward"]["payload"] * n // (n - 1) for n in (2, 4)}
+    assert ring[4] == 2 * ring[2]                            # 2 b h_kv s d e: grows with s
+
+
 def test_score_memory_falls_with_the_degree():
     full = F.score_entries(4096, 1, method="full", heads=8)
     assert F.score_entries(4096, 4, method="allgather", heads=8) == full // 4

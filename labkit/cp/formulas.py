@@ -67,6 +67,20 @@ def wire(seq_len: int, n: int, rank: int, *, method: str = "ring", batch: int, k
     return out
 
 
+def ulysses_wire(seq_len: int, n: int, *, batch: int, heads: int, kv_heads: int, head_dim: int,
+                 itemsize: int = 4) -> dict:
+    """Ulysses (labkit.cp.ulysses), one forward, every rank the same (s divisible by N): the
+    first all-to-all sends (N-1)/N of its q, k, v blocks, b (h + 2 h_kv) (s/N) d e, the second
+    (N-1)/N of its output block, b h (s/N) d e. Payload b (2h + 2h_kv) (s/N) d e (N-1)/N: with
+    s/N fixed it stays flat as N grows (the ring's 2 b h_kv s d e (N-1)/N grows with s). Messages:
+    N-1 per all-to-all; gloo adds 96 + 48 B per message pair."""
+    sl = seq_len // n
+    payload = batch * (2 * heads + 2 * kv_heads) * sl * head_dim * itemsize * (n - 1) // n
+    messages = 2 * (n - 1)
+    return {"payload": payload, "messages": messages,
+            "on the wire": payload + (SEND_HEADER + RECV_NOTICE) * messages}
+
+
 def score_entries(seq_len: int, n: int, *, method: str, heads: int, batch: int = 1,
                   layout: str = "contiguous", causal: bool = False) -> int:
     """The largest attention-score matrix one rank holds at once in this course's unfused

@@ -228,6 +228,11 @@ MESSAGES = {
         "{seq} 个位置的序列无法切成 {layout} 布局在 {n} 个 rank 上所需的 {parts} 块（每个 rank {per} 块）；"
         "请让序列至少有 {parts} 个位置，或者减少 rank 数",
     "rank {rank} is not in 0..{last}": "rank {rank} 不在 0..{last} 之中",
+    "Ulysses on rank {rank}: {n} ranks must divide the {h} query heads and the "
+    "{hkv} K/V heads (each rank takes h/N of them): use a CP degree that divides "
+    "{hkv}, or ring attention":
+        "rank {rank} 上的 Ulysses：{n} 个 rank 必须能整除 {h} 个 query 头和 {hkv} 个 K/V 头"
+        "（每个 rank 分到 h/N 个）：请用能整除 {hkv} 的 CP 度，或者改用环形注意力",
 
     # -- notebook 13: the all-to-all's argument (labkit/moe/alltoall.py) -------------------------
     "impl must be one of {impls}, got {impl!r}": "impl 必须是 {impls} 之一，收到的是 {impl!r}",
