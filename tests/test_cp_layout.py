@@ -108,3 +108,4 @@ def test_crossover_block_size_solves_compute_equal_transfer():
     # transfer 1 ms + 0.01 ms per position, compute 1e-4 ms x L^2: L^2 = 100 L + 10^4, L = 50 (1 + sqrt 5)
     rows = [{"block": L, "transfer s": 1e-3 + 1e-5 * L, "compute s": 1e-7 * L * L} for L in (32, 64, 128, 256)]
     assert abs(crossover(rows) - 50 * (1 + 5 ** 0.5)) < 1e-6
+

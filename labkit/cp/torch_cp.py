@@ -59,3 +59,21 @@ def try_torch_cp(causal: bool = True, rotate: str = "allgather", seq: int = 16, 
         return {"ring calls": calls[0], "error": traceback.format_exception_only(exc)[-1].strip()}
     finally:
         tca._templated_ring_attention = real
+
+
+def torch_cp_facts() -> dict:
+    """What this torch's context parallelism is set up to do, read from its module (one process,
+    no ranks): the attention ops it handles, whether the CPU kernel is among them, whether each
+    handler calls `_templated_ring_attention` by its module name (so `try_torch_cp`'s count
+    would see it), and its default options."""
+    import torch
+    from torch.distributed.tensor.experimental._context_parallel import _attention as tca
+    aten = torch.ops.aten
+    ring = [tca._scaled_dot_product_ring_flash_attention, tca._scaled_dot_product_ring_efficient_attention,
+            tca._scaled_dot_product_ring_cudnn_attention]
+    return {"handled ops": sorted(str(op) for op in tca.custom_ops),
+            "cpu kernel handled": aten._scaled_dot_product_flash_attention_for_cpu.default in tca.custom_ops,
+            "handlers call the ring by name": all("_templated_ring_attention" in f.__code__.co_names for f in ring),
+            "rotate method": tca._cp_options.rotate_method.name,
+            "gradients in fp32": tca._cp_options.convert_to_f32,
+            "load balancing": tca._cp_options.enable_load_balance}
