@@ -125,3 +125,18 @@ def test_bytes_and_parameter_formulas():
     m = MoE(h, 24, 8)
     assert sum(p.numel() for p in m.parameters()) == formulas.params_per_rank(h, 24, 8)
     assert formulas.params_per_rank(h, 24, 8, 4) == 2 * formulas.expert_params(h, 24) + h * 8
+
+
+def test_bias_chooses_the_experts_but_not_the_gates():
+    """DeepSeek-V3's balancing: the bias moves the top-k choice; the gate stays the router's
+    probability. update_bias lowers an overloaded expert's bias and raises the others'."""
+    m = _moe(1).balance_with_bias(0.1)
+    x = torch.randn(16, 8)
+    m.expert_bias[3] = 10.0                                    # every token now picks expert 3
+    y = m(x)
+    probs = m.router(x).softmax(-1)
+    assert (m.routing["expert"] == 3).all()
+    assert torch.allclose(m.routing["gate"][:, 0], probs[:, 3])
+    assert torch.allclose(y, m.experts[3](x) * probs[:, 3:4], atol=1e-6)
+    m.update_bias(torch.tensor([0, 0, 0, 16]))
+    assert m.expert_bias.tolist() == pytest.approx([0.1, 0.1, 0.1, 9.9])
