@@ -49,6 +49,23 @@ def test_computed_scores_follow_the_layout(cluster4):
         assert got == [L.scores_computed(s, 4, r, layout) for r in range(4)], (layout, got)
 
 
+def _largest(cases):
+    from labkit.cp.runs import largest_scores
+    return [largest_scores(seq=48, heads=1, **kw) for kw in cases]
+
+
+def test_largest_score_block_follows_method_and_layout(cluster4):
+    """The largest block one attend call holds, the maximum over ranks, against the formula:
+    zig-zag halves the query chunk (s/(2N) x s for all-gather, (s/(2N))^2 for the ring)."""
+    from labkit.cp import formulas as F
+    cases = [dict(method=m, layout=lay, causal=c) for m in F.METHODS for lay in L.LAYOUTS
+             for c in (False, True)]
+    per_rank = cluster4.run(_largest, cases)
+    for i, kw in enumerate(cases):
+        got = max(r[i] for r in per_rank)
+        assert got == F.score_entries(48, 4, heads=1, **kw), (kw, [r[i] for r in per_rank])
+
+
 def _bad(case):
     import torch.distributed as dist
     from labkit.cp import attention
@@ -90,3 +107,49 @@ def test_saved_for_backward_equals_the_formula(cluster2):
         for rank, r in enumerate(cluster2.run(saved_for_backward, seq=61, method=method,
                                               layout="zigzag", kv_heads=2)):
             assert r["measured"] == r["formula"], (method, rank, r)
+
+
+def test_training_step_under_cp_equals_one_process_only_with_the_cp_reduction(cluster4):
+    """One step of one block on 4 CP ranks (zig-zag, ring, causal): the weight gradients summed
+    over the CP group equal one process's; without that sum, or with the labels sharded in
+    another permutation than the tokens, they do not."""
+    from labkit.cp.train import cp_step_parity, tolerance, worst
+    good = cluster4.run(cp_step_parity)
+    tol = tolerance(good)
+    assert worst(good) < tol and worst(good, params=False) < 1e-5, (worst(good), tol)
+    assert worst(cluster4.run(cp_step_parity, cp_reduce=False)) > 100 * tol
+    assert worst(cluster4.run(cp_step_parity, labels_layout="contiguous")) > 100 * tol
+
+
+def test_ulysses_equals_one_process_and_its_bytes_the_formula(cluster4):
+    """Two all-to-alls; rank 0's forward bytes on 2 and 4 ranks with s = 16 N: Ulysses grows by
+    (N-1)/N only (x 1.5), the ring with s (x 3)."""
+    rows = cluster4.run(_ulysses_rows)[0]
+    for r in rows:
+        assert r["ulysses"] == r["ulysses formula"] and r["ring"] == r["ring formula"], r
+        assert r["max diff"] < TOL, r
+    two, four = rows
+    pay = lambda r, k, m: r[k] - 144 * m                  # noqa: E731 - payload: headers off
+    assert pay(four, "ulysses", 6) * 2 == pay(two, "ulysses", 2) * 3
+    assert pay(four, "ring", 3) == 3 * pay(two, "ring", 1)
+
+
+def _ulysses_rows():
+    from labkit.cp.ulysses import by_degree
+    return by_degree()
+
+
+def _ulysses_bad_degree():
+    from labkit.cp.ulysses import ulysses_attention
+    from labkit.cp.parity import qkv
+    q, k, v = (t[:, :, :4] for t in qkv(1, 4, 2, 16, 8))
+    try:
+        ulysses_attention(q, k, v)
+    except ValueError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_ulysses_refuses_more_ranks_than_kv_heads(cluster4):
+    for rank, msg in enumerate(cluster4.run(_ulysses_bad_degree)):
+        assert f"Ulysses on rank {rank}: 4 ranks must divide the 4 query heads and the 2 K/V heads" in msg

@@ -67,12 +67,32 @@ def test_bytes_per_rank(layout):
     lens = [L.local_len(13, 3, j, layout) for j in range(3)]
     assert odd["forward"]["payload"] == 2 * (lens[0] + lens[2])
     assert F.wire(9, 1, 0, method="ring", **kw)["backward"]["payload"] == 0
+    # 16-bit training: K/V in 2 bytes, the dK/dV accumulators in fp32 (torch's accum_dtype)
+    kw16 = dict(kw, itemsize=2)
+    half = F.wire(s, n, 1, method="ring", **kw16)["backward"]["payload"]
+    mixed = F.wire(s, n, 1, method="ring", grad_itemsize=4, **kw16)["backward"]["payload"]
+    assert half == ((n - 1) + n) * blk // 2 and mixed == (n - 1) * blk // 2 + n * blk
+
+
+def test_ulysses_bytes_stay_flat_when_n_grows_with_s():
+    kw = dict(batch=1, heads=32, kv_heads=8, head_dim=128, itemsize=2)
+    per = {n: F.ulysses_wire(4096 * n, n, **kw)["payload"] * n // (n - 1) for n in (2, 4, 8, 16)}
+    assert len(set(per.values())) == 1                      # b (2h + 2h_kv) (s/N) d e, N-free
+    ring = {n: F.wire(4096 * n, n, 0, method="ring", batch=1, kv_heads=8, head_dim=128,
+                      itemsize=2)["forward"]["payload"] * n // (n - 1) for n in (2, 4)}
+    assert ring[4] == 2 * ring[2]                            # 2 b h_kv s d e: grows with s
 
 
 def test_score_memory_falls_with_the_degree():
     full = F.score_entries(4096, 1, method="full", heads=8)
     assert F.score_entries(4096, 4, method="allgather", heads=8) == full // 4
     assert F.score_entries(4096, 4, method="ring", heads=8) == full // 16
+    # zig-zag: each rank's two chunks of s/(2N) are computed one at a time
+    assert F.score_entries(4096, 4, method="allgather", heads=8, layout="zigzag") == full // 8
+    assert F.score_entries(4096, 4, method="ring", heads=8, layout="zigzag") == full // 64
+    # causal, contiguous: the last rank's queries see every key; rank 0 only its own block
+    assert F.score_entries(4096, 4, method="allgather", heads=8, causal=True) == full // 4
+    assert F.score_entries(4096, 4, method="ring", heads=8, causal=True) == full // 16
 
 
 def test_saved_bytes():
@@ -88,3 +108,4 @@ def test_crossover_block_size_solves_compute_equal_transfer():
     # transfer 1 ms + 0.01 ms per position, compute 1e-4 ms x L^2: L^2 = 100 L + 10^4, L = 50 (1 + sqrt 5)
     rows = [{"block": L, "transfer s": 1e-3 + 1e-5 * L, "compute s": 1e-7 * L * L} for L in (32, 64, 128, 256)]
     assert abs(crossover(rows) - 50 * (1 + 5 ** 0.5)) < 1e-6
+

@@ -76,6 +76,26 @@ def test_aux_loss_is_switch_formula_and_reaches_router():
     assert math.isclose(m.aux_loss.item(), 0.01, rel_tol=1e-6)   # balanced: weight x 1
 
 
+def test_aux_loss_conventions_differ_as_documented():
+    """Megatron-core (labkit's layer) counts all k and divides by k; GShard's top-2 counts first
+    choices only; Hugging Face's Mixtral counts all k without dividing: balanced gives k x w."""
+    m = _moe(2)
+    x = torch.randn(32, 8)
+    m(x)
+    probs = m.router(x).softmax(-1)
+    choices = probs.topk(2, dim=-1).indices.tolist()
+    mean = probs.mean(0).tolist()
+    got = formulas.aux_loss_conventions(choices, mean, 0.01)
+    mega, gshard, hf = (got[c] for c in formulas.AUX_CONVENTIONS)
+    assert math.isclose(m.aux_loss.item(), mega, rel_tol=1e-5)
+    first = [sum(c[0] == e for c in choices) / 32 for e in range(4)]
+    assert math.isclose(gshard, formulas.aux_loss(first, mean, 0.01), rel_tol=1e-12)
+    assert math.isclose(hf, 2 * mega, rel_tol=1e-12)
+    # each token's two choices on two different experts, every expert equally often, P uniform
+    flat = formulas.aux_loss_conventions([[e, (e + 1) % 4] for e in range(4)], [0.25] * 4, 0.01)
+    assert [round(flat[c], 12) for c in formulas.AUX_CONVENTIONS] == [0.01, 0.01, 0.02]
+
+
 def test_top1_gate_is_the_probability():
     m = _moe(1)
     x = torch.randn(6, 8)
@@ -105,3 +125,18 @@ def test_bytes_and_parameter_formulas():
     m = MoE(h, 24, 8)
     assert sum(p.numel() for p in m.parameters()) == formulas.params_per_rank(h, 24, 8)
     assert formulas.params_per_rank(h, 24, 8, 4) == 2 * formulas.expert_params(h, 24) + h * 8
+
+
+def test_bias_chooses_the_experts_but_not_the_gates():
+    """DeepSeek-V3's balancing: the bias moves the top-k choice; the gate stays the router's
+    probability. update_bias lowers an overloaded expert's bias and raises the others'."""
+    m = _moe(1).balance_with_bias(0.1)
+    x = torch.randn(16, 8)
+    m.expert_bias[3] = 10.0                                    # every token now picks expert 3
+    y = m(x)
+    probs = m.router(x).softmax(-1)
+    assert (m.routing["expert"] == 3).all()
+    assert torch.allclose(m.routing["gate"][:, 0], probs[:, 3])
+    assert torch.allclose(y, m.experts[3](x) * probs[:, 3:4], atol=1e-6)
+    m.update_bias(torch.tensor([0, 0, 0, 16]))
+    assert m.expert_bias.tolist() == pytest.approx([0.1, 0.1, 0.1, 9.9])

@@ -7,20 +7,28 @@ from labkit.figtext import size as fs
 from labkit.i18n import tr_fig
 
 
+_KIND_COLOUR = {"full": "#7fb3d5", "diagonal": "#f6c86b", "skip": "#dddddd"}
+
+
 def ring_steps(n: int = 4, seq: int = 16, layout: str = "contiguous", causal: bool = True, ax=None,
                title: str = None, legend: bool = True):
-    """Rows: ranks; columns: ring steps. Each cell names the K/V block the rank holds and is
-    grey when the causal mask hides all of it from the rank's queries (skipped)."""
+    """Rows: ranks; columns: ring steps. Each cell names the K/V block the rank holds; it is
+    cut into one square per (query chunk, key chunk) pair (one, or 2 x 2 under zig-zag), each
+    coloured by what the mask leaves of it: computed whole, computed and part masked, skipped."""
     ax = ax or plt.subplots(figsize=(1.4 * n + 1.5, 0.55 * n + 1.2))[1]
     for r in range(n):
         mine = L.ranges(seq, n, r, layout)
         for t in range(n):
             src = (r - t) % n
-            kinds = {L.pair_kind(q, k, causal) for q in mine for k in L.ranges(seq, n, src, layout)}
-            colour = "#dddddd" if kinds == {"skip"} else ("#f6c86b" if "diagonal" in kinds or "skip" in kinds
-                                                          else "#7fb3d5")
-            ax.add_patch(plt.Rectangle((t, n - 1 - r), 0.95, 0.9, color=colour))
-            ax.text(t + 0.47, n - 0.55 - r, tr_fig("K/V {src}", src=src), ha="center", va="center", fontsize=fs(9))
+            theirs = L.ranges(seq, n, src, layout)
+            w, h = 0.95 / len(theirs), 0.9 / len(mine)
+            for i, q in enumerate(mine):              # query chunks top to bottom
+                for j, k in enumerate(theirs):        # key chunks left to right
+                    ax.add_patch(plt.Rectangle((t + j * w, n - 1 - r + (len(mine) - 1 - i) * h),
+                                               w, h, facecolor=_KIND_COLOUR[L.pair_kind(q, k, causal)],
+                                               edgecolor="white", linewidth=1.0))
+            ax.text(t + 0.47, n - 0.55 - r, tr_fig("K/V {src}", src=src), ha="center", va="center",
+                    fontsize=fs(9), bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.7))
             if t < n - 1 and r < n - 1:
                 ax.annotate("", xy=(t + 1.0, n - 1.55 - r),
                             xytext=(t + 0.8, n - 0.85 - r), arrowprops=dict(arrowstyle="->", lw=0.6,
@@ -42,7 +50,7 @@ def ring_steps(n: int = 4, seq: int = 16, layout: str = "contiguous", causal: bo
 
 
 def _ring_legend():
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ("#7fb3d5", "#f6c86b", "#dddddd")]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=_KIND_COLOUR[k]) for k in ("full", "diagonal", "skip")]
     return handles, [tr_fig("all keys visible"), tr_fig("part masked"), tr_fig("skipped (all masked)")]
 
 
@@ -53,8 +61,10 @@ def ring_steps_pair(n: int = 4, seq: int = 16, causal: bool = True, figsize=(12.
         ring_steps(n, seq, lay, causal, ax=ax, legend=False,
                    title=tr_fig("{name}{causal}: K/V block held per step", name=name,
                                 causal=tr_fig(", causal") if causal else ""))
-    fig.legend(*_ring_legend(), loc="lower center", ncol=3, fontsize=fs(8), frameon=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(*_ring_legend(), loc="lower center", ncol=3, fontsize=fs(8), frameon=False,
+               title=tr_fig("one square per (query chunk, key chunk) pair: 1 contiguous, 2 x 2 zig-zag"),
+               title_fontsize=fs(8))
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
     return fig
 
 

@@ -83,13 +83,15 @@ def largest_scores(seq=256, method="ring", layout="contiguous", causal=False, ba
     return B.STATS["largest block"]
 
 
-def largest_scores_by_degree(seq=256, degrees=(1, 2, 4), method="ring", heads=4, head_dim=16) -> dict:
+def largest_scores_by_degree(seq=256, degrees=(1, 2, 4), method="ring", heads=4, head_dim=16,
+                             layout="contiguous") -> dict:
     """The largest score block (entries per batch and head) on rank 0 of groups of the first d
     ranks, for each context-parallel degree d (every rank must call this: it makes the groups)."""
     out = {}
     for d in degrees:
         grp = dist.new_group(list(range(d)))
         if dist.get_rank() < d:
-            out[d] = largest_scores(seq=seq, method=method, heads=heads, head_dim=head_dim, group=grp)
+            out[d] = largest_scores(seq=seq, method=method, heads=heads, head_dim=head_dim, group=grp,
+                                    layout=layout)
         dist.barrier()
     return out

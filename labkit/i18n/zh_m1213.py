@@ -172,15 +172,19 @@ MESSAGES = {
 
     # -- notebook 13: figures (labkit/moe/draw.py) ----------------------------------------------
     "tokens of rank {r}": "rank {r} 的 token",
-    "routing: each token's first choice; arrows coloured by the rank that holds the expert":
-        "路由：每个 token 的首选专家；箭头颜色表示持有该专家的 rank",
-    "balanced": "均衡",
     "expert (colour: rank that holds it)": "专家（颜色：持有它的 rank）",
-    "tokens computed": "计算的 token 数",
     "{title} step {step}": "{title} 第 {step} 步",
     "balanced: 1/{n}": "均衡：1/{n}",
     "busiest rank's share": "最忙 rank 的占比",
-    "the busiest rank's share of all tokens": "最忙的 rank 占全部 token 的比例",
+    "balanced: {total} copies / {e} experts = {each:.0f}": "均衡：{total} 份副本 / {e} 个专家 = {each:.0f}",
+    "token copies computed": "计算的 token 副本数",
+    "the busiest rank's share of all token copies": "最忙的 rank 占全部 token 副本的比例",
+    "stays on its rank": "留在本 rank",
+    "colour: rank (of the tokens, of the expert)": "颜色：rank（token 所在的、专家所在的）",
+    "routing: token copies from each rank (row) to each expert (column)":
+        "路由：从每个 rank（行）发往每个专家（列）的 token 副本数",
+    "one square per (query chunk, key chunk) pair: 1 contiguous, 2 x 2 zig-zag":
+        "每个 (query 块, key 块) 对一个方格：连续布局 1 个，zig-zag 2 × 2 个",
 
     # -- notebook 12: the checks every rank agrees on (labkit/cp/shard.py, layout.py) ----------
     "rank {r}: method={method!r} is not one of {methods}": "rank {r}：method={method!r} 不在 {methods} 之中",
@@ -224,6 +228,11 @@ MESSAGES = {
         "{seq} 个位置的序列无法切成 {layout} 布局在 {n} 个 rank 上所需的 {parts} 块（每个 rank {per} 块）；"
         "请让序列至少有 {parts} 个位置，或者减少 rank 数",
     "rank {rank} is not in 0..{last}": "rank {rank} 不在 0..{last} 之中",
+    "Ulysses on rank {rank}: {n} ranks must divide the {h} query heads and the "
+    "{hkv} K/V heads (each rank takes h/N of them): use a CP degree that divides "
+    "{hkv}, or ring attention":
+        "rank {rank} 上的 Ulysses：{n} 个 rank 必须能整除 {h} 个 query 头和 {hkv} 个 K/V 头"
+        "（每个 rank 分到 h/N 个）：请用能整除 {hkv} 的 CP 度，或者改用环形注意力",
 
     # -- notebook 13: the all-to-all's argument (labkit/moe/alltoall.py) -------------------------
     "impl must be one of {impls}, got {impl!r}": "impl 必须是 {impls} 之一，收到的是 {impl!r}",

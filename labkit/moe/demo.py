@@ -29,13 +29,17 @@ def dispatch_steps(tokens=8, hidden=16, experts=8, k=1, seed=3) -> dict:
 
 
 def train_load(steps=30, aux_loss_weight=0.0, capacity_factor=None, tokens=64, hidden=16,
-               experts=8, k=2, lr=0.1, skew=3.0, emit=True) -> list:
+               experts=8, k=2, lr=0.1, skew=3.0, emit=True, bias_update=0.0) -> list:
     """Train an expert-parallel MoE to fit a fixed random function of skewed tokens (most go
     to experts 0 and 1 at first). Each step: tokens computed by every expert (all ranks'),
-    assignments dropped over capacity, seconds of this rank's expert compute. Emitted live."""
+    assignments dropped over capacity, seconds of this rank's expert compute. Emitted live.
+    bias_update > 0: DeepSeek-V3's bias balancing (`MoE.balance_with_bias`), updated each step
+    from every rank's load."""
     n, r = dist.get_world_size(), dist.get_rank()
     moe = expert_parallel(skewed(build(hidden, 32, experts, k, capacity_factor), skew, 2))
     moe.aux_loss_weight = aux_loss_weight
+    if bias_update:
+        moe.balance_with_bias(bias_update)
     opt = torch.optim.SGD(moe.parameters(), lr=lr)
     teacher = torch.randn(hidden, hidden, generator=torch.Generator().manual_seed(5)).to(labkit.device()) / 4
     run_local, spent = moe.experts_forward, [0.0]
@@ -61,6 +65,8 @@ def train_load(steps=30, aux_loss_weight=0.0, capacity_factor=None, tokens=64, h
         load[moe.first_expert:moe.first_expert + len(moe.experts)] = moe.received.sum(0)
         stats = torch.cat([load, torch.tensor([moe.dropped], device=x.device)])
         dist.all_reduce(stats)
+        if bias_update:
+            moe.update_bias(stats[:-1])
         row = {"step": step, "load": stats[:-1].tolist(), "dropped": int(stats[-1]),
                "loss": loss.item(), "seconds": spent[0]}
         history.append(row)

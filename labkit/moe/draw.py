@@ -11,27 +11,43 @@ _RANK_COLOURS = plt.get_cmap("tab10").colors
 
 
 def routing_figure(steps: list, experts: int):
-    """One column per rank: its tokens (rows) and the expert each goes to, coloured by the rank
-    that holds the expert. `steps`: dispatch_steps() of every rank."""
+    """Which expert each rank's tokens go to: one row per source rank, one column per expert,
+    the number of token copies in each cell. One colour meaning: the rank, for the tokens' rank
+    (row labels) and the rank that holds the expert (column labels, cell shading, legend). Cells
+    with a thick outline stay on their rank; every other copy crosses to another rank.
+    `steps`: dispatch_steps() of every rank."""
+    from matplotlib.patches import Patch, Rectangle
     n = len(steps)
     per_rank = experts // n
-    fig, ax = plt.subplots(figsize=(6.5 * _k(), 3.2 * _k()))
-    for r, s in enumerate(steps):
-        for t, e in enumerate(s["expert"]):
-            owner = e // per_rank
-            ax.annotate("", xy=(e, 0), xytext=(r * per_rank + (t + 0.5) * per_rank / len(s["expert"]) - 0.5, 1),
-                        arrowprops=dict(arrowstyle="->", color=_RANK_COLOURS[owner], lw=1.2, alpha=0.8))
-            ax.plot([r * per_rank + (t + 0.5) * per_rank / len(s["expert"]) - 0.5], [1], "o",
-                    color=_RANK_COLOURS[r], ms=5)
-    for e in range(experts):
-        ax.plot([e], [0], "s", color=_RANK_COLOURS[e // per_rank], ms=12)
-        ax.text(e, -0.12, f"E{e}", ha="center", va="top", fontsize=_fs(8))
+    counts = np.array([s["per expert"] for s in steps])
+    top = max(int(counts.max()), 1)
+    fig, ax = plt.subplots(figsize=(6.8 * _k(), 3.4 * _k()))
     for r in range(n):
-        ax.text(r * per_rank + per_rank / 2 - 0.5, 1.12, tr_fig("tokens of rank {r}", r=r), ha="center", fontsize=_fs(8))
-    ax.set_ylim(-0.35, 1.3)
-    ax.set_xlim(-0.8, experts - 0.2)
-    ax.axis("off")
-    ax.set_title(tr_fig("routing: each token's first choice; arrows coloured by the rank that holds the expert"),
+        for e in range(experts):
+            c, owner = int(counts[r, e]), e // per_rank
+            ax.add_patch(Rectangle((e, n - 1 - r), 1, 1, facecolor=_RANK_COLOURS[owner],
+                                   alpha=0.15 + 0.75 * c / top if c else 0.04, edgecolor="white", lw=1))
+            ax.text(e + 0.5, n - 0.5 - r, str(c), ha="center", va="center", fontsize=_fs(9),
+                    color="black" if c else "#999999")
+        ax.add_patch(Rectangle((r * per_rank, n - 1 - r), per_rank, 1, fill=False, edgecolor="black", lw=2))
+    ax.set_xlim(0, experts)
+    ax.set_ylim(0, n)
+    ax.set_xticks([e + 0.5 for e in range(experts)], [f"E{e}" for e in range(experts)], fontsize=_fs(8))
+    ax.set_yticks([n - 0.5 - r for r in range(n)], [tr_fig("tokens of rank {r}", r=r) for r in range(n)],
+                  fontsize=_fs(8))
+    for lbl, r in zip(ax.get_yticklabels(), range(n)):
+        lbl.set_color(_RANK_COLOURS[r])
+    for lbl, e in zip(ax.get_xticklabels(), range(experts)):
+        lbl.set_color(_RANK_COLOURS[e // per_rank])
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    handles = [Patch(color=_RANK_COLOURS[r], label=tr_fig("rank {r}", r=r)) for r in range(n)]
+    handles.append(Patch(facecolor="none", edgecolor="black", lw=2, label=tr_fig("stays on its rank")))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=n + 1,
+              fontsize=_fs(8), frameon=False, title=tr_fig("colour: rank (of the tokens, of the expert)"),
+              title_fontsize=_fs(8))
+    ax.set_title(tr_fig("routing: token copies from each rank (row) to each expert (column)"),
                  fontsize=_fs(9))
     fig.tight_layout()
     plt.close(fig)                    # shown once, as the cell's value
@@ -39,7 +55,7 @@ def routing_figure(steps: list, experts: int):
 
 
 class LiveLoad(LiveFigure):
-    """Tokens computed by each expert at the latest step (bars, coloured by the rank holding the
+    """Token copies computed by each expert at the latest step (bars, coloured by the rank holding the
     expert) and, over steps, the busiest rank's share of all tokens, from train_load's events."""
 
     def __init__(self, cluster, experts: int, title: str = "", fps: float = 3.0, ymax=None):
@@ -58,10 +74,12 @@ class LiveLoad(LiveFigure):
         fig, (a, b) = plt.subplots(1, 2, figsize=(9 * _k(), 3.0 * _k()))
         load = np.array(self.rows[-1]["load"]) if self.rows else np.zeros(self.experts)
         a.bar(range(self.experts), load, color=[_RANK_COLOURS[e // per] for e in range(self.experts)])
-        a.axhline(load.sum() / self.experts, color="k", ls="--", lw=1, label=tr_fig("balanced"))
+        a.axhline(load.sum() / self.experts, color="k", ls="--", lw=1,
+                  label=tr_fig("balanced: {total} copies / {e} experts = {each:.0f}", total=int(load.sum()),
+                               e=self.experts, each=load.sum() / self.experts))
         a.set_xticks(range(self.experts))
         a.set_xlabel(tr_fig("expert (colour: rank that holds it)"))
-        a.set_ylabel(tr_fig("tokens computed"))
+        a.set_ylabel(tr_fig("token copies computed"))
         if self.ymax:
             a.set_ylim(0, self.ymax)
         step = self.rows[-1]["step"] if self.rows else 0
@@ -75,7 +93,7 @@ class LiveLoad(LiveFigure):
         b.set_ylim(0, 1)
         b.set_xlabel(tr_fig("step"))
         b.set_ylabel(tr_fig("busiest rank's share"))
-        b.set_title(tr_fig("the busiest rank's share of all tokens"), fontsize=_fs(9))
+        b.set_title(tr_fig("the busiest rank's share of all token copies"), fontsize=_fs(9))
         b.legend(fontsize=_fs(8))
         fig.tight_layout()
         return fig

@@ -10,6 +10,11 @@ only (capacity is worked out from the tokens of the forward that routes them, on
 on one rank), all first choices before any second choice, then by position in the batch.
 GShard (Lepikhin et al., 2020) gives first choices the same priority; Switch (Fedus et al., 2021)
 has k = 1, where the order is just the batch order.
+
+The load-balancing loss (`aux_loss`): Switch's is top-1; for k > 1 three conventions are in use
+(`aux_loss_conventions`): labkit counts all k choices and divides by k (Megatron-core); GShard's
+top-2 loss counts first choices only (DeepSpeed's top2gating); Hugging Face's Mixtral counts all
+k without dividing (balanced routing gives k x weight).
 """
 import math
 
@@ -42,10 +47,33 @@ def kept(choices: list, experts: int, capacity_factor) -> list:
 
 
 def aux_loss(fraction: list, mean_prob: list, weight: float = 0.01) -> float:
-    """Switch / GShard load-balancing loss: weight x E x sum_e f_e P_e, where f_e is the share
-    of the k x tokens assignments routed to e (before dropping) and P_e the mean router
-    probability of e. Balanced routing gives weight x 1."""
+    """The load-balancing loss as labkit computes it: weight x E x sum_e f_e P_e, where f_e is
+    the share of the k x tokens assignments routed to e (all k choices counted, divided by k:
+    Megatron-core's generalisation of Switch's top-1 loss) before dropping, and P_e the mean
+    router probability of e. Balanced routing gives weight x 1. See `aux_loss_conventions`."""
     return weight * len(fraction) * sum(f * p for f, p in zip(fraction, mean_prob))
+
+
+AUX_CONVENTIONS = ("all k / k (Megatron-core, labkit)", "first choices (GShard top-2)",
+                   "all k, not / k (Hugging Face Mixtral)")
+
+
+def aux_loss_conventions(choices: list, mean_prob: list, weight: float = 0.01) -> dict:
+    """The three load-balancing losses in use, from each token's k chosen experts (best first)
+    and the mean router probability P_e. With k = 1 all three are Switch's loss.
+    - Megatron-core (labkit): f_e = copies to e / (k T); balanced: weight.
+    - GShard's top-2 (DeepSpeed's top2gating): f_e from first choices only, / T; balanced: weight.
+    - Hugging Face Mixtral: f_e = copies to e / T (all k, not divided by k); balanced: k x weight."""
+    experts, tokens = len(mean_prob), len(choices)
+    k = len(choices[0]) if choices else 1
+    every, first = [0] * experts, [0] * experts
+    for c in choices:
+        first[c[0]] += 1
+        for e in c:
+            every[e] += 1
+    t = max(tokens, 1)
+    fracs = ([c / (k * t) for c in every], [c / t for c in first], [c / t for c in every])
+    return {name: aux_loss(f, mean_prob, weight) for name, f in zip(AUX_CONVENTIONS, fracs)}
 
 
 def dispatch_bytes(counts: list, rank: int, hidden: int, bytes_per_value: int = 4) -> int:

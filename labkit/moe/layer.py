@@ -44,10 +44,16 @@ def where() -> str:
     return tr(" on rank {rank}", rank=dist.get_rank()) if dist.is_available() and dist.is_initialized() else ""
 
 
-def route(logits: torch.Tensor, k: int, capacity_factor=None):
-    """(probs (T, E), expert (T, k), gate (T, k), keep (T, k) bool) for router logits (T, E)."""
+def route(logits: torch.Tensor, k: int, capacity_factor=None, bias=None):
+    """(probs (T, E), expert (T, k), gate (T, k), keep (T, k) bool) for router logits (T, E).
+    bias (E,): added to the probabilities only to choose the top k (DeepSeek-V3's auxiliary-loss-
+    free balancing); the gates are the probabilities without it."""
     probs = logits.softmax(dim=-1)
-    top, expert = probs.topk(k, dim=-1)
+    if bias is None:
+        top, expert = probs.topk(k, dim=-1)
+    else:
+        expert = (probs.detach() + bias).topk(k, dim=-1).indices
+        top = probs.gather(-1, expert)
     gate = top if k == 1 else top / top.sum(dim=-1, keepdim=True)
     return probs, expert, gate, capacity_mask(expert, logits.shape[-1], capacity_factor)
 
@@ -66,8 +72,10 @@ def capacity_mask(expert: torch.Tensor, experts: int, capacity_factor=None) -> t
 
 
 def load_balancing_loss(probs, expert, weight: float) -> torch.Tensor:
-    """weight x E x sum_e f_e P_e (f_e: share of the k x T assignments to e before dropping;
-    P_e: mean probability of e). Gradients reach the router through P_e only."""
+    """weight x E x sum_e f_e P_e (f_e: share of the k x T assignments to e before dropping,
+    all k choices counted and divided by k, as Megatron-core; P_e: mean probability of e).
+    GShard's top-2 and Hugging Face's Mixtral count differently: formulas.aux_loss_conventions.
+    Gradients reach the router through P_e only."""
     tokens, experts = probs.shape
     f = torch.bincount(expert.reshape(-1), minlength=experts).to(probs.dtype) / max(expert.numel(), 1)
     return weight * experts * (f * probs.mean(0)).sum() if tokens else probs.sum() * 0
@@ -97,13 +105,29 @@ class MoE(nn.Module):
         self.router = nn.Linear(hidden, experts, bias=False)
         self.experts = nn.ModuleList(Expert(hidden, ffn_hidden) for _ in range(experts))
         self.aux_loss = self.tokens_per_expert = self.dropped = self.routing = None
+        self.expert_bias, self.bias_update = None, 0.0
+
+    def balance_with_bias(self, update: float) -> "MoE":
+        """DeepSeek-V3's auxiliary-loss-free balancing: a per-expert bias, added to the routing
+        scores only to choose the top k; after each step `update_bias(load)` moves it by
+        `update` towards balance. Returns the layer."""
+        self.expert_bias = torch.zeros(self.num_experts, device=self.router.weight.device)
+        self.bias_update = update
+        return self
+
+    @torch.no_grad()
+    def update_bias(self, load: torch.Tensor) -> None:
+        """load (E,): copies per expert this step, every rank's (the same on every rank): an
+        overloaded expert's bias falls by `bias_update`, an underloaded one's rises."""
+        load = load.to(self.expert_bias.dtype)
+        self.expert_bias += self.bias_update * torch.sign(load.mean() - load)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != self.hidden:
             raise ValueError(tr("MoE{where}: expected tokens of shape (tokens, {hidden}), got {shape}: "
                                 "flatten (batch, sequence) into tokens and check the hidden size",
                                 where=where(), hidden=self.hidden, shape=tuple(x.shape)))
-        probs, expert, gate, keep = route(self.router(x), self.k, self.capacity_factor)
+        probs, expert, gate, keep = route(self.router(x), self.k, self.capacity_factor, self.expert_bias)
         self.aux_loss = load_balancing_loss(probs, expert, self.aux_loss_weight)
         self.tokens_per_expert = torch.bincount(expert[keep], minlength=self.num_experts)
         self.dropped = int((~keep).sum())
