@@ -57,6 +57,11 @@ class LocalRanks:
         self.store_path = procs.rendezvous_store(self.pool.stack_dir)
         if self.pool.netns is None:               # no private network here: say so, once per cluster
             print(open_ports_warning(self.pool.netns_why), file=sys.stderr)
+        elif "user" in self.pool.netns.kinds:
+            # Ranks in a user namespace of their own cannot open /proc/<notebook>/fd (the kernel
+            # wants CAP_SYS_PTRACE in the notebook's namespace), so what the notebook sends them is
+            # pickled through the socket; their results still come back through shared memory.
+            self.local = False
 
     # -- ranks --------------------------------------------------------------------------------
     def take(self, n: int, deadline: float) -> list:
