@@ -43,7 +43,7 @@ def wanted() -> str:
     from labkit.runtime import portable
     if os.environ.get("LABKIT_NETNS", "1") == "0":
         return "LABKIT_NETNS=0 is set"
-    if not portable.LINUX:
+    if not portable.NETNS:
         return portable.why_not("a private network namespace")
     return ""
 
