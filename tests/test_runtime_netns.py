@@ -128,3 +128,37 @@ def test_portable_mode_says_it_too():
     assert out.returncode == 0 and out.stdout.strip() == "[7]", out.stderr[-2000:]
     said = [line for line in out.stderr.splitlines() if "gloo ports" in line]
     assert len(said) == 1 and "LABKIT_PORTABLE=1 is set" in said[0], out.stderr
+
+
+AS_LEARNER = """
+import os, torch, labkit
+with labkit.Cluster(2, spares=0, timeout=120) as c:
+    p = c._source.pool.netns
+    print(p and p.kinds, c._source.pool.netns_why or "-")
+    def fn(x):
+        import os, torch.distributed as dist
+        y = x.clone(); dist.all_reduce(y)
+        return y.sum().item(), os.readlink("/proc/self/ns/net"), os.getuid(), torch.ones(1 << 17)
+    rows = c.run(fn, torch.ones(1 << 17))              # a tensor out, and one back
+    print([r[0] for r in rows], len({r[1] for r in rows}), os.readlink("/proc/self/ns/net") in
+          {r[1] for r in rows}, {r[2] for r in rows} == {os.getuid()}, float(rows[1][3].sum()))
+"""
+
+
+@linux_only
+def test_a_learner_who_is_not_root_gets_a_user_and_network_namespace():
+    """The route of a class: the learner is an ordinary user, so the ranks get a user namespace
+    (their own uid mapped to itself) with the network namespace inside. Their tensors from the
+    notebook go through the socket (the kernel does not let them open /proc/<notebook>/fd);
+    results come back; the sum is exact."""
+    import sysusers
+    sysusers.skip_unless_root()
+    python = sysusers.python_for_others("lktother")
+    out = subprocess.run([python, "-c", AS_LEARNER], capture_output=True, text=True, timeout=300,
+                         **sysusers.as_user("lktother"))
+    lines = out.stdout.splitlines()
+    if lines and lines[0].startswith("None"):                 # this kernel refuses it: say why
+        pytest.skip(f"unprivileged user namespaces refused here: {lines[0]}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert lines == ["['user', 'net'] -", f"[{2.0 * (1 << 17)}, {2.0 * (1 << 17)}] 1 False True "
+                                          f"{float(1 << 17)}"], out.stdout + out.stderr[-2000:]
