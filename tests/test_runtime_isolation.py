@@ -188,7 +188,8 @@ def test_a_flood_of_connections_by_another_user_breaks_nothing(c, other_python):
     try:
         held = [json.loads(p.stdout.readline()) for p in floods]
         print(f"\n{OTHER} holds {[h['held'] for h in held]} connections to ports {ports} "
-              f"(opened in {[h['seconds'] for h in held]} s)")
+              f"(opened in {[h['seconds'] for h in held]} s; accepted: "
+              f"{[h['accepted'] for h in held]})")
         assert sum(h["held"] for h in held) >= 19_000, held
         if c._source.pool.netns is not None:                 # the ranks' network is their own
             assert sum(h["accepted"] for h in held) == 0, f"{OTHER} reached the cluster: {held}"
