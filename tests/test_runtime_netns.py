@@ -104,6 +104,7 @@ def test_spawned_ranks_share_the_namespace_too():
     assert "gloo ports" not in out.stderr
 
 
+@linux_only
 def test_no_namespace_is_said_in_one_line(monkeypatch, capsys):
     """The kernel refuses the namespace (forced here: as with unprivileged user namespaces off
     by sysctl or AppArmor): Cluster() says in one line that other users can reach the gloo
