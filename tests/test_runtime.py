@@ -153,11 +153,11 @@ def test_world_size_one():
 
 def test_two_clusters_at_once_do_not_collide(cluster2):
     with labkit.Cluster(2, spares=0) as other:
-        assert other._source.pool.server.address[1] != cluster2._source.pool.server.address[1]
+        assert other._source.pool.server.address != cluster2._source.pool.server.address
         assert other._source.store_path != cluster2._source.store_path
         for c in (other, cluster2):
-            assert c._source.pool.server.address[0] == "127.0.0.1"
             folder = os.path.dirname(c._source.store_path)   # the rendezvous: a private file
+            assert c._source.pool.server.address == os.path.join(folder, "control")  # a Unix socket
             assert os.stat(folder).st_mode & 0o777 == 0o700 and os.stat(folder).st_uid == os.getuid()
         results = {}
 

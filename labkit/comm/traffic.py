@@ -5,7 +5,8 @@
     m.sent, m.received                           # bytes this rank's process group moved
 
 `measure()` reads the kernel's TCP counters (``getsockopt(TCP_INFO)``) of this process's
-process-group sockets, found through /proc/self/fd, before and after the block. It sees
+process-group sockets, found through /proc/self/fd, before and after the block (on the rank
+itself, so inside a local cluster's own network namespace: runtime/local/netns.py). It sees
 every byte gloo writes, whoever called it (labkit's ring or `torch.distributed`), because it
 is measured outside both. ``sent`` is what the application handed to TCP
 (tcpi_bytes_sent - tcpi_bytes_retrans + tcpi_notsent_bytes, Linux >= 4.19; older kernels

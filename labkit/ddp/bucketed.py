@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from labkit.comm.objects import broadcast_json
 from labkit.ddp.clock import HostClock
 from labkit.ddp.base import MB, _DataParallel
 from labkit.i18n import tr
@@ -263,9 +264,8 @@ class BucketedDDP(_DataParallel):
     def _rebuild(self, seen: list) -> None:
         """Rebuild the buckets in the order gradients became ready on rank 0 (once)."""
         index = {p: i for i, (_, p) in enumerate(self.named)}
-        order = [[index[p] for p in seen]]
-        dist.broadcast_object_list(order, src=self.src, group=self.group)
-        order = [self.named[i][1] for i in order[0]]
+        order = broadcast_json([index[p] for p in seen], src=self.src, group=self.group)
+        order = [self.named[i][1] for i in order]     # tensors, not pickles: comm/objects.py
         self._pending, self._seen = None, []
         layout = assign_buckets(order, [self.first_cap_bytes, self.cap_bytes])
         if [[id(p) for p in ps] for ps in layout] != [[id(p) for p in b.params] for b in self.buckets]:

@@ -64,13 +64,13 @@ def convergence_checklist(lr: float, base_lr: float, base_batch: int, batch: int
                           weights_seed_by_rank: bool = False, max_norm: float = 100.0) -> list:
     """On every rank: the four items of the checklist, [(item, ok, detail)].
     lr: the learning rate used with `batch` per rank; base_lr: the one tuned at base_batch."""
+    from labkit.comm.objects import all_gather_json
     from labkit.doctor.ranks import seed_probe
     out = [(tr(ITEMS[0]), *_single_rank_sanity())]
     out.append((tr(ITEMS[1]), *_gradient_norm(batch, max_norm)))
     out.append((tr(ITEMS[2]), *pitfalls.lr_rule(lr, base_lr, base_batch, batch * dist.get_world_size())))
     mine = seed_probe(weights_seed_by_rank=weights_seed_by_rank)
-    every = [None] * dist.get_world_size()
-    dist.all_gather_object(every, mine)
+    every = all_gather_json(mine)                 # tensors, not pickles: comm/objects.py
     out.append((tr(ITEMS[3]), *pitfalls.seeds_ok([e["weights"] for e in every],
                                              [e["sampler_seed"] for e in every],
                                              [e["dropout"] for e in every])))

@@ -85,6 +85,12 @@ MESSAGES = {
     "{n} sizes from 1 to {biggest:.0e} parameters, 5 categories each":
         "{n} 种规模，从 1 到 {biggest:.0e} 个参数，每种 5 个类别",
 
+    # -- a local cluster without a private network (labkit/runtime/local/source.py) -----------
+    "labkit: other users of this machine can connect to the ranks' gloo ports ({why}): they can "
+    "hang your collectives or change their data. See the threat model in docs/teaching.md.":
+        "labkit：这台机器上的其他用户可以连接各 rank 的 gloo 端口（{why}）：他们能让你的集合通信"
+        "卡住，或篡改其中的数据。见 docs/teaching.md 中的威胁模型。",
+
     # -- the cluster's errors (labkit/runtime/errors.py) ---------------------------------------
     "was stopped: {why}": "被停止了：{why}",
     "is gone: {why}": "已经不在了：{why}",

@@ -104,11 +104,12 @@ def count_params(model: torch.nn.Module, local: bool = False) -> int:
 
 
 def gather(breakdown: Breakdown) -> list:
-    """Inside a rank: every rank's Breakdown, by rank (an all_gather_object over the group)."""
-    import torch.distributed as dist
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, breakdown)
-    return out
+    """Inside a rank: every rank's Breakdown, by rank (its fields gathered as tensors over the
+    group: no pickle of a peer's is ever loaded, comm/objects.py)."""
+    import dataclasses
+    from labkit.comm.objects import all_gather_json
+    every = all_gather_json(dataclasses.asdict(breakdown))
+    return [Breakdown(**{**d, "on_host": tuple(d["on_host"])}) for d in every]
 
 
 def per_rank(cluster, fn, *args, **kwargs) -> list:

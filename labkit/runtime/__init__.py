@@ -37,6 +37,7 @@ local/ - ranks on this machine:
   pool.py      spares and every worker process of one Cluster
   procs.py     starting workers: the launcher thread, environment, threads, the rendezvous file
   watchdog.py  without PR_SET_PDEATHSIG (macOS): kills the workers once the notebook is gone
+  netns.py     the ranks' own network namespace (Linux): no other local user reaches their ports
   zygote.py    one process with torch imported that forks ready workers in ~0.1 s (the notebook
                side; zygote_main.py is the process itself)
 

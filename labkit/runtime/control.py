@@ -1,11 +1,16 @@
-"""The control socket: the loopback port workers connect to, with its defences.
+"""The control socket workers connect to, with its defences.
 
-Only labkit workers know the key, but any local process can connect (another user on a shared
-JupyterHub), so a connection that stalls, a flood of them, or running out of file descriptors
-must never stop the notebook from accepting its own workers.
+A local cluster's is a Unix socket in the cluster's 0700 folder (`path=`): no other user can
+reach it (and a peer of another uid is refused: SO_PEERCRED), and it works across network
+namespaces (the ranks have a private one: local/netns.py). A remote cluster's is a TCP port
+(remote/tls.TLSServer). Only labkit workers know the key, but on TCP any local process can
+connect (another user on a shared JupyterHub), so a connection that stalls, a flood of them, or
+running out of file descriptors must never stop the notebook from accepting its own workers.
 """
+import os
 import secrets
 import socket
+import struct
 import threading
 import time
 from multiprocessing.connection import answer_challenge, deliver_challenge
@@ -25,12 +30,17 @@ class ControlServer:
     """
 
     def __init__(self, on_hello, host: str = "127.0.0.1", handshake_timeout: float = 10.0,
-                 max_pending: int = 64, port: int = 0):
+                 max_pending: int = 64, port: int = 0, path: str = None):
         self.authkey = secrets.token_bytes(32)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if port:                                  # a port the user named (remote.py)
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, port))              # port 0: the OS picks a free one, clusters never collide
+        if path is not None:                      # a local cluster: a Unix socket in its folder
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.bind(path)
+            os.chmod(path, 0o600)
+        else:
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            if port:                              # a port the user named (remote.py)
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind((host, port))          # port 0: the OS picks a free one, clusters never collide
         self.sock.listen(64)
         self.sock.settimeout(0.25)                # wake up to shut expired handshakes
         self.address = self.sock.getsockname()
@@ -86,6 +96,9 @@ class ControlServer:
                 time.sleep(0.05)
                 continue
             s.setblocking(True)
+            if not _same_user(s):                 # a Unix peer of another uid: never a worker
+                s.close()
+                continue
             with self._lock:
                 self._pending[s] = time.monotonic() + self.handshake_timeout
             try:
@@ -130,6 +143,19 @@ class ControlServer:
             pending = list(self._pending)
         for s in pending:
             _shut(s)
+
+
+def _same_user(s: socket.socket) -> bool:
+    """A Unix socket's peer runs as this user (SO_PEERCRED; without it, macOS, the folder's 0700
+    mode alone keeps others out). TCP peers are judged by the key alone."""
+    if s.family != socket.AF_UNIX or not hasattr(socket, "SO_PEERCRED"):
+        return True
+    try:
+        _, uid, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                     struct.calcsize("3i")))
+    except OSError:
+        return False
+    return uid == os.geteuid()
 
 
 def _shut(s: socket.socket) -> None:

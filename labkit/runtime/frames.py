@@ -126,10 +126,19 @@ class Conn(Connection):
 
 
 def connect(address, authkey: bytes) -> Conn:
-    """A worker's control connection to the notebook: TCP without Nagle, the key checked both
-    ways (as multiprocessing.connection.Client does)."""
-    s = socket.create_connection(address)
-    nodelay(s)
+    """A worker's control connection to the notebook: a Unix socket (`address` a path: a local
+    cluster's) or TCP without Nagle, the key checked both ways (as
+    multiprocessing.connection.Client does)."""
+    if isinstance(address, str):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(address)
+        except OSError:
+            s.close()
+            raise
+    else:
+        s = socket.create_connection(address)
+        nodelay(s)
     conn = Conn(s.detach())
     answer_challenge(conn, authkey)
     deliver_challenge(conn, authkey)

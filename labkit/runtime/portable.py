@@ -16,6 +16,9 @@ pidfd, fork       the zygote forks ready workers in ~0.1 s    workers spawned as
 sched_getaffinity the cores this process may use              os.cpu_count()
 TCP_INFO via      bytes on the wire per rank                  none: `comm.traffic.measure`
 /proc/self/fd     (comm/traffic.py)                           says it cannot measure here
+unshare, setns    the ranks' own network namespace: no other  none: Cluster() says in one
+                  local user reaches their gloo ports         line that other local users
+                  (local/netns.py)                            can reach the ranks' gloo ports
 pidfd, /proc,     the node agent of Cluster.remote (ranks     none: the node side of
 SO_PEERCRED,      under torchrun on other machines)           Cluster.remote needs Linux (the
 abstract sockets                                              notebook's side does not)
@@ -37,13 +40,14 @@ FORK_ZYGOTE = PIDFD and PRCTL and hasattr(os, "fork") and hasattr(socket, "send_
 AFFINITY = LINUX and hasattr(os, "sched_getaffinity")
 TCP_COUNTERS = PROC and hasattr(socket, "TCP_INFO")
 NODE_AGENT = PIDFD and PROC and hasattr(socket, "SO_PEERCRED")
+NETNS = LINUX and os.path.exists("/proc/self/ns/net")
 
 
 def pieces() -> dict:
     """{piece: used here?} for the table above."""
     return {"memfd": MEMFD, "/proc": PROC, "prctl": PRCTL, "pidfd": PIDFD,
             "zygote (fork)": FORK_ZYGOTE, "sched_getaffinity": AFFINITY,
-            "TCP counters": TCP_COUNTERS, "node agent": NODE_AGENT}
+            "TCP counters": TCP_COUNTERS, "node agent": NODE_AGENT, "network namespace": NETNS}
 
 
 def why_not(piece: str) -> str:

@@ -13,8 +13,10 @@ opens the same file through ``/proc/<sender pid>/fd/<fd>`` and maps it:
 The file has no name: it lives while the sender holds its fd or a receiver maps it, so a
 SIGKILL of any process (notebook or rank) can leave nothing behind, in /dev/shm or anywhere.
 The sender closes its fd once every receiver has loaded the message (`close`).
-This is torch.multiprocessing's "file_descriptor" strategy without the Unix socket: the fd
-is reached through /proc, since the control connections are TCP.
+This is torch.multiprocessing's "file_descriptor" strategy without passing descriptors: the fd
+is reached through /proc. Ranks in a user namespace of their own (a learner who is not root:
+local/netns.py) cannot open the notebook's, so the local source then pickles what the notebook
+sends them (their results still come this way).
 LABKIT_SHM=0 in the environment turns it off (tensors are pickled through the socket), as does
 a system without memfd or /proc (macOS) and LABKIT_PORTABLE=1 (portable.py).
 """

@@ -223,8 +223,9 @@ def serve(conn, owner_alive, on_lost) -> None:
     _serve(conn)
 
 
-def start(host: str, port: int, stack_dir: str, authkey: bytes, owner: int) -> None:
-    """Become a spare: connect to the notebook's control socket, say hello, serve tasks.
+def start(address: str, stack_dir: str, authkey: bytes, owner: int) -> None:
+    """Become a spare: connect to the notebook's control socket (a Unix socket in the cluster's
+    folder), say hello, serve tasks.
     Run by `main` in a spawned interpreter and by the zygote in each forked child (whose
     parent is the zygote: it watches the notebook, `owner`, by pid instead)."""
     stack_path = os.path.join(stack_dir, f"stack-{os.getpid()}.txt")
@@ -236,7 +237,7 @@ def start(host: str, port: int, stack_dir: str, authkey: bytes, owner: int) -> N
     import labkit.runtime.context                  # noqa: F401
     from labkit.runtime import frames, protocol
 
-    conn = labkit.runtime.context.Channel(frames.connect((host, port), authkey))
+    conn = labkit.runtime.context.Channel(frames.connect(address, authkey))
     conn.send(protocol.Hello(os.getpid(), threading.main_thread().ident, stack_path))
     serve(conn, _owner_alive_check(owner), lambda eof: _exit_all())
 
@@ -245,9 +246,11 @@ def main() -> None:
     die_with_parent()
     if os.environ.get("LABKIT_DRIVER_PID") not in (None, str(os.getppid())):
         os._exit(0)                                # the notebook died before we could ask
-    host, port, stack_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    from labkit.runtime.local import netns
+    netns.enter()                                  # the cluster's own network, while single-threaded
+    address, stack_dir = sys.argv[1], sys.argv[2]
     authkey = bytes.fromhex(sys.stdin.readline().strip())
-    start(host, port, stack_dir, authkey, os.getppid())
+    start(address, stack_dir, authkey, os.getppid())
 
 
 if __name__ == "__main__":

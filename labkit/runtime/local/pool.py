@@ -9,6 +9,7 @@ Workers are forked by the pool's zygote (zygote.py: ~0.1 s each, so the standby 
 dry, even after several failures in a row); if the zygote cannot start or dies, they are
 spawned as fresh interpreters instead (2-10 s each).
 """
+import os
 import shutil
 import sys
 import threading
@@ -16,7 +17,7 @@ import time
 
 from labkit.runtime import errors, stacks
 from labkit.runtime.control import ControlServer
-from labkit.runtime.local import procs
+from labkit.runtime.local import netns, procs
 from labkit.runtime.local.handle import LocalRank
 from labkit.runtime.local import zygote
 
@@ -31,7 +32,8 @@ class WorkerPool:
         self.closed = False
         self.env = dict(env or {})               # extra environment of every worker
         self.stack_dir = stacks.make_stack_dir()
-        self.server = ControlServer(self._on_hello)
+        self.server = ControlServer(self._on_hello, path=os.path.join(self.stack_dir, "control"))
+        self.netns, self.netns_why = netns.make()     # the ranks' own loopback, or why not
         self.forking = 0                          # asked of the zygote, pid not known yet
         self.forked = 0                           # workers the zygote made (spawned: the rest)
         self._early = {}                          # pid -> a hello that beat the zygote's answer
@@ -39,7 +41,7 @@ class WorkerPool:
         if zygote.ENABLED:
             try:
                 self.zygote = zygote.Zygote(self.server, self.stack_dir, threads, self.env,
-                                            self._on_forked, self._on_zygote_lost)
+                                            self._on_forked, self._on_zygote_lost, self.netns)
             except OSError as exc:
                 print(f"labkit: could not start the process that forks ranks quickly ({exc}); "
                       "ranks start as fresh interpreters instead.", file=sys.stderr)
@@ -54,7 +56,7 @@ class WorkerPool:
                     continue
                 except OSError:
                     pass                          # the zygote is gone: spawn this one
-            w = procs.launch(self.server, self.stack_dir, self.threads, self.env)
+            w = procs.launch(self.server, self.stack_dir, self.threads, self.env, self.netns)
             self.workers[w.pid] = w
 
     def _on_forked(self, proc) -> None:
@@ -185,4 +187,6 @@ def shutdown(pool: WorkerPool) -> None:
         pool.zygote.close()                       # it kills any child the pool never heard of
     pool.workers.clear()
     pool.server.close()
+    if pool.netns is not None:
+        pool.netns.close()                        # the namespace ends with its last process
     shutil.rmtree(pool.stack_dir, ignore_errors=True)

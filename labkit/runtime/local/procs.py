@@ -74,15 +74,18 @@ def worker_env(threads: int, extra_env: dict = None) -> dict:
     return env
 
 
-def launch(server, stack_dir: str, threads: int, extra_env: dict = None) -> LocalRank:
+def launch(server, stack_dir: str, threads: int, extra_env: dict = None,
+           private=None) -> LocalRank:
     """Start one spare worker: a fresh interpreter running labkit.runtime.worker, leading its
-    own process group (killed as a group)."""
-    host, port = server.address
+    own process group (killed as a group), inside the cluster's network namespace `private`
+    (netns.Private) when there is one."""
+    env = worker_env(threads, extra_env)
+    env.update(private.env() if private is not None else {})
     proc = _launcher(lambda: subprocess.Popen(
-        [sys.executable, "-m", "labkit.runtime.worker", host, str(port), stack_dir],
+        [sys.executable, "-m", "labkit.runtime.worker", server.address, stack_dir],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        env=worker_env(threads, extra_env), cwd=os.getcwd(), close_fds=True,
-        start_new_session=True))
+        env=env, cwd=os.getcwd(), close_fds=True,
+        pass_fds=tuple(private.fds) if private is not None else (), start_new_session=True))
     watchdog.watch(proc.pid)                      # no PR_SET_PDEATHSIG here: killed from outside
     proc.stdin.write(server.authkey.hex().encode() + b"\n")   # the key never shows in `ps`
     proc.stdin.flush()

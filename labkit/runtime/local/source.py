@@ -1,6 +1,8 @@
 """Ranks on this machine, as a source of ranks for the Cluster (see ../source.py).
 
-The pool keeps spares ready (forked by the zygote in ~0.1 s, else spawned); the ranks meet in a
+The pool keeps spares ready (forked by the zygote in ~0.1 s, else spawned), every one inside the
+cluster's own network namespace where Linux allows it (netns.py: no other local user can see or
+reach their gloo listeners; elsewhere the cluster says so in one line); the ranks meet in a
 FileStore: a file in the cluster's private folder (0700), which no other local user can reach
 (a loopback TCP store is open to every local user: procs.rendezvous_store); the backend is decided
 at start (NCCL with one GPU per rank among the GPUs visible to the ranks, else gloo, saying why
@@ -10,11 +12,20 @@ torch threads.
 import os
 import sys
 
+from labkit.i18n import tr
 from labkit.runtime import gpus
 from labkit.runtime.local import procs
 from labkit.runtime.local.handle import dump_stacks
 from labkit.runtime.local.pool import WorkerPool, shutdown
 from labkit.runtime.options import decide_backend
+
+
+def open_ports_warning(why: str) -> str:
+    """The one line a Cluster says where its ranks cannot have a network of their own
+    (netns.py): gloo's listeners are then open to every local user."""
+    return tr("labkit: other users of this machine can connect to the ranks' gloo ports ({why}): "
+              "they can hang your collectives or change their data. See the threat model in "
+              "docs/teaching.md.", why=why)
 
 
 class LocalRanks:
@@ -44,6 +55,13 @@ class LocalRanks:
         self.pool = WorkerPool(self.threads_per_rank, world_size if self.spares_wanted is None
                                else int(self.spares_wanted), env)
         self.store_path = procs.rendezvous_store(self.pool.stack_dir)
+        if self.pool.netns is None:               # no private network here: say so, once per cluster
+            print(open_ports_warning(self.pool.netns_why), file=sys.stderr)
+        elif "user" in self.pool.netns.kinds:
+            # Ranks in a user namespace of their own cannot open /proc/<notebook>/fd (the kernel
+            # wants CAP_SYS_PTRACE in the notebook's namespace), so what the notebook sends them is
+            # pickled through the socket; their results still come back through shared memory.
+            self.local = False
 
     # -- ranks --------------------------------------------------------------------------------
     def take(self, n: int, deadline: float) -> list:

@@ -100,7 +100,8 @@ class ForkedProc:
 class Zygote:
     """The notebook's side: start the zygote, ask it for workers, hear how they end."""
 
-    def __init__(self, server, stack_dir: str, threads: int, env: dict, on_forked, on_lost):
+    def __init__(self, server, stack_dir: str, threads: int, env: dict, on_forked, on_lost,
+                 private=None):
         self.alive = True
         self.ready_pid = None                     # set once torch is imported and forks can start
         self._on_forked, self._on_lost = on_forked, on_lost
@@ -108,15 +109,17 @@ class Zygote:
         self._procs = {}                          # pid -> ForkedProc
         self._lock = threading.Lock()
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        host, port = server.address
         self.log_path = os.path.join(stack_dir, "zygote.log")
+        zenv = procs.worker_env(threads, env)
+        zenv.update(private.env() if private is not None else {})   # its forks: the ranks' network
+        ns_fds = tuple(private.fds) if private is not None else ()
         with open(self.log_path, "wb") as log:     # started from the launcher thread: see procs
             self.proc = procs._launcher(lambda: subprocess.Popen(
-                [sys.executable, "-m", "labkit.runtime.local.zygote_main", host, str(port), stack_dir,
+                [sys.executable, "-m", "labkit.runtime.local.zygote_main", server.address, stack_dir,
                  str(theirs.fileno())],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                env=procs.worker_env(threads, env), cwd=os.getcwd(), close_fds=True,
-                pass_fds=(theirs.fileno(),)))
+                env=zenv, cwd=os.getcwd(), close_fds=True,
+                pass_fds=(theirs.fileno(), *ns_fds)))
         theirs.close()
         self.proc.stdin.write(server.authkey.hex().encode() + b"\n")   # never in `ps`
         self.proc.stdin.close()

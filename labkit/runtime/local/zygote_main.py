@@ -2,7 +2,7 @@
 rank needs once, then forks a spare worker each time the notebook asks, reaps the children and
 reports how each ended; it kills them all and exits when the notebook is gone.
 
-    python -m labkit.runtime.local.zygote_main HOST PORT STACK_DIR   (started by zygote.Zygote)
+    python -m labkit.runtime.local.zygote_main CONTROL_SOCKET STACK_DIR FD   (started by zygote.Zygote)
 """
 import os
 import pickle
@@ -30,8 +30,8 @@ def _child(out_fd: int, sock, wake_r: int, wake_w: int, argv: tuple, owner: int)
         if "numpy" in sys.modules:                # forks share the zygote's numpy seed
             sys.modules["numpy"].random.seed()
         from labkit.runtime import worker
-        host, port, stack_dir, authkey = argv
-        worker.start(host, port, stack_dir, authkey, owner)
+        address, stack_dir, authkey = argv
+        worker.start(address, stack_dir, authkey, owner)
     except BaseException:                         # noqa: B902 - never return into the zygote loop
         import traceback
         traceback.print_exc()
@@ -65,9 +65,18 @@ def _preload() -> None:
             pass
 
 
+def _enter_private_network() -> None:
+    """First thing, while this process has one thread: join the cluster's network namespace
+    (local/netns.py), so that every fork is a rank inside it. A zygote that cannot join exits:
+    the pool then spawns workers, which try again (and fail the start with the reason)."""
+    from labkit.runtime.local import netns
+    netns.enter()
+
+
 def main() -> None:
     import selectors
-    host, port, stack_dir, fd = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    _enter_private_network()
+    address, stack_dir, fd = sys.argv[1], sys.argv[2], int(sys.argv[3])
     authkey = bytes.fromhex(sys.stdin.readline().strip())
     owner = os.getppid()
     if os.environ.get("LABKIT_DRIVER_PID") not in (None, str(owner)):
@@ -129,7 +138,7 @@ def main() -> None:
                 os._exit(0)
             pid = os.fork()
             if pid == 0:
-                _child(fds[0], sock, wake_r, wake_w, (host, port, stack_dir, authkey), owner)
+                _child(fds[0], sock, wake_r, wake_w, (address, stack_dir, authkey), owner)
             for f in fds:
                 os.close(f)
             children.add(pid)
