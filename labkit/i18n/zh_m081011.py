@@ -363,6 +363,16 @@ MESSAGES = {
     "no TP sum": "缺 TP 求和",
     "no PP sum": "缺 PP 求和",
     "replicas counted t times": "副本被算了 t 次",
+    "no EP sum": "缺 EP 求和",
+    "dense counted on every EP rank": "稠密参数在每个 EP rank 上都算了",
+    "summed over CP": "在 CP 上求了和",
+    "tied embedding counted twice": "共享的嵌入算了两次",
+    "clip_parity_ep on rank {rank}: it runs on 4 ranks with cp = 1 or 2, not {n} ranks and cp = {cp}: "
+    "start labkit.Cluster(4)":
+        "rank {rank} 上的 clip_parity_ep：它要在 4 个 rank 上运行，cp = 1 或 2，而不是 {n} 个 rank、cp = {cp}："
+        "请启动 labkit.Cluster(4)",
+    "tied_parity on rank {rank}: it runs on 4 ranks (DP 2 x PP 2), not {n}: start labkit.Cluster(4)":
+        "rank {rank} 上的 tied_parity：它要在 4 个 rank 上运行（DP 2 x PP 2），而不是 {n} 个：请启动 labkit.Cluster(4)",
     # -- table headers and notes that notebooks 08 and 10 hand to labkit.Table (it translates
     #    each header, title and note through this catalog; the rows stay as the code made them) --
     "node": "节点",
@@ -388,6 +398,10 @@ MESSAGES = {
     "formula GB (4 B, 8 B per parameter held)": "公式 GB（每个持有的参数 4 B、8 B）",
     "layout (4 ranks)": "布局（4 个 rank）",
     "clipped shards: max diff": "裁剪后的分片：最大差",
+    "right / one process": "正确 / 单进程",
+    "wrong / one process": "错误 / 单进程",
+    "rank 0's norms; \"no EP sum\" differs on each EP rank (each sees its own experts)":
+        "rank 0 的范数；“缺 EP 求和”在每个 EP rank 上都不同（各自只看到自己的专家）",
     "each norm as rank 0 computes it; a wrong one equals the right one where that dimension has size 1":
         "每个范数都是 rank 0 算出的；某一维大小为 1 时，错误的算法与正确的相等",
     "with DP 1 the loss is not averaged over two replicas: the same gradients, twice as large":
