@@ -31,3 +31,24 @@ def compute_split_runner():
 def stage_memory_runner(sizes):
     from labkit.pipeline.stage_memory import stage_memory
     return stage_memory(sizes=sizes)
+
+
+def _profiled(name):
+    from labkit.diagnose.steps import profiled_scenario
+    return profiled_scenario(name)
+
+
+def test_profiled_share_verdict_passes_on_communication_and_fails_on_slow_data(cluster2, capsys):
+    """Shares are ratios inside one run: the communication run spends 30-60 % in the all-reduce
+    by the profiler here (the scenario's 8 MB against tiny compute; its low end under load), the
+    slow-data run about 1 % (it sleeps in the loader). The test's bar, 20 %, leaves room for a
+    loaded machine and still sits 20x above the slow-data run."""
+    from labkit.diagnose.profile import share_verdict
+    comm = cluster2.run(_profiled, "communication")
+    assert all("gloo:all_reduce" in r["ops"] or "c10d::allreduce_" in r["ops"] for r in comm), comm
+    assert share_verdict(comm, threshold=0.2), comm
+    assert capsys.readouterr().out.splitlines()[-1].startswith("ok: communication share above 20%")
+    data = cluster2.run(_profiled, "slow data")
+    assert not share_verdict(data, threshold=0.2), data
+    assert capsys.readouterr().out.splitlines()[-1].startswith("MISS: ")
+    assert all(r["profiler"] < 0.1 and r["timers"] < 0.1 for r in data), data

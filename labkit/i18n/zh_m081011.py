@@ -364,6 +364,8 @@ MESSAGES = {
     "no PP sum": "缺 PP 求和",
     "replicas counted t times": "副本被算了 t 次",
     "no EP sum": "缺 EP 求和",
+    "communication share above {t:.0%} on every rank: timers {a:.0%} to {b:.0%}, torch.profiler {c:.0%} to {d:.0%}":
+        "每个 rank 上通信占比都高于 {t:.0%}：计时器 {a:.0%} 到 {b:.0%}，torch.profiler {c:.0%} 到 {d:.0%}",
     "dense counted on every EP rank": "稠密参数在每个 EP rank 上都算了",
     "summed over CP": "在 CP 上求了和",
     "tied embedding counted twice": "共享的嵌入算了两次",
