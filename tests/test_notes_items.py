@@ -52,3 +52,32 @@ def test_profiled_share_verdict_passes_on_communication_and_fails_on_slow_data(c
     assert not share_verdict(data, threshold=0.2), data
     assert capsys.readouterr().out.splitlines()[-1].startswith("MISS: ")
     assert all(r["profiler"] < 0.1 and r["timers"] < 0.1 for r in data), data
+
+
+# -- 16: the ring is bandwidth-bound for large messages, its latency term grows with 2(N-1) ----
+
+SLOW = (5e-3, 20e6)      # 5 ms per message, 20 MB/s: loopback's own costs are ~5 % of these
+
+
+@pytest.mark.serial
+def test_ring_latency_grows_with_steps_bandwidth_with_bytes(cluster4):
+    from labkit.comm import latency
+    ring = latency.fit(cluster4.run(latency.times, link=SLOW)[0])
+    assert latency.check(ring), latency.ratios(ring)
+    assert 0.7 < ring[0]["alpha"] / (2 * SLOW[0]) < 1.5, ring        # N = 2: two messages of 5 ms
+    naive = latency.fit(cluster4.run(latency.times, link=SLOW, op="naive")[0])
+    assert not latency.check(naive), latency.ratios(naive)           # its bytes grow with N - 1
+
+
+def _model_rows(alpha_of_n, beta_of_n, ns=(2, 3, 4), sizes=(64, 1 << 20)):
+    return [{"N": n, "bytes": s, "times": [alpha_of_n(n) + beta_of_n(n) * s]} for n in ns for s in sizes]
+
+
+def test_latency_check_fails_on_a_constant_latency_model():
+    from labkit.comm import latency
+    ring = _model_rows(lambda n: 2 * (n - 1) * 1e-3, lambda n: 2 * (n - 1) / n * 1e-8)
+    assert latency.check(latency.fit(ring))
+    flat = _model_rows(lambda n: 2e-3, lambda n: 2 * (n - 1) / n * 1e-8)       # latency not growing
+    assert not latency.check(latency.fit(flat))
+    steps = _model_rows(lambda n: 2 * (n - 1) * 1e-3, lambda n: 2 * (n - 1) * 1e-8)  # bytes x steps
+    assert not latency.check(latency.fit(steps))
