@@ -81,3 +81,32 @@ def test_latency_check_fails_on_a_constant_latency_model():
     assert not latency.check(latency.fit(flat))
     steps = _model_rows(lambda n: 2 * (n - 1) * 1e-3, lambda n: 2 * (n - 1) * 1e-8)  # bytes x steps
     assert not latency.check(latency.fit(steps))
+
+
+# -- 51: tiny buckets pay a start-up cost per call ---------------------------------------------
+
+def _calls():
+    from labkit.ddp.bucket_cost import call_sweep
+    return call_sweep()
+
+
+@pytest.mark.serial
+def test_tiny_buckets_pay_a_startup_cost_per_call(cluster4, capsys):
+    """The same 1 MiB in 64 calls against 1: 45-110x as long here (loaded 2 cores); the bar, 3x,
+    is what a start-up cost of 1/32 of one call's time would give, far below any run seen."""
+    from labkit.ddp import bucket_cost
+    rows = cluster4.run(_calls)[0]
+    assert [r["calls"] for r in rows] == [64, 16, 4, 1] and len({r["bytes"] for r in rows}) == 1
+    assert bucket_cost.startup_verdict(rows), rows
+    assert bucket_cost.per_call(rows)["call_s"] > 0
+    times = [min(r["times"]) for r in rows]
+    assert times[0] > times[2] > times[3], times                  # more calls, longer
+
+
+def test_startup_verdict_fails_without_a_per_call_cost(capsys):
+    from labkit.ddp import bucket_cost
+    flat = [{"cap_mb": 1 / c, "calls": c, "bytes": 1 << 20, "times": [0.010]} for c in (64, 16, 4, 1)]
+    assert not bucket_cost.startup_verdict(flat)                     # bytes alone: no start-up cost
+    costly = [dict(r, times=[0.010 + 0.002 * r["calls"]]) for r in flat]
+    assert bucket_cost.startup_verdict(costly)
+    assert bucket_cost.per_call(costly)["call_s"] == pytest.approx(0.002)

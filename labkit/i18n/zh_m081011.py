@@ -364,6 +364,14 @@ MESSAGES = {
     "no PP sum": "缺 PP 求和",
     "replicas counted t times": "副本被算了 t 次",
     "no EP sum": "缺 EP 求和",
+    # -- notebook 03: a call's start-up cost (labkit/ddp/bucket_cost.py) --
+    "the same {mib:g} MiB in {many} calls took {share:.0f}x as long as in {few} (bar: {factor:g}x); "
+    "one call's start-up cost is {per:.2f}x the time of the whole {mib:g} MiB in one call":
+        "同样 {mib:g} MiB 分 {many} 次调用，耗时是 {few} 次调用的 {share:.0f} 倍（门槛：{factor:g} 倍）；"
+        "一次调用的启动开销是一次调用传完整个 {mib:g} MiB 所需时间的 {per:.2f} 倍",
+    "bucket cap": "桶大小上限",
+    "calls": "调用次数",
+    "time / one call's": "时间 / 一次调用的时间",
     "communication share above {t:.0%} on every rank: timers {a:.0%} to {b:.0%}, torch.profiler {c:.0%} to {d:.0%}":
         "每个 rank 上通信占比都高于 {t:.0%}：计时器 {a:.0%} 到 {b:.0%}，torch.profiler {c:.0%} 到 {d:.0%}",
     "dense counted on every EP rank": "稠密参数在每个 EP rank 上都算了",
