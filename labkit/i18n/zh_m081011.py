@@ -364,6 +364,14 @@ MESSAGES = {
     "no PP sum": "缺 PP 求和",
     "replicas counted t times": "副本被算了 t 次",
     "no EP sum": "缺 EP 求和",
+    # -- notebook 10: streaming against preloading (labkit/diagnose/data.py) --
+    "streaming with {w} workers: first step {a:.1f}x sooner (bar {fa}, ideal {ia:g}x), whole pass "
+    "{b:.2f}x shorter (bar {fb}, ideal {ib:g}x) than reading all {n} items first":
+        "用 {w} 个 worker 流式读取：与先读完全部 {n} 条相比，第一步提前 {a:.1f} 倍（门槛 {fa}，理想 {ia:g} 倍），"
+        "整遍缩短 {b:.2f} 倍（门槛 {fb}，理想 {ib:g} 倍）",
+    "workers": "worker 数",
+    "first step: preload / stream": "第一步：先读完 / 流式",
+    "whole pass: preload / stream": "整遍：先读完 / 流式",
     # -- notebook 03: a call's start-up cost (labkit/ddp/bucket_cost.py) --
     "the same {mib:g} MiB in {many} calls took {share:.0f}x as long as in {few} (bar: {factor:g}x); "
     "one call's start-up cost is {per:.2f}x the time of the whole {mib:g} MiB in one call":
