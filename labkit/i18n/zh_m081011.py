@@ -364,6 +364,13 @@ MESSAGES = {
     "no PP sum": "缺 PP 求和",
     "replicas counted t times": "副本被算了 t 次",
     "no EP sum": "缺 EP 求和",
+    # -- notebook 04: DDP against ZeRO-3 on a slow link (labkit/zero/link_race.py) --
+    "slow link ({rate:g} MB/s): ZeRO-3 / DDP step = {got:.2f}, the planner predicts {want:.2f} "
+    "(within {tol:.0%}; ZeRO-3 sends 1.5x DDP's bytes)":
+        "慢链路（{rate:g} MB/s）：ZeRO-3 / DDP 的 step = {got:.2f}，规划器预测 {want:.2f}"
+        "（误差在 {tol:.0%} 以内；ZeRO-3 发送的字节是 DDP 的 1.5 倍）",
+    "link": "链路",
+    "ZeRO-3 / DDP step, measured": "ZeRO-3 / DDP 的 step，实测",
     # -- notebook 10: streaming against preloading (labkit/diagnose/data.py) --
     "streaming with {w} workers: first step {a:.1f}x sooner (bar {fa}, ideal {ia:g}x), whole pass "
     "{b:.2f}x shorter (bar {fb}, ideal {ib:g}x) than reading all {n} items first":
