@@ -10,7 +10,17 @@ gradients. On a 3-D layout no rank holds them all:
 - TP: a split weight (column / row parallel) is in pieces on the TP ranks: summed over TP. A
   replicated one (layer norms, the row-parallel bias) is the same on every TP rank: counted on
   one TP rank only (Megatron-LM's `param_is_not_tensor_parallel_duplicate`).
-- PP: each stage holds different layers: summed over the PP group.
+- PP: each stage holds different layers: summed over the PP group. A weight tied across stages
+  (the input embedding on the first stage and the output layer on the last) is on both after
+  their gradients are summed over the embedding group: counted on the first stage only
+  (Megatron-LM's `param_is_not_shared`; `tied_parity`).
+- EP: each expert-parallel rank holds other experts, so the experts' squares are summed over the
+  EP group; the router and the attention (dense) weights are the same on every EP rank after
+  their reduction and are counted on one EP rank only (`clip_parity_ep`).
+- CP: context-parallel ranks compute gradients from their own positions, but after the CP
+  reduction (an all-reduce over the CP group, as DP's) every CP rank holds the same full
+  gradient: replicas, NOT summed. Summing over CP, the natural guess since each rank saw only
+  s/N positions, makes the norm sqrt(N) times too large.
 One all-reduce of one number per dimension. Leave one out and the norm is wrong by the part it
 misses; count the replicas on each TP rank and they weigh t times.
 """
@@ -18,17 +28,22 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from labkit.i18n import tr_fig
+from labkit.i18n import tr, tr_fig
 
 WRONG = ("no DP sum", "no TP sum", "no PP sum", "replicas counted t times")
+WRONG_EP = ("no EP sum", "dense counted on every EP rank", "summed over CP")
+WRONG_TIED = ("tied embedding counted twice",)
+SUMMED = ("dp", "tp", "pp", "ep")          # never "cp": CP ranks hold replicas once reduced
 
 
 def global_grad_norm(shard: torch.Tensor, weight: torch.Tensor, groups: dict, skip=()) -> torch.Tensor:
-    """sqrt of sum(shard^2 * weight) summed over the 'dp', 'tp' and 'pp' groups (skip: names
-    of groups not to sum over, to see a wrong norm). `weight` is 1 where this rank counts an
-    element and 0 where another TP rank counts the same replicated element."""
+    """sqrt of sum(shard^2 * weight) summed over the 'dp', 'tp', 'pp' and 'ep' groups (skip:
+    names of groups not to sum over, to see a wrong norm). `weight` is 1 where this rank counts
+    an element and 0 where another rank of the group counts the same replicated element (a TP
+    replica, a dense weight on an EP rank other than the first, a tied copy on the last stage).
+    A 'cp' group, if given, is not summed over: after the CP reduction its ranks hold replicas."""
     sq = (shard.double() ** 2 * weight).sum()
-    for d in ("dp", "tp", "pp"):
+    for d in SUMMED:
         if d not in skip and groups.get(d) is not None:
             dist.all_reduce(sq, group=groups[d])
     return sq.sqrt()
@@ -122,13 +137,178 @@ def clip_parity(dp=2, pp=1, tp=2, n_layer=2, n_embd=32, n_head=4, b=4, s=8) -> d
             "elements": int(sum(p.numel() for p in params))}
 
 
+_GROUPS = {}
+
+
+def _ep_groups(cp: int):
+    """(ep, expert-dp, cp) groups of this rank on 4 ranks: EP groups {0,1} {2,3} (adjacent),
+    experts replicated over {0,2} {1,3}; CP groups {0,1} {2,3} when cp = 2 (sequence split over
+    the same pairs), else None. Built once per cluster (every rank calls new_group alike)."""
+    if cp not in _GROUPS:
+        n = dist.get_world_size()
+        pairs = [dist.new_group([i, i + 1]) for i in range(0, n, 2)]
+        edps = [dist.new_group(list(range(j, n, 2))) for j in range(2)]
+        _GROUPS[cp] = (pairs, edps)
+    pairs, edps = _GROUPS[cp]
+    me = dist.get_rank()
+    return pairs[me // 2], edps[me % 2], (pairs[me // 2] if cp == 2 else None)
+
+
+class _Attention(nn.Module):
+    """Causal self-attention with a residual (the dense part beside the experts); over a CP group
+    its positions are this rank's zig-zag share and `labkit.cp.attention` runs the ring."""
+
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.heads, self.qkv, self.proj = heads, nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+
+    def forward(self, x, cp_group=None):
+        b, s, h = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+        if cp_group is None:
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            from labkit.cp.api import attention
+            a = attention(q, k, v, group=cp_group, causal=True, layout="zigzag")
+        return x + self.proj(a.transpose(1, 2).reshape(b, s, h))
+
+
+def clip_parity_ep(cp: int = 1, seq: int = 16, hidden: int = 16, heads: int = 2, experts: int = 4,
+                   k: int = 2) -> dict:
+    """4 ranks: attention then a mixture-of-experts layer, experts sharded over EP = 2 (inside
+    expert data parallelism 2), the sequence split over CP = cp (zig-zag) with DP = 4 / cp. One
+    backward, the dense gradients (attention, router) all-reduced over all 4 ranks (DP x CP), the
+    experts' over their replicas; then the norm right and wrong against one process on the
+    whole batch, and this rank's gradients after clipping to half of it."""
+    from labkit.cp.shard import shard_sequence
+    from labkit.moe.parallel import expert_parallel, reduce_gradients
+    from labkit.moe.parity import build
+    world, me = dist.get_world_size(), dist.get_rank()
+    if world != 4 or cp not in (1, 2):
+        raise ValueError(tr("clip_parity_ep on rank {rank}: it runs on 4 ranks with cp = 1 or 2, not {n} "
+                            "ranks and cp = {cp}: start labkit.Cluster(4)", rank=me, n=world, cp=cp))
+    ep_group, edp_group, cp_group = _ep_groups(cp)
+    dp = world // cp
+    torch.manual_seed(0)
+    attn_ref = _Attention(hidden, heads)
+    moe_ref = build(hidden=hidden, ffn_hidden=2 * hidden, experts=experts, k=k)   # dropless
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(dp, seq, hidden, generator=g), torch.randn(dp, seq, hidden, generator=g)
+    y = moe_ref(attn_ref(x).reshape(-1, hidden))
+    (y * w.reshape(-1, hidden)).sum().backward()            # one process: every token, summed
+    ref = [*attn_ref.parameters(), *moe_ref.parameters()]
+    for p in ref:
+        p.grad /= world                                      # the mean over the 4 ranks' losses
+
+    torch.manual_seed(0)
+    attn = _Attention(hidden, heads)
+    moe = expert_parallel(build(hidden=hidden, ffn_hidden=2 * hidden, experts=experts, k=k), ep_group)
+    row = me // cp
+    xs, ws = x[row:row + 1], w[row:row + 1]
+    if cp_group is not None:
+        xs, ws = (shard_sequence(t, 1, group=cp_group, layout="zigzag") for t in (xs, ws))
+    ((moe(attn(xs, cp_group).reshape(-1, hidden)) * ws.reshape(-1, hidden)).sum()).backward()
+    for p in attn.parameters():                              # DP x CP: all 4 ranks, averaged
+        dist.all_reduce(p.grad)
+        p.grad /= world
+    reduce_gradients(moe, world=None, dp_group=edp_group)    # router: all 4; experts: replicas
+    dense = [*attn.parameters(), moe.router.weight]
+    mine = list(range(moe.first_expert, moe.first_expert + len(moe.experts)))
+    want = [*attn_ref.parameters(), moe_ref.router.weight,
+            *(p for e in mine for p in moe_ref.experts[e].parameters())]
+    got = [*dense, *moe.experts.parameters()]
+    first_ep = dist.get_rank(ep_group) == 0
+    grads = torch.cat([p.grad.reshape(-1) for p in got])
+    weight = torch.cat([torch.full((p.numel(),), 1.0 if (first_ep or i >= len(dense)) else 0.0)
+                        for i, p in enumerate(got)])
+    groups = {"ep": ep_group, "cp": cp_group}
+    right = global_grad_norm(grads, weight, groups)
+    grad_diff = max((p.grad - q.grad).abs().max().item() for p, q in zip(got, want))
+    dense_norm = sum(q.grad.double().pow(2).sum() for q in want[:len(dense)]).sqrt().item()
+    norms = {"one process": sum(p.grad.double().pow(2).sum() for p in ref).sqrt().item(),
+             "right": right.item(),
+             "no EP sum": global_grad_norm(grads, weight, groups, skip=("ep",)).item(),
+             "dense counted on every EP rank": global_grad_norm(grads, torch.ones_like(weight), groups).item()}
+    if cp_group is not None:
+        sq = right.pow(2)                                    # the wrong guess: add the CP replicas
+        dist.all_reduce(sq, group=cp_group)
+        norms["summed over CP"] = sq.sqrt().item()
+    max_norm = norms["one process"] / 2
+    torch.nn.utils.clip_grad_norm_(ref, max_norm)
+    scale = min(1.0, max_norm / (norms["right"] + 1e-6))
+    diff = max((p.grad * scale - q.grad).abs().max().item() for p, q in zip(got, want))
+    return {"rank": me, "cp": cp, "norms": norms, "grad diff": grad_diff, "clipped grad diff": diff,
+            "dense norm": dense_norm,
+            "expert elements": int(sum(p.numel() for p in moe.experts.parameters())),
+            "dense elements": int(sum(p.numel() for p in dense))}
+
+
+def tied_parity(vocab: int = 24, hidden: int = 16, b: int = 4, s: int = 6) -> dict:
+    """4 ranks as DP 2 x PP 2 (pipelines {0,1} and {2,3}): a language model whose input embedding
+    (first stage) and output layer (last stage) share one weight E, as GPT-2's. Each stage holds a
+    copy of E; after backward the copies' gradients are summed over the embedding group (the
+    first and last stage of a pipeline), then everything is averaged over DP. The norm: squares
+    summed over PP, E counted on the first stage only (Megatron's `param_is_not_shared`)."""
+    world, me = dist.get_world_size(), dist.get_rank()
+    if world != 4:
+        raise ValueError(tr("tied_parity on rank {rank}: it runs on 4 ranks (DP 2 x PP 2), not {n}: "
+                            "start labkit.Cluster(4)", rank=me, n=world))
+    if "tied" not in _GROUPS:
+        _GROUPS["tied"] = ([dist.new_group([0, 1]), dist.new_group([2, 3])],
+                           [dist.new_group([0, 2]), dist.new_group([1, 3])])
+    pipes, dps = _GROUPS["tied"]
+    pp_group, dp_group, stage, d = pipes[me // 2], dps[me % 2], me % 2, me // 2
+    torch.manual_seed(0)
+    emb, l0, l1 = nn.Embedding(vocab, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, hidden)
+    g = torch.Generator().manual_seed(1)
+    tok, tgt = torch.randint(vocab, (b, s), generator=g), torch.randint(vocab, (b, s), generator=g)
+
+    def loss_of(h, t):
+        return nn.functional.cross_entropy((h @ emb.weight.T).reshape(-1, vocab), t.reshape(-1), reduction="sum")
+    ref = {"E": emb.weight, "l0": l0.weight, "l0b": l0.bias, "l1": l1.weight, "l1b": l1.bias}
+    (loss_of(l1(torch.tanh(l0(emb(tok)))), tgt) / 2).backward()    # the mean of the 2 DP ranks' losses
+    want = {n: p.grad.clone() for n, p in ref.items()}
+    for p in ref.values():
+        p.grad = None
+    rows = slice(d * b // 2, (d + 1) * b // 2)
+    if stage == 0:                                   # embedding, first linear; send activations
+        h = torch.tanh(l0(emb(tok[rows])))
+        dist.send(h.detach(), dst=me + 1)
+        gh = torch.empty_like(h)
+        dist.recv(gh, src=me + 1)
+        h.backward(gh)
+        mine = {"E": emb.weight, "l0": l0.weight, "l0b": l0.bias}
+    else:                                            # second linear, output layer tied to E
+        h = torch.empty(b // 2, s, hidden)
+        dist.recv(h, src=me - 1)
+        h.requires_grad_()
+        loss_of(l1(h), tgt[rows]).backward()
+        dist.send(h.grad, dst=me - 1)
+        mine = {"E": emb.weight, "l1": l1.weight, "l1b": l1.bias}
+    dist.all_reduce(emb.weight.grad, group=pp_group)  # the embedding group: the tied copies summed
+    for p in mine.values():                          # DP: averaged over the 2 replicas
+        dist.all_reduce(p.grad, group=dp_group)
+        p.grad /= 2
+    grads = torch.cat([p.grad.reshape(-1) for p in mine.values()])
+    shared = torch.cat([torch.full((p.numel(),), float(n == "E" and stage == 1)) for n, p in mine.items()])
+    groups = {"pp": pp_group}                        # DP: plain replicas, no sum
+    norms = {"one process": sum(v.double().pow(2).sum() for v in want.values()).sqrt().item(),
+             "right": global_grad_norm(grads, 1 - shared, groups).item(),
+             "tied embedding counted twice": global_grad_norm(grads, torch.ones_like(shared), groups).item()}
+    return {"rank": me, "stage": stage, "norms": norms,
+            "grad diff": max((p.grad - want[n]).abs().max().item() for n, p in mine.items()),
+            "tied norm": want["E"].double().norm().item()}
+
+
 def norms_figure(results: dict, title: str = ""):
     """One panel per layout ({name: a rank's clip_parity result}), one x scale: each norm that
     rank computed, green where it equals one process's (dashed line), red where it does not."""
     import matplotlib.pyplot as plt
-    names = ["right", *WRONG]
-    fig, axes = plt.subplots(1, len(results), figsize=(3.3 * len(results), 3.0), sharex=True, sharey=True)
-    for ax, (layout, res) in zip(list(getattr(axes, "flat", [axes])), results.items()):
+    keys = [tuple(n for n in r["norms"] if n != "one process") for r in results.values()]
+    same = len(set(keys)) == 1                    # one set of bars: one y axis; else labels on each
+    fig, axes = plt.subplots(1, len(results), figsize=((3.3 if same else 4.6) * len(results), 3.0),
+                             sharex=True, sharey=same)
+    for ax, (layout, res), names in zip(list(getattr(axes, "flat", [axes])), results.items(), keys):
         norms, want = res["norms"], res["norms"]["one process"]
         vals = [norms[n] for n in names][::-1]
         ax.barh([tr_fig(n) for n in names[::-1]], vals, color=["tab:green" if abs(v / want - 1) < 1e-6 else "tab:red" for v in vals])

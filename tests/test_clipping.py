@@ -23,3 +23,47 @@ def test_global_norm_and_clipping_equal_one_process(cluster4, layout):
 def clip_parity_runner(layout):
     from labkit.clipping import clip_parity
     return clip_parity(**layout)
+
+
+# Tolerance of the right norm: every gradient here is fp32, summed over at most T = 64 token
+# contributions (and the ring's two blocks) in another order on the ranks than in one process;
+# each element is then off by at most about T eps |g| (eps = 6e-8, Higham's bound for a sum of
+# same-signed terms): 4e-6 relative. The norm, the root of a sum of squares taken in float64,
+# is off by at most the largest relative error of its elements: 1e-5. A wrong norm misses or
+# repeats a part of at least 1 % of the total here, 1000x the tolerance, and equals what that
+# mistake predicts (computed from the one process's parts).
+@pytest.mark.parametrize("cp", [1, 2], ids=["ep2xdp2", "ep2xcp2"])
+def test_ep_cp_norm_equals_one_process_and_the_wrong_ones_differ(cluster4, cp):
+    res = cluster4.run(ep_runner, cp)
+    for r in res:
+        n, one = r["norms"], r["norms"]["one process"]
+        assert abs(n["right"] / one - 1) < 1e-5, r
+        assert r["grad diff"] < 1e-5 * one and r["clipped grad diff"] < 1e-5 * one, r
+        assert n["no EP sum"] < one * 0.99, r                   # only this rank's experts
+        # the dense weights (attention, router) counted on both EP ranks: their part twice
+        assert n["dense counted on every EP rank"] == pytest.approx((one ** 2 + r["dense norm"] ** 2) ** 0.5, rel=1e-5)
+        assert n["dense counted on every EP rank"] > one * 1.01, r
+        if cp == 2:                                              # replicas added: sqrt(2) too large
+            assert n["summed over CP"] == pytest.approx(2 ** 0.5 * one, rel=1e-5), r
+        else:
+            assert "summed over CP" not in n
+    assert len({r["norms"]["no EP sum"] for r in res}) == 2      # each EP rank sees another part
+
+
+def test_tied_embedding_counted_once(cluster4):
+    for r in cluster4.run(tied_runner):
+        n, one = r["norms"], r["norms"]["one process"]
+        assert abs(n["right"] / one - 1) < 1e-5, r
+        assert r["grad diff"] < 1e-5 * one, r
+        assert n["tied embedding counted twice"] == pytest.approx((one ** 2 + r["tied norm"] ** 2) ** 0.5, rel=1e-5)
+        assert n["tied embedding counted twice"] > one * 1.005, r
+
+
+def ep_runner(cp):
+    from labkit.clipping import clip_parity_ep
+    return clip_parity_ep(cp=cp)
+
+
+def tied_runner():
+    from labkit.clipping import tied_parity
+    return tied_parity()

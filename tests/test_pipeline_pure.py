@@ -30,7 +30,7 @@ def test_builtin_schedules_valid_and_match_formula(make, p, m):
     assert validate(s) == []
     assert validate(with_comms(s)) == []
     t = simulate(s, forward=1, backward=1, weight=1)
-    if make is zb_h1:                 # Qi et al. 2023: bubble (p-1)(F+I-W) on each stage
+    if make is zb_h1:                 # Qi et al. 2024: bubble (p-1)(F+I-W) on each stage
         assert t.makespan == pytest.approx(3 * m + (p - 1) * (1 + 1 - 1)) if m >= p else True
         assert t.bubble <= simulate(one_f_one_b(p, m)).bubble + 1e-12
     else:

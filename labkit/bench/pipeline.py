@@ -39,7 +39,7 @@ def bubbles(c, ms, pad) -> list:
                             f"{t.bubble - f:+.3f} | {sim:.3f} | {t.bubble - sim:+.3f} | "
                             f"{t.extra['grad_diff']:.1e} |")
     rows.append("(formula for ZB-H1 in brackets: the 1F1B formula it beats; ZB-H1's own is "
-                "(p-1)(F+I-W) idle per stage, Qi et al. 2023)")
+                "(p-1)(F+I-W) idle per stage, Qi et al. 2024)")
     return rows
 
 

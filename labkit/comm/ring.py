@@ -12,7 +12,7 @@ the N-1 reduce-scatter steps rank r holds the full sum of chunk r, as
 import torch
 import torch.distributed as dist
 
-from labkit.comm import recorder as record, traffic
+from labkit.comm import link, recorder as record, traffic
 from labkit.comm.formulas import chunk_bounds, ring_schedule
 
 
@@ -41,6 +41,7 @@ def exchange(send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group=N
     if recv.numel():
         reqs.append(dist.irecv(recv, src, group=group))
     if send.numel():
+        link.charge(send.numel() * send.element_size())         # a slow link, if one is set
         reqs.append(dist.isend(send, dst, group=group))
     for q in reqs:
         q.wait()
@@ -122,12 +123,17 @@ def naive_all_reduce(tensor: torch.Tensor, group=None, root: int = 0) -> torch.T
             traffic.count(received=size, messages_received=1)
             record.note(phase="reduce", step=s, rank=r, send_to=None, send_chunk=None,
                         recv_from=glob(peer), recv_chunk=0, sent=0, received=size, t0=t0, t1=record.now())
-        reqs = [dist.isend(flat, glob(p), group=group) for p in range(n) if p != root]   # broadcast
+        reqs = []
+        for p in range(n):                                                   # broadcast
+            if p != root:
+                link.charge(size)                                            # a slow link, if set
+                reqs.append(dist.isend(flat, glob(p), group=group))
         for q in reqs:
             q.wait()
         traffic.count(sent=size * (n - 1), messages_sent=n - 1)
     else:
         t0 = record.now()
+        link.charge(size)
         dist.send(flat, glob(root), group=group)
         dist.recv(flat, glob(root), group=group)
         traffic.count(size, size, 1, 1)

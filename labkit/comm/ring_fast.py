@@ -22,7 +22,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from labkit.comm import recorder as record, traffic
+from labkit.comm import link, recorder as record, traffic
 from labkit.comm.formulas import chunk_bounds, ring_schedule
 from labkit.comm.ring import finish, ring_setup
 
@@ -76,6 +76,7 @@ def ring_all_reduce(tensor: torch.Tensor, group=None, piece_bytes: int = None,
         nonlocal sent, msgs_s
         p = pieces[send_c[k]][j]
         if p.numel():
+            link.charge(p.numel() * p.element_size())           # a slow link, if one is set
             sends.append(dist.isend(p, right, group=group))
             sent, msgs_s = sent + p.numel() * p.element_size(), msgs_s + 1
 

@@ -96,3 +96,71 @@ def stream_items(n: int = 50, num_workers: int = 2, by: str = "rank_and_worker")
     ds = ShardedStream(n, dist.get_rank(), dist.get_world_size(), by=by)
     kw = dict(num_workers=num_workers, prefetch_factor=2) if num_workers else {}
     return [int(i) for batch in DataLoader(ds, batch_size=4, **kw) for i in batch]
+
+
+class SlowStream(IterableDataset):
+    """SlowDataset's items as a stream: read one after another, each waiting `wait_s`, split
+    over DataLoader workers (worker k takes items k, k + W, ...), as `ShardedStream` does."""
+
+    def __init__(self, data: SlowDataset):
+        self.data = data
+
+    def __iter__(self):
+        info = get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info else (1, 0)
+        for i in range(worker, len(self.data), workers):
+            yield self.data[i]
+
+
+def stream_vs_preload(n: int = 96, batch: int = 8, wait_s: float = 0.02, num_workers: int = 4,
+                      width: int = 32) -> dict:
+    """The notes' 流式读取 against reading the whole data set first, on one process (call it on
+    a rank). Both train the same small model for one pass over a SlowDataset; "preload" reads
+    every item into memory before the first step, "stream" reads them through `num_workers`
+    DataLoader workers while training runs (their start, about 0.1 s each here, is included).
+    Returns, for each, seconds to the first step and to the end of the pass."""
+    import warnings
+    from torch import nn
+    data = SlowDataset(n=n, width=width, wait_s=wait_s)
+    model = nn.Sequential(nn.Linear(width, 64), nn.ReLU(), nn.Linear(64, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def train(batches, t0):
+        first = None
+        for x, y in batches:
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            first = first or time.perf_counter() - t0
+        return first, time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    items = [data[i] for i in range(n)]                      # read it all, then train
+    xs, ys = torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])
+    pre = train(zip(xs.split(batch), ys.split(batch)), t0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        loader = DataLoader(SlowStream(data), batch_size=batch, num_workers=num_workers,
+                            **(dict(prefetch_factor=2) if num_workers else {}))
+        t0 = time.perf_counter()
+        stream = train(loader, t0)
+    return {"preload": {"first step s": pre[0], "pass s": pre[1]},
+            "stream": {"first step s": stream[0], "pass s": stream[1]},
+            "items": n, "batch": batch, "workers": num_workers, "wait_s": wait_s}
+
+
+def stream_verdict(res, first: float = 4.0, total: float = 1.3) -> bool:
+    """Without workers: ok when the stream's first step comes at least `first` x sooner than
+    after preloading (ideal: items / batch; the reads are sleeps, so load does not change it;
+    the pass is not shorter: reading and training take turns either way). With workers: ok
+    when the whole pass is at least `total` x shorter (ideal: the number of workers; their
+    start, which load slows, is included, so their first step is not asserted)."""
+    from labkit.verdict import verdict
+    p, s, w = res["preload"], res["stream"], res["workers"]
+    a, b = p["first step s"] / s["first step s"], p["pass s"] / s["pass s"]
+    ok = b >= total if w else a >= first
+    return verdict(ok, tr(
+        "streaming with {w} workers: first step {a:.1f}x sooner (bar {fa}, ideal {ia:g}x), whole pass "
+        "{b:.2f}x shorter (bar {fb}, ideal {ib:g}x) than reading all {n} items first",
+        w=w, a=a, fa="-" if w else f"{first:g}x", ia=res["items"] / res["batch"], b=b,
+        fb=f"{total:g}x" if w else "-", ib=max(1, w), n=res["items"]))

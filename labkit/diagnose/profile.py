@@ -40,3 +40,16 @@ def profiled_comm_share(step, steps: int = 3) -> dict:
             end = e.time_range.end
     return {"comm_s": comm_us / 1e6, "wall_s": wall, "share": comm_us / 1e6 / wall if wall else 0.0,
             "ops": sorted({e.name for e in events})}
+
+
+def share_verdict(results, threshold: float = 0.30) -> bool:
+    """One verdict line for `profiled_scenario`'s results (one dict per rank): ok when the
+    timers and torch.profiler both put the communication share above `threshold` (the notes'
+    30 %) on every rank, MISS otherwise; the range of each on the ranks in the line."""
+    from labkit.i18n import tr
+    from labkit.verdict import verdict
+    timers, prof = [r["timers"] for r in results], [r["profiler"] for r in results]
+    ok = min(timers) > threshold and min(prof) > threshold
+    return verdict(ok, tr("communication share above {t:.0%} on every rank: timers {a:.0%} to {b:.0%}, "
+                          "torch.profiler {c:.0%} to {d:.0%}", t=threshold, a=min(timers), b=max(timers),
+                          c=min(prof), d=max(prof)))

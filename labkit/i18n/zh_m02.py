@@ -219,4 +219,18 @@ MESSAGES = {
     "({steps} steps, bottom)":
         "{n} 个 rank 上的环形 all-reduce（实录）：先 reduce-scatter（{steps} 步，上排），"
         "再 all-gather（{steps} 步，下排）",
+    # -- notebook 02: latency and bandwidth terms (labkit/comm/latency.py, link.py) --
+    "{label}latency term over N = {n0}'s: {a} (steps 2(N-1): {sa}); bandwidth term: {b} "
+    "(bytes 2(N-1)/N: {sb}); each within {tol:.0%}":
+        "{label}延迟项与 N = {n0} 之比：{a}（步数 2(N-1)：{sa}）；带宽项：{b}"
+        "（字节 2(N-1)/N：{sb}）；每项误差都在 {tol:.0%} 以内",
+    "throttled: alpha must be >= 0 and rate > 0 (bytes per second) or None, got alpha={alpha}, rate={rate}":
+        "throttled：alpha 必须 >= 0，rate 必须 > 0（字节每秒）或为 None，实际 alpha={alpha}，rate={rate}",
+    "run": "运行",
+    "α_N / α_2": "α_N / α_2",
+    "model 2(N-1)/2": "模型 2(N-1)/2",
+    "β_N / β_2": "β_N / β_2",
+    "model (2(N-1)/N) / 1": "模型 (2(N-1)/N) / 1",
+    "α_N: the fitted time of a call at 0 bytes; β_N: its seconds per byte; each over N = 2's, fastest of the repeats":
+        "α_N：拟合出的 0 字节时一次调用的时间；β_N：每字节的秒数；都除以 N = 2 的值，取重复中最快的一次",
 }

@@ -269,4 +269,10 @@ MESSAGES = {
     "measured on 4 ranks": "在 4 个 rank 上实测",
     "here": "本次",
     "expected": "预期",
+    # -- notebook 06: what TP divides on a rank (labkit/tp/split.py) --
+    "FLOPs (fwd + bwd)": "FLOPs（前向 + 反向）",
+    "one device / t": "单设备 / t",
+    "weights split": "切分的权重",
+    "one device's split / t": "单设备的切分部分 / t",
+    "replicated": "复制的",
 }

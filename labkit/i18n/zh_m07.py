@@ -166,4 +166,10 @@ MESSAGES = {
         "没有 {name!r} 的公式：请从 gpipe、1f1b、interleaved、zb-h1、zb-v、dualpipe-v 和 dualpipe 中选一个",
     "no idle formula for {name!r}: choose 1f1b, zb-h1, zb-v, dualpipe-v or dualpipe":
         "没有 {name!r} 的空转时间公式：请从 1f1b、zb-h1、zb-v、dualpipe-v 和 dualpipe 中选一个",
+    # -- notebook 07: model state per stage (labkit/pipeline/stage_memory.py) --
+    "cut": "切分",
+    "sum / one process": "总和 / 单进程",
+    "largest / one process": "最大 / 单进程",
+    "Model state held per rank (weights, gradients, Adam), measured after one step":
+        "每个 rank 持有的模型状态（权重、梯度、Adam），一次 step 后测得",
 }

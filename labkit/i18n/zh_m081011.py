@@ -363,6 +363,41 @@ MESSAGES = {
     "no TP sum": "缺 TP 求和",
     "no PP sum": "缺 PP 求和",
     "replicas counted t times": "副本被算了 t 次",
+    "no EP sum": "缺 EP 求和",
+    # -- notebook 04: DDP against ZeRO-3 on a slow link (labkit/zero/link_race.py) --
+    "slow link ({rate:g} MB/s): ZeRO-3 / DDP step = {got:.2f}, the planner predicts {want:.2f} "
+    "(within {tol:.0%}; ZeRO-3 sends 1.5x DDP's bytes)":
+        "慢链路（{rate:g} MB/s）：ZeRO-3 / DDP 的 step = {got:.2f}，规划器预测 {want:.2f}"
+        "（误差在 {tol:.0%} 以内；ZeRO-3 发送的字节是 DDP 的 1.5 倍）",
+    "link": "链路",
+    "ZeRO-3 / DDP step, measured": "ZeRO-3 / DDP 的 step，实测",
+    # -- notebook 10: streaming against preloading (labkit/diagnose/data.py) --
+    "streaming with {w} workers: first step {a:.1f}x sooner (bar {fa}, ideal {ia:g}x), whole pass "
+    "{b:.2f}x shorter (bar {fb}, ideal {ib:g}x) than reading all {n} items first":
+        "用 {w} 个 worker 流式读取：与先读完全部 {n} 条相比，第一步提前 {a:.1f} 倍（门槛 {fa}，理想 {ia:g} 倍），"
+        "整遍缩短 {b:.2f} 倍（门槛 {fb}，理想 {ib:g} 倍）",
+    "workers": "worker 数",
+    "first step: preload / stream": "第一步：先读完 / 流式",
+    "whole pass: preload / stream": "整遍：先读完 / 流式",
+    # -- notebook 03: a call's start-up cost (labkit/ddp/bucket_cost.py) --
+    "the same {mib:g} MiB in {many} calls took {share:.0f}x as long as in {few} (bar: {factor:g}x); "
+    "one call's start-up cost is {per:.2f}x the time of the whole {mib:g} MiB in one call":
+        "同样 {mib:g} MiB 分 {many} 次调用，耗时是 {few} 次调用的 {share:.0f} 倍（门槛：{factor:g} 倍）；"
+        "一次调用的启动开销是一次调用传完整个 {mib:g} MiB 所需时间的 {per:.2f} 倍",
+    "bucket cap": "桶大小上限",
+    "calls": "调用次数",
+    "time / one call's": "时间 / 一次调用的时间",
+    "communication share above {t:.0%} on every rank: timers {a:.0%} to {b:.0%}, torch.profiler {c:.0%} to {d:.0%}":
+        "每个 rank 上通信占比都高于 {t:.0%}：计时器 {a:.0%} 到 {b:.0%}，torch.profiler {c:.0%} 到 {d:.0%}",
+    "dense counted on every EP rank": "稠密参数在每个 EP rank 上都算了",
+    "summed over CP": "在 CP 上求了和",
+    "tied embedding counted twice": "共享的嵌入算了两次",
+    "clip_parity_ep on rank {rank}: it runs on 4 ranks with cp = 1 or 2, not {n} ranks and cp = {cp}: "
+    "start labkit.Cluster(4)":
+        "rank {rank} 上的 clip_parity_ep：它要在 4 个 rank 上运行，cp = 1 或 2，而不是 {n} 个 rank、cp = {cp}："
+        "请启动 labkit.Cluster(4)",
+    "tied_parity on rank {rank}: it runs on 4 ranks (DP 2 x PP 2), not {n}: start labkit.Cluster(4)":
+        "rank {rank} 上的 tied_parity：它要在 4 个 rank 上运行（DP 2 x PP 2），而不是 {n} 个：请启动 labkit.Cluster(4)",
     # -- table headers and notes that notebooks 08 and 10 hand to labkit.Table (it translates
     #    each header, title and note through this catalog; the rows stay as the code made them) --
     "node": "节点",
@@ -388,6 +423,10 @@ MESSAGES = {
     "formula GB (4 B, 8 B per parameter held)": "公式 GB（每个持有的参数 4 B、8 B）",
     "layout (4 ranks)": "布局（4 个 rank）",
     "clipped shards: max diff": "裁剪后的分片：最大差",
+    "right / one process": "正确 / 单进程",
+    "wrong / one process": "错误 / 单进程",
+    "rank 0's norms; \"no EP sum\" differs on each EP rank (each sees its own experts)":
+        "rank 0 的范数；“缺 EP 求和”在每个 EP rank 上都不同（各自只看到自己的专家）",
     "each norm as rank 0 computes it; a wrong one equals the right one where that dimension has size 1":
         "每个范数都是 rank 0 算出的；某一维大小为 1 时，错误的算法与正确的相等",
     "with DP 1 the loss is not averaged over two replicas: the same gradients, twice as large":

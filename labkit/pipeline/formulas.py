@@ -95,7 +95,7 @@ def idle_per_rank(name: str, stages: int, forward: float = 1.0, backward: float 
     (its weight-gradient half), all per chunk:
 
     - 1F1B      (p-1)(F + B)                    DeepSeek-AI 2024, DeepSeek-V3 Technical Report, Table 2
-    - ZB-H1     (p-1)(F + B - 2W)  ("ZB1P")     same table; Qi et al. 2023 write it (p-1)(F + I - W)
+    - ZB-H1     (p-1)(F + B - 2W)  ("ZB1P")     same table; Qi et al. 2024 write it (p-1)(F + I - W)
     - DualPipeV (p-1)(F&B + B - 3W)             same table, DualPipe's (PP/2-1)(F&B + B - 3W) with its
                 PP ranks cut in half onto p = PP/2; F&B is the time of a forward and a backward
                 overlapped (`overlapped`, default F + B: one after the other, as here)

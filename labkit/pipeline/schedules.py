@@ -180,9 +180,9 @@ def interleaved_1f1b(stages: int, microbatches: int, chunks: int = 2) -> Schedul
 
 
 def zb_h1(stages: int, microbatches: int) -> Schedule:
-    """ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): 1F1B with each backward split
-    into I (input gradient, on the critical path) and W (weight gradient, needed only by the
-    optimizer). Rank r holds back up to r W's (the last stage the most, the first none) and
+    """ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ICLR 2024, arXiv 2401.10241):
+    1F1B with each backward split into I (input gradient, on the critical path) and W (weight
+    gradient, needed only by the optimizer). Rank r holds back up to r W's (the last stage the most, the first none) and
     runs them at the end, where 1F1B would leave it idle while the earlier stages finish their
     backwards; the bubble falls to about a third of 1F1B's when F = I = W. Every rank then
     holds at most p micro-batches of activations, 1F1B's first stage's peak."""

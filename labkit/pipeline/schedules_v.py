@@ -4,7 +4,7 @@ The model is cut into 2p parts. Rank r holds part r (chunk 0) and part 2p-1-r (c
 micro-batch goes down the ranks and comes back up: rank 0 runs both the first and the last part,
 and rank p-1 passes part p-1's output to its own part p without a send.
 
-    zb_v(4, 8)          # Qi et al. 2024, "Zero Bubble Pipeline Parallelism", sec. 6 (ZB-V)
+    zb_v(4, 8)          # Qi et al. 2024, "Zero Bubble Pipeline Parallelism" (ICLR 2024, arXiv 2401.10241), sec. 6
     dualpipe_v(4, 8)    # DeepSeek's DualPipe cut in half (github.com/deepseek-ai/DualPipe)
 
 Both follow the order torch builds (torch.distributed.pipelining.schedules:
@@ -15,9 +15,14 @@ DeepSeek-V3's DualPipe itself (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report",
 feeds micro-batches into a p-stage model from both ends at once: rank r holds stages r and
 p-1-r, so every stage sits on two ranks (twice 1F1B's parameters). DualPipeV, in the DualPipe
 repository, cuts that picture in half: the V layout on half as many ranks, with one copy of the
-parameters. Where DualPipeV
-overlaps one micro-batch's forward with another's backward (F&B, on two GPU streams) a rank
-here runs the two one after the other: F, then B.
+parameters. Both pair one micro-batch's forward with another's backward on a rank (F&B) so
+that one chunk's communication, the expert-parallel all-to-all dispatch and combine (module 13,
+`labkit.moe`) and the pipeline's sends, runs while the other chunk computes (DeepSeek-V3 report
+sec. 3.2.1: each chunk split into attention, dispatch, MLP and combine, their order rearranged
+and the GPU's SMs divided between communication and computation). It overlaps communication
+with computation, not two computations on two streams; it exists for MoE training, where
+cross-node expert parallelism makes communication about as long as computation (1:1, ibid.).
+A rank here runs the two one after the other, F then B: the schedules' idle times are the same.
 """
 from labkit.pipeline.schedules import Action, B, F, I, Schedule, W, _args
 
@@ -71,7 +76,8 @@ def zb_v(stages: int, microbatches: int) -> Schedule:
 def dualpipe_v(stages: int, microbatches: int) -> Schedule:
     """DualPipeV (DeepSeek's DualPipe repository, dualpipev.py; torch's ScheduleDualPipeV): eight
     phases per rank, the middle one pairing a forward of one chunk with a full backward of the
-    other (F&B, run here one after the other). Full backwards (B) in the middle, split ones
+    other (F&B: on GPUs one's communication hides behind the other's computation; run here one
+    after the other). Full backwards (B) in the middle, split ones
     (I, then W later) at the start and the end, where W's fill the gaps. Needs m >= 2p.
 
     DeepSeek-V3 Technical Report (2024), Table 2, for DualPipe on PP ranks: bubble

@@ -92,6 +92,12 @@ class Candidate:
                   s=self.step_seconds, mfu=self.mfu)
 
 
+def dp_exposed(comm_dp: float, compute: float, zero_stage: int) -> float:
+    """Seconds of data-parallel traffic left after overlapping it with compute: ZeRO-3's
+    prefetched gathers hide behind the whole step, DDP's buckets behind backward (2/3 of it)."""
+    return max(0.0, comm_dp - (1.0 if zero_stage == 3 else 2 / 3) * compute)
+
+
 def evaluate(model: Model, hw: Hardware, tp: int, pp: int, dp: int, zero_stage: int = 0,
              checkpointing: str = "none", micro_batch: int = 1, optimizer: str = "adam",
              hybrid: bool = False, efficiency: float = EFFICIENCY, cp: int = 1,
@@ -142,9 +148,8 @@ def evaluate(model: Model, hw: Hardware, tp: int, pp: int, dp: int, zero_stage: 
              "full": 2 * model.active + 4 * model.layers * model.hidden * model.seq}[checkpointing]
     compute = (per_token + extra) * model.tokens_per_step / hw.gpus / (hw.peak_tflops * 1e12 * efficiency)
     bub = bubble_ratio(pp, m)
-    overlap = (1.0 if zero_stage == 3 else 2 / 3) * compute
     exposed = comm["tp"] + comm["pp"] + comm["cp"] + comm["ep"]
-    step = (compute + exposed) / (1 - bub) + max(0.0, comm["dp"] - overlap)
+    step = (compute + exposed) / (1 - bub) + dp_exposed(comm["dp"], compute, zero_stage)
     mfu = useful / (step * hw.gpus * hw.peak_tflops * 1e12)
     return Candidate(tp, pp, dp, zero_stage, hybrid, checkpointing, optimizer, micro_batch, m, ms,
                      act_bytes, working, hw.gpu_gb * GB, traf, comm, compute, bub, step, mfu, cp, ep)

@@ -15,6 +15,7 @@ Collectives, chosen so the bytes on the wire are NCCL's on any backend:
 import torch
 import torch.distributed as dist
 
+from labkit.comm import link
 from labkit.comm.compat import all_gather_into_tensor, reduce_scatter_tensor
 from labkit.comm.ring import ring_reduce_scatter
 from labkit.comm.ring_fast import ring_all_reduce
@@ -84,7 +85,11 @@ def reduce_scatter(flat: torch.Tensor, group=None) -> torch.Tensor:
 
 
 def all_gather(flat: torch.Tensor, shard: torch.Tensor, group=None, async_op: bool = False):
-    """Fill `flat` with every rank's `shard` (rank r's at [r*L/N, (r+1)*L/N))."""
+    """Fill `flat` with every rank's `shard` (rank r's at [r*L/N, (r+1)*L/N)). Inside
+    `labkit.comm.link.throttled` the rank first waits for a ring's sends on the slow link:
+    N-1 messages of one shard each (gloo's own all-gather cannot be paced from here)."""
+    n = dist.get_world_size(group)
+    link.charge((n - 1) * shard.numel() * shard.element_size(), messages=n - 1)
     return all_gather_into_tensor(flat, shard.contiguous(), group=group, async_op=async_op)
 
 
