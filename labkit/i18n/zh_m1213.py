@@ -227,4 +227,24 @@ MESSAGES = {
 
     # -- notebook 13: the all-to-all's argument (labkit/moe/alltoall.py) -------------------------
     "impl must be one of {impls}, got {impl!r}": "impl 必须是 {impls} 之一，收到的是 {impl!r}",
+
+    # -- notebook 12: online_softmax_merge, the new examples (issue 33) --
+    ' (your result has no inf or nan: something such as torch.nan_to_num or a clamp hid them, and the numbers left are wrong)':
+        '（你的结果里没有 inf 或 nan：是 torch.nan_to_num 或 clamp 之类的东西把它们藏起来了，剩下的数是错的）',
+    'on {label}: with log-sum-exps {gap:.0f} apart, exp() of their difference overflows (float32 above 88){hid}: exponentiate only differences that are <= 0, such as lse_x - max(lse_a, lse_b) or lse_x - lse':
+        '在“{label}”上：两个 log-sum-exp 相差 {gap:.0f}，对它们的差取 exp() 会溢出（float32 超过 88 就溢出）{hid}：只对 <= 0 的差取指数，例如 lse_x - max(lse_a, lse_b) 或 lse_x - lse',
+    'log-sum-exps more than 88 apart (exp of their difference overflows fp32)':
+        '相差超过 88 的两个 log-sum-exp（对它们的差取 exp 会让 fp32 溢出）',
+    'scores near 750 (exp overflows float64 too)':
+        '得分接近 750（exp 连 float64 也会溢出）',
+    'a block some queries cannot see, as block a':
+        '一个有些 query 看不到的块，放在 a 的位置',
+    'a query that sees no key of either block (lse_a = lse_b = -inf)':
+        '一个两个块里都看不到任何 key 的 query（lse_a = lse_b = -inf）',
+    'on {label}: inf or nan in the result: a row that sees no key of block {x} has lse_{x} = -inf; exp(lse_{x} - lse) = 0 handles it, (-inf) - (-inf) does not':
+        '在“{label}”上：结果里有 inf 或 nan：看不到 {x} 块中任何 key 的行有 lse_{x} = -inf；exp(lse_{x} - lse) = 0 能处理这种情况，(-inf) - (-inf) 不能',
+    'on {label}: right once both log-sum-exps are shifted down near 0, wrong at lse = {level:.0f}: exp() of a log-sum-exp overflows (float32 above 88, float64 above 709){hid}; never exponentiate a log-sum-exp alone: subtract the larger one first (exp(lse_a - lse) with lse = torch.logaddexp(lse_a, lse_b))':
+        '在“{label}”上：把两个 log-sum-exp 一起平移到 0 附近就对了，在 lse = {level:.0f} 时却错了：对 log-sum-exp 取 exp() 会溢出（float32 超过 88，float64 超过 709）{hid}；永远不要单独对一个 log-sum-exp 取指数：先减去较大的那个（exp(lse_a - lse)，其中 lse = torch.logaddexp(lse_a, lse_b)）',
+    'on {label}: inf or nan in the result: such a row has lse = -inf too, so lse_a - lse is (-inf) - (-inf) = nan; its output must come out 0 and its lse -inf: subtract a finite stand-in where lse is -inf (torch.where(torch.isinf(lse), 0, lse)) or start from the larger lse only where it is finite':
+        '在“{label}”上：结果里有 inf 或 nan：这样的行 lse 也是 -inf，所以 lse_a - lse 是 (-inf) - (-inf) = nan；它的输出必须是 0、lse 必须是 -inf：在 lse 为 -inf 的地方减去一个有限的替代值（torch.where(torch.isinf(lse), 0, lse)），或者只在较大的 lse 有限的地方以它为基准',
 }
