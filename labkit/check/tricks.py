@@ -9,6 +9,15 @@ by the number of micro-batches (micro x), divided twice (1/micro), zero_grad ins
 (only the last micro-batch left), one micro-batch only, no all-reduce, a sum over ranks instead
 of the mean (N x), a mean taken twice (1/N), an all-reduce after every micro-batch (right
 values, micro times the bytes), a step taken, the frozen parameter's None gradient used.
+
+Right gradients are not enough: the checker watches how they were made (`_Watch`, on the rank):
+one forward per micro-batch, each on its own micro-batch (together the local batch, once),
+each forward's backward before the next forward, the bytes autograd saved for backward never
+above 1.5x the reference loop's (one micro-batch's), each gradient all-reduced once after the
+last micro-batch, and at most the reference's bytes on the wire (1.00x, BYTES_SLACK). Then the
+same function runs on another world size (the ranks split into groups, each taken as the whole
+world for the call: `_AsWorld`), so an answer written for 2 ranks (a partner 1 - r, a 2 in the
+code) fails there.
 """
 from labkit.check.core import checker, new_token, ranks_verdict
 from labkit.check.guard import HANG_LIMIT_S
