@@ -255,3 +255,27 @@ def test_checker_on_the_cluster(cluster4, capsys):
     assert out[3].startswith("schedule_1f1b: FAIL (your function calls labkit's own one_f_one_b"), out
     assert "please write the schedule yourself" in out[3], out
     assert cluster4.run(lambda: 1) == [1] * 4          # the cluster is still usable
+
+
+def test_time_limit_off_the_main_thread_uses_a_trace_function():
+    """Where SIGALRM cannot be used (a kernel running cells off the main thread), the limit
+    still holds: a trace function checks the clock on every line, and is taken back after."""
+    import sys
+    import threading
+    from labkit.check.guard import OutOfTime, time_limit
+    seen = {}
+
+    def body():
+        t = time.perf_counter()
+        try:
+            with time_limit(0.5):
+                warmup_walks_the_wrong_way(0, 4, 8)
+        except OutOfTime as exc:
+            seen["line"], seen["took"] = exc.describe(), time.perf_counter() - t
+        seen["trace"] = sys.gettrace()
+    th = threading.Thread(target=body)
+    th.start()
+    th.join(10)
+    assert "hung: your function had not returned after 0.5 s at " in seen["line"], seen
+    assert any(ln in seen["line"] for ln in ("while s != r", "s += 1", "warm += 1")), seen   # the loop's line
+    assert 0.5 <= seen["took"] < 2 and seen["trace"] is None
