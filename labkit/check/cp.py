@@ -4,13 +4,18 @@
 results on disjoint blocks of keys (o: (batch, heads, queries, head_dim), lse: the log-sum-exp of
 each query row's scores on its block, (batch, heads, queries)) into the result on both blocks.
 
-First in this process, on small examples whose answer is known: the two halves of one softmax,
-one block a query row cannot see (lse = -inf, o = 0), and scores large enough (log-sum-exp ~ 120)
-that exp() overflows fp32 unless the larger log-sum-exp is subtracted first. A wrong answer is
-matched against the usual mistakes, each with its diagnosis (missing rescale, average of the
-two, overflow, the wrong log-sum-exp update, weights swapped, normalised twice, one block
-only, ...). A right one then runs inside ring attention on the ranks (causal, zig-zag): the
-output and gradients must match one process within 1e-5. Nothing here can hang the ranks.
+First in this process (under the ranks' time limit, `guard.time_limit`: an endless loop is
+reported as a hang with its line), on small examples whose answer is known (`_cases`): the two
+halves of one softmax; block b, then block a, hidden from some query rows (lse = -inf, o = 0);
+scores near 120, where exp() overflows float32; log-sum-exps more than 88 apart, where exp() of
+their difference overflows; scores near 750, beyond float64's range too; a row that sees neither
+block (o = 0, lse = -inf). The reference is labkit's merge in float64. A wrong answer is matched
+against the usual mistakes, each with its diagnosis (missing rescale, average of the two, the
+wrong log-sum-exp update, weights swapped, normalised twice, one block only, ...); on the large
+cases, where only range can go wrong, it is tried again with both log-sum-exps shifted down:
+right there means a log-sum-exp was exponentiated alone (overflow, hidden or not by nan_to_num).
+A right one then runs inside ring attention on the ranks (causal, zig-zag): the output and
+gradients must match one process within 1e-5. Nothing here can hang the ranks.
 """
 from labkit.check.core import checker, run_exercise
 from labkit.check.guard import HANG_LIMIT_S, time_limit
