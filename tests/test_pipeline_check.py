@@ -177,6 +177,29 @@ def forwards_as_ints(r, p, m):
     return [i for i in range(m)]
 
 
+def eight_written_in(r, p, m):
+    return right(r, p, 8)
+
+
+def duplicate_backward(r, p, m):
+    return right(r, p, m) + [B(m - 1)]
+
+
+def warmup_out_of_order(r, p, m):
+    acts = right(r, p, m)
+    if p - 1 - r >= 2:
+        acts[0], acts[1] = acts[1], acts[0]
+    return acts
+
+
+def steady_backward_lags_two(r, p, m):
+    warm = min(p - 1 - r, m)
+    a = [F(i) for i in range(warm)]
+    for i in range(m - warm):
+        a += [F(warm + i)] + ([B(i - 1)] if i >= 1 else [])
+    return a + [B(i) for i in range(max(m - warm - 1, 0), m)]
+
+
 BORROWED = "which is the answer being checked: please write the schedule yourself"
 
 WRONG = [
@@ -201,6 +224,10 @@ WRONG = [
     (last_stage_warms_up, "p=4, m=8: "),
     (one_backward_missing, "never runs B7"),
     (forwards_as_ints, "is not an action"),
+    (eight_written_in, "p=4, m=2: stage 0, step 2: F2 is out of range"),
+    (duplicate_backward, "stage 0 runs B7 (backward of micro-batch 7) twice"),
+    (warmup_out_of_order, "its simulated bubble is 29.4%"),
+    (steady_backward_lags_two, "stage 0 keeps 5 micro-batches of activations alive at once"),
 ]
 
 

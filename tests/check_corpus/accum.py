@@ -295,6 +295,17 @@ def gather_and_average(model, x, y, micro):
             p.grad /= n
 
 
+def reduce_into_a_copy(model, x, y, micro):
+    """All-reduces a copy of each gradient and drops it: .grad keeps this rank's own."""
+    for xs, ys in zip(x.chunk(micro), y.chunk(micro)):
+        (lm_loss(model(xs), ys) / micro).backward()
+    for p in model.parameters():
+        if p.grad is not None:
+            g = p.grad.clone()
+            dist.all_reduce(g)
+            g /= dist.get_world_size()
+
+
 RIGHT = [("chunk", right_chunk), ("index and AVG", right_index), ("flat", right_flat),
          ("strided micro-batches", right_strided), ("autograd.grad", right_autograd_grad)]
 WRONG = [
@@ -327,5 +338,6 @@ WRONG = [
     ("all-reduce after the first micro-batch only", reduce_first_micro, "differs from one process's gradient", "clean"),
     ("rank 0's gradients broadcast", broadcast_rank0, "rank 0: your gradients are this rank's own", "clean"),
     ("every forward first, then every backward", last_micro_reused, "3 forwards ran before the first backward", "clean"),
+    ("all-reduced a copy", reduce_into_a_copy, "your gradients are this rank's own", "clean"),
     ("all-gather, then all-reduce again", gather_and_average, "the bytes of one all-reduce of each gradient", "clean"),
 ]

@@ -268,6 +268,42 @@ def experts_in_arrival_order_by_source(xs, expert, gate, experts, group=None):
     return gate[:, None] * all_to_all(out, send, got, group)
 
 
+def no_combine(xs, expert, gate, experts, group=None):
+    """The expert outputs returned where they were computed: no second all-to-all."""
+    recv, send, got = _splits(expert, len(experts) * dist.get_world_size(group), group)
+    arrived = all_to_all(xs, got, send, group)
+    order = _regroup(recv)
+    out = _run(experts, arrived[order], recv.sum(0))
+    return torch.empty_like(out).index_copy(0, order, out)
+
+
+def counts_all_reduced(xs, expert, gate, experts, group=None):
+    """The counts summed over the ranks (all_reduce) instead of exchanged (all-to-all)."""
+    n = dist.get_world_size(group)
+    L = len(experts)
+    per_expert = torch.bincount(expert, minlength=L * n)
+    total = per_expert.clone()
+    dist.all_reduce(total, group=group)
+    me = dist.get_rank(group)
+    recv = total[me * L:(me + 1) * L].repeat(n, 1) // n
+    send, got = per_expert.view(n, L).sum(1).tolist(), recv.sum(1).tolist()
+    arrived = all_to_all(xs, got, send, group)
+    order = _regroup(recv)
+    out = _run(experts, arrived[order], recv.sum(0))
+    return gate[:, None] * all_to_all(torch.empty_like(out).index_copy(0, order, out), send, got, group)
+
+
+def experts_at_home(xs, expert, gate, experts, group=None):
+    """No dispatch: this rank's experts on this rank's rows, expert index taken modulo E/n."""
+    L = len(experts)
+    out = torch.stack([experts[int(e) % L](x) for x, e in zip(xs, expert)])
+    return gate[:, None] * out
+
+
+def returns_float32(xs, expert, gate, experts, group=None):
+    return right(xs, expert, gate, experts, group).float().double()
+
+
 RIGHT = [("right", right), ("right_library", right_library)]
 WRONG = [
     ("stub", stub, "not implemented yet", "clean"),
@@ -295,5 +331,9 @@ WRONG = [
     ("xs changed in place", xs_scaled_in_place, "failed on rank 0: RuntimeError: a leaf Variable that requires grad", "clean"),
     ("counts: own row read, not column", counts_by_all_gather_wrong_row, "exchange the split sizes first", "clean"),
     ("experts picked by position", experts_in_arrival_order_by_source, "rank ", "clean"),
+    ("no combine", no_combine, "returned (", "clean"),
+    ("counts all-reduced, not exchanged", counts_all_reduced, "exchange the split sizes first", "clean"),
+    ("experts run at home", experts_at_home, "went through expert", "clean"),
+    ("result through float32", returns_float32, "the rows differ from gate x expert(row) by", "clean"),
     ("blocking send", blocking_send, "hung", "hang"),
 ]
