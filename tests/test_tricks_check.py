@@ -53,3 +53,12 @@ def test_right_answers_pass_within_one_all_reduce_and_one_micro_batch(capsys, cl
 def test_corpus_size():
     assert len(accum.WRONG) >= 8 and len(accum.RIGHT) >= 2
     assert len({w[0] for w in accum.WRONG}) == len(accum.WRONG)
+
+
+def test_the_second_case_survives_a_rebuilt_process_group(capsys, cluster2):
+    """The groups of the second world size are made once per process, and again after the
+    cluster rebuilt its process group (Cluster._rejoin)."""
+    assert _line(capsys, accum.RIGHT[0][1], cluster2)[0]
+    cluster2._rejoin()
+    ok, line, _ = _line(capsys, accum.RIGHT[0][1], cluster2)
+    assert ok, line

@@ -189,6 +189,9 @@ def _second_groups():
     process, every rank creating every group in order."""
     import torch.distributed as dist
     n, r = dist.get_world_size(), dist.get_rank()
+    if _GROUPS.get("world") is not dist.group.WORLD:         # the process group was rebuilt: new groups
+        _GROUPS.clear()
+        _GROUPS["world"] = dist.group.WORLD
     if n not in _GROUPS:
         k = n // 2 if n >= 4 and n % 2 == 0 else 1
         parts = [list(range(i, i + k)) for i in range(0, n, k)]

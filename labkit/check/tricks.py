@@ -130,6 +130,9 @@ def _groups(n):
     """This rank's group for the second case, another world size (n - 1 ranks and 1 rank, or 1
     and 1 on two ranks): made once per process, every rank creating every group in order."""
     import torch.distributed as dist
+    if _GROUP_CACHE.get("world") is not dist.group.WORLD:   # the process group was rebuilt: new groups
+        _GROUP_CACHE.clear()
+        _GROUP_CACHE["world"] = dist.group.WORLD
     key = (n, dist.get_rank())
     if key not in _GROUP_CACHE:
         cut = n - 1 if n > 2 else 1
