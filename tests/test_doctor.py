@@ -117,6 +117,32 @@ def test_seed_probe_on_ranks(cluster2):
                       tp_replicated_masks=[r["tp_replicated"] for r in tp])[0]
 
 
+def test_single_rank_sanity_says_no_when_nothing_can_be_learned():
+    """Issue 33: the item had no failing case. Shuffled labels still let the loss fall (to the
+    targets' frequencies, about log 37): not learning; a frozen model does not move at all."""
+    from labkit.doctor.checklist import _single_rank_sanity
+    ok, why = _single_rank_sanity()
+    assert ok and "chance: log 37 = 3.61" in why, why
+    ok, why = _single_rank_sanity(shuffled_labels=True)
+    assert not ok and "it does not learn alone" in why, why
+    ok, why = _single_rank_sanity(frozen=True)
+    assert not ok and "it does not learn alone" in why, why
+
+
+def _norm(**kw):
+    from labkit.doctor.checklist import _gradient_norm
+    return _gradient_norm(16, 100.0, **kw)
+
+
+def test_gradient_norm_is_one_process_norm_and_a_blow_up_is_caught(cluster2):
+    ok, why = cluster2.run(_norm)[0]
+    assert ok and "one process's on the global batch" in why, why
+    ok, why = cluster2.run(_norm, summed=True)[0]                   # the sum over 2 ranks, not the mean
+    assert not ok and "(2x): the all-reduced gradient is not the global batch's mean" in why, why
+    ok, why = cluster2.run(_norm, lr=10.0, steps=5)[0]              # SGD at lr 10: the norm explodes
+    assert not ok and "above 100 or not finite" in why, why
+
+
 def _checklist(**kw):
     from labkit.doctor.checklist import convergence_checklist
     return convergence_checklist(**kw)

@@ -70,8 +70,21 @@ def _grads_case(**scale):
     return cands
 
 
+def _watch(forwards=3):
+    """What labkit.check.tricks._Watch records of a loop over 6 sequences in `forwards` pieces,
+    each forward's backward right after it, one micro-batch's saved bytes."""
+    import types
+    import torch
+    from labkit.check.tricks import _Watch
+    x = torch.arange(36).view(6, 6)
+    w = types.SimpleNamespace(x=x, forwards=list(x.chunk(forwards)), peak=100, reduces=[],
+                              events=[e for k in range(forwards) for e in (("F", k), ("B", k))])
+    w.rows = lambda: _Watch.rows(w)
+    return w
+
+
 def test_accumulation_diagnoses_in_chinese(zh):
-    from labkit.check.tricks import _verdict
+    from labkit.check.tricks import _accumulated, _verdict
     cands = _grads_case()
     cases = {
         "sum": "rank 1：你的梯度正好是均值的 4 倍，也就是各 rank 的和：all-reduce 之后还要除以 world size（4）",
@@ -81,8 +94,12 @@ def test_accumulation_diagnoses_in_chinese(zh):
     for name, want in cases.items():
         got = _verdict(cands[name], cands, False, 3, 4, 1, 100, 100)
         assert got.startswith(want), (name, got)
-    got = _verdict(cands["right"], cands, False, 3, 4, 1, 300, 100)
-    assert got.startswith("梯度是对的，但 rank 1 发送的字节数是每个参数做一次 all-reduce 的 3.0 倍"), got
+    assert _verdict(cands["right"], cands, False, 3, 4, 1, 300, 100) is None    # traffic: _accumulated
+    got = _accumulated(_watch(), _watch(), 3, 1, 300, 100)
+    assert got.startswith("梯度是对的，但 rank 1 发送的字节数是每个梯度做一次 all-reduce 的 3.00 倍"), got
+    whole = _watch(forwards=1)
+    got = _accumulated(whole, _watch(), 3, 1, 100, 100)
+    assert got.startswith("rank 1：梯度是对的，但它来自在整个 6 条序列的本地 batch 上的一次前向和反向"), got
     got = _verdict(cands["right"], cands, True, 3, 4, 0, 100, 100)
     assert got.startswith("rank 0：你的函数改动了权重"), got
 
@@ -118,7 +135,10 @@ def test_merge_diagnoses_in_chinese(zh, capsys):
     expect = {
         "no rescale": "online_softmax_merge: FAIL (在“同一个 softmax 的两半”上：o_a + o_b：每个部分输出都是按它自己那个块的和归一化的",
         "lse = max": "online_softmax_merge: FAIL (o 是对的，但 lse = max(lse_a, lse_b) 漏掉了较小那个块的和",
-        "max not subtracted": "online_softmax_merge: FAIL (在“得分接近 120（exp 会让 fp32 溢出）”上：结果里有 inf 或 nan",
+        "max not subtracted": "online_softmax_merge: FAIL (在“得分接近 120（exp 会让 fp32 溢出）”上：把两个 log-sum-exp 一起平移到 0 附近就对了",
+        "naive wrapped in nan_to_num": "online_softmax_merge: FAIL (在“得分接近 120（exp 会让 fp32 溢出）”上：把两个 log-sum-exp 一起平移到 0 附近就对了",
+        "textbook logaddexp: nan when both blocks are masked":
+            "online_softmax_merge: FAIL (在“一个两个块里都看不到任何 key 的 query（lse_a = lse_b = -inf）”上：结果里有 inf 或 nan：这样的行 lse 也是 -inf",
         "first block only": "online_softmax_merge: FAIL (在“同一个 softmax 的两半”上：o 与在两个块上一起做 softmax 的结果最多相差 ",
     }
     for name, want in expect.items():

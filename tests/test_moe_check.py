@@ -43,3 +43,13 @@ def test_deadlocking_send_is_reported_and_the_next_run_works(capsys, cluster2):
     ok, line, took = _line(capsys, fn, cluster2, HANG_TIMEOUT)
     assert not ok and words in line and "send" in line, line
     assert cluster2.run(lambda: 1) == [1, 1]
+
+
+def test_the_second_case_survives_a_rebuilt_process_group(capsys, cluster2):
+    """The groups of the second case are made once per process; after the cluster rebuilt its
+    process group (Cluster._rejoin, as after a failed collective) they are made again."""
+    ok, line, _ = _line(capsys, moe.RIGHT[0][1], cluster2, TIMEOUT)
+    assert ok, line
+    cluster2._rejoin()
+    ok, line, _ = _line(capsys, moe.RIGHT[0][1], cluster2, TIMEOUT)
+    assert ok, line

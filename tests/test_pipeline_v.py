@@ -24,7 +24,12 @@ def test_zb_v_valid_zero_bubble_in_the_papers_convention_and_1f1b_memory(p, m):
     assert validate(s) == [] and validate(with_comms(s), blocking_sends=False) == []
     t = simulate(s, forward=0.5, backward=0.5, weight=0.5)       # F = I = W per chunk
     assert t.span_bubble == pytest.approx(0.0)                     # Qi et al. 2024, sec. 6
-    assert idle_per_rank("zb-v", p, 0.5, 1.0, 0.5) == 0.0
+    # the formula's 0 is the simulated idle between each rank's first and last action
+    first = [min(a for a, _, _ in ivs) for ivs in t.intervals]
+    last = [max(b for _, b, _ in ivs) for ivs in t.intervals]
+    own = [(b - a) - busy for a, b, busy in zip(first, last, t.busy)]
+    assert own == pytest.approx([idle_per_rank("zb-v", p, 0.5, 1.0, 0.5)] * p, abs=1e-12)
+    assert idle_per_rank("zb-v", p, 0.5, 1.5, 0.5) is None        # no closed form off F = I = W
     # the wait for the first input is still there in the makespan: p-1 chunk forwards
     assert t.idle == pytest.approx([(p - 1) * 0.5] * p)
     held = held_in_order(s)
@@ -40,8 +45,15 @@ def test_dualpipe_v_valid_memory_and_bubble_against_deepseek(p, m):
     assert simulate(s).peak_activations == [2 * p + 1] * p      # DeepSeek-V3 Table 2: PP + 1 chunk sets
     for f, b, w in [(0.5, 1.0, 0.5), (1.0, 1.0, 0.5), (0.5, 1.5, 0.5), (0.5, 0.75, 0.25), (1.5, 1.5, 0.5)]:
         t = simulate(s, forward=f, backward=b - w, weight=w)         # per chunk; B = I + W
+        i = b - w
+        # the simulation's idle, exactly: ZB-H1's (p-1)(F + I - W) per chunk, plus (p-2)(I - F) when
+        # the input gradient is the longer (the inner ranks wait for it); no F&B overlap here
+        exact = (p - 1) * (f + i - w) + (p - 2) * max(0.0, i - f)
+        assert t.idle == pytest.approx([exact] * p), (f, b, w, t.idle, exact)
+        # DeepSeek's (p-1)(F&B + B - 3W) with F&B = F + B (one after the other) is above it by (p-1) I
+        # (its F&B assumes a forward and a backward overlapped): a bound, not the value
         bound = idle_per_rank("dualpipe-v", p, f, b, w)
-        assert max(t.idle) <= bound + 1e-9, (f, b, w, t.idle, bound)
+        assert bound - max(t.idle) == pytest.approx((p - 1) * i - (p - 2) * max(0.0, i - f)), (f, b, w)
         # and it beats 1F1B's (p-1)(F+B) with the same per-rank times (a chunk is half a stage)
         assert max(t.idle) < idle_per_rank("1f1b", p, 2 * f, 2 * b, 2 * w)
     with pytest.raises(ValueError, match="at least 2 x stages"):
@@ -88,10 +100,17 @@ def test_comparison_table_simulation_on_the_formulas():
             assert rows[name][1] == rows[name][2], rows[name]            # idle: simulated = formula
         for name, row in rows.items():
             assert row[5] in (row[6], "-"), row                          # held: counted = formula
-        assert float(rows["DualPipeV"][1]) <= float(rows["DualPipeV"][2])
+        for name, build_name in (("DualPipeV", "dualpipe-v"), ("DualPipe", "dualpipe"), ("ZB-V", "zb-v")):
+            s = build(build_name, 4, 8, chunks=2)                         # the row is this simulation
+            k = 1.0 if s.layout == "dual" else 0.5
+            t = simulate(s, forward=f * k, backward=i * k, weight=w * k)
+            assert rows[name][1] == f"{max(t.idle):g}" and rows[name][4] == f"{t.span_bubble:.3f}", rows[name]
+        assert float(rows["DualPipeV"][1]) < float(rows["DualPipeV"][2])     # DeepSeek's: a bound
         assert [rows[n][7] for n in ("ZB-V", "DualPipeV", "DualPipe")] == ["1x", "1x", "2x"]
         assert float(rows["DualPipe"][1]) <= float(rows["DualPipe"][2])
-    assert compare_schedules(4, 8).rows[4][4] == "0.000"                # ZB-V, F = I = W, own span
+    rows = {r[0]: r for r in compare_schedules(4, 8).rows}
+    assert rows["ZB-V"][4] == "0.000"                                    # ZB-V, F = I = W: its own span
+    assert rows["ZB-V"][2] == f"{idle_per_rank('zb-v', 4, 0.5, 1.0, 0.5):g}" == "0", rows["ZB-V"]
 
 
 @pytest.mark.parametrize("p,m", [(2, 4), (2, 6), (4, 8), (4, 12), (8, 16)])

@@ -86,3 +86,20 @@ def test_nbval_fails_a_cell_with_a_failing_verdict():
     want = {name: outcome for name, (_, _, outcome) in CELLS.items()}
     assert got == want, run.stdout[-3000:] + run.stderr[-2000:]
     assert "the cell printed a failing verdict" in run.stdout and "rank 1 differs by 0.5" in run.stdout
+
+
+def test_no_notebook_shows_a_verdict_the_nbval_rule_cannot_see():
+    """Issue 33: a pass/FAIL column in a table, an ok/PROBLEM line or a bare boolean printed as a
+    result is read by a person, not by conftest.py. A code cell that words a verdict itself must
+    also say it through labkit.verdict (verdict(...) or a checker), so CI fails when it fails."""
+    import json
+    import re
+    words = re.compile(r"""["'](?:pass|FAIL|PROBLEM|ok)["']\s+(?:if|else)\b|\belse\s+["'](?:FAIL|PROBLEM)["']""")
+    bare = re.compile(r"""print\([^)]*:\s*["'],\s*\w+\)\s*$""", re.MULTILINE)     # print("...:", flag)
+    unseen = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            src = "".join(cell["source"])
+            if cell["cell_type"] == "code" and (words.search(src) or bare.search(src)) and "verdict(" not in src:
+                unseen.append(f"{path.name} {cell.get('id')}")
+    assert not unseen, unseen

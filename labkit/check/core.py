@@ -10,6 +10,7 @@ import functools
 
 from labkit.runtime import cluster as _cluster
 from labkit.runtime.errors import RankError, RankTimeout
+from labkit.check.guard import OutOfTime
 from labkit.check.ring_diagnosis import stuck_in
 from labkit.i18n import tr
 from labkit.verdict import FAIL
@@ -148,6 +149,8 @@ def checker(name: str):
         def run(fn, *args, cluster=None, **kwargs) -> bool:
             try:
                 ok, detail = body(fn, get_cluster(cluster), *args, **kwargs)
+            except OutOfTime as exc:          # the learner's code, run in this process, never returned
+                return report(name, False, exc.describe())
             except Exception as exc:          # noqa: BLE001 - a checker never raises at the learner
                 ran_on = cluster if cluster is not None else _cluster.current()
                 raised = [e.data for e in getattr(ran_on, "events", None) or []

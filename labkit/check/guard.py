@@ -115,3 +115,80 @@ def settle(token: tuple, key: str, flag=None) -> list:
                 raise raised from None
             time.sleep(0.02)
     return [store.get(k) == b"1" for k in keys]
+
+
+class OutOfTime(BaseException):
+    """The learner's code ran past the checker's limit in this process (a BaseException, so an
+    ``except Exception`` in the learner's loop cannot swallow it). `at` is the learner's
+    innermost frame when the limit struck: (filename, lineno, source line) or None."""
+
+    def __init__(self, seconds: float, at=None):
+        super().__init__(seconds)
+        self.seconds, self.at = seconds, at
+
+    def describe(self) -> str:
+        from labkit.i18n import tr
+        where = ""
+        if self.at:
+            from labkit.runtime.stacks import where as _where
+            where = tr(" at {at}", at=_where(self.at[0], self.at[1])) + (f": {self.at[2]}" if self.at[2] else "")
+        return tr("hung: your function had not returned after {s:g} s{where} (a loop that never "
+                  "ends? check its condition and what each pass changes)", s=self.seconds, where=where)
+
+
+def _learner_at(frame):
+    """(filename, lineno, line) of the innermost frame of `frame`'s stack that is the learner's."""
+    import linecache
+    while frame is not None:
+        if _mine(frame.f_code.co_filename):
+            name, line = frame.f_code.co_filename, frame.f_lineno
+            return name, line, linecache.getline(name, line).strip()
+        frame = frame.f_back
+    return None
+
+
+class time_limit:                                           # noqa: N801 - used as a context manager
+    """``with time_limit(s): fn(...)``: the learner's code that a checker calls in this process
+    (the notebook's own, not a rank) gets the same limit as on the ranks (HANG_LIMIT_S). Past it
+    the code is interrupted where it is: by SIGALRM in the main thread (a `while` loop, a sleep,
+    anything that returns to Python now and then), else by a trace function that checks the
+    clock on every line. Raises OutOfTime with the learner's line."""
+
+    def __init__(self, seconds: float):
+        self.seconds = float(seconds)
+
+    def __enter__(self):
+        import signal
+        import sys
+        import threading
+        self.deadline = time.monotonic() + self.seconds
+        self.alarm = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+        if self.alarm:
+            self.old = signal.signal(signal.SIGALRM, self._ring)
+            self.old_timer = signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        else:
+            self.old = sys.gettrace()
+            sys.settrace(self._trace)
+        return self
+
+    def _ring(self, signum, frame):
+        raise OutOfTime(self.seconds, _learner_at(frame))
+
+    def _trace(self, frame, event, arg):
+        if time.monotonic() > self.deadline:
+            raise OutOfTime(self.seconds, _learner_at(frame))
+        return self._trace
+
+    def __exit__(self, *exc):
+        import signal
+        import sys
+        if self.alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.old)
+            left = self.old_timer[0]
+            if left:                                        # someone else's alarm: put it back
+                signal.setitimer(signal.ITIMER_REAL, max(left - (time.monotonic() - self.deadline + self.seconds), 1e-3),
+                                 self.old_timer[1])
+        else:
+            sys.settrace(self.old)
+        return False

@@ -12,7 +12,15 @@ the usual mistakes: split sizes not exchanged (every all-to-all's splits are com
 ranks through the store before it runs, so a mismatch is a verdict, not gloo aborting a
 process), rows in the wrong order (the regrouping not undone), rows through the wrong expert
 (expert e lives on rank e // (E/n)), gates applied twice or not at all, no gradient (torch's
-all_to_all_single does not differentiate: labkit.moe.all_to_all does), and a hang.
+all_to_all_single does not differentiate: labkit.moe.all_to_all does; or the experts ran under
+torch.no_grad(); or the rows were detached), and a hang. Split lists are checked before the ranks
+compare them: one entry per rank (not per expert), adding up to the rows passed, equal lengths
+where no splits are given (torch.bincount without minlength).
+
+When every rank was right, a second case runs the same function with expert parallelism on groups
+of n/2 ranks (EP inside DP, notebook 13's section 7) and 3 experts per rank, passing `group`: an
+answer that ignores `group`, asks get_world_size() of the whole world, or has 4 ranks or 2
+experts per rank written in fails there.
 """
 import json
 import time
@@ -32,95 +40,220 @@ class _Stop(Exception):
 
 class _Splits:
     """Inside the block every dist.all_to_all_single first shows its splits to the other ranks
-    (the store), so rows sent and rows expected can be compared before gloo sees them."""
+    of its group (the store), so rows sent and rows expected can be compared before gloo sees
+    them; the checks that need no other rank come first (a split list per rank, equal splits of
+    equal lengths, the case's group). It also records what the learner's code asked of torch:
+    dist.get_world_size() or get_rank() of the whole world during a case on a group, and
+    all-to-alls called directly on rows that need a gradient (torch's does not differentiate)."""
 
-    def __init__(self, token, patience):
+    def __init__(self, token, patience, group=None, ranks=None, key="call", experts=None):
         self.token, self.patience, self.i = token, patience, 0
+        self.group, self.ranks, self.key, self.experts = group, ranks, key, experts
+        self.ungrouped, self.direct_grad, self.counts = [], False, None
 
     def __enter__(self):
         import torch.distributed as dist
         self.real = dist.all_to_all_single
+        self.real_size, self.real_rank = dist.get_world_size, dist.get_rank
         dist.all_to_all_single = self._call
+        if self.group is not None:
+            dist.get_world_size = self._watch(self.real_size, "get_world_size")
+            dist.get_rank = self._watch(self.real_rank, "get_rank")
         return self
 
     def __exit__(self, *exc):
         import torch.distributed as dist
         dist.all_to_all_single = self.real
+        dist.get_world_size, dist.get_rank = self.real_size, self.real_rank
         return False
 
+    def _watch(self, real, name):
+        def call(group=None, *args, **kwargs):
+            if group is None:
+                self.ungrouped.append(name)
+            return real(group, *args, **kwargs)
+        return call
+
+    def _stop(self, text):
+        raise _Stop(text)
+
     def _call(self, output, input, output_split_sizes=None, input_split_sizes=None, group=None, **kw):
+        import sys
         import torch.distributed as dist
         from labkit.check.guard import _store
-        n, rank = dist.get_world_size(group), dist.get_rank(group)
+        caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
+        if "/labkit/" not in caller and getattr(input, "requires_grad", False):
+            self.direct_grad = True
+        n, rank = self.real_size(group), self.real_rank(group)
+        self.i += 1
+        if self.group is not None and group is not self.group:
+            self._stop(tr("in all-to-all number {i} on rank {rank}: this case runs expert parallelism on a "
+                          "group of {k} ranks, but your all-to-all ran on {where}: pass the function's "
+                          "`group` to every collective (and to get_world_size and get_rank)",
+                          i=self.i, rank=self.real_rank(), k=self.real_size(self.group),
+                          where=tr("the whole world (group=None)") if group is None else tr("another group")))
+        for name, splits in (("input_split_sizes", input_split_sizes), ("output_split_sizes", output_split_sizes)):
+            if splits is not None and len(splits) != n:
+                per_expert = self.experts is not None and len(splits) in (self.experts * n, self.experts)
+                self._stop(tr("in all-to-all number {i} rank {rank} gave {count} {name} for {n} ranks: a split "
+                              "list has one entry per rank (rows to or from each rank){hint}", i=self.i,
+                              rank=rank, count=len(splits), name=name, n=n,
+                              hint=tr(", not one per expert: add up each rank's experts (per_expert.view(n, "
+                                      "E // n).sum(1))") if per_expert else ""))
         outs = list(output_split_sizes or [output.shape[0] // n] * n)
         ins = list(input_split_sizes or [input.shape[0] // n] * n)
-        store, self.i = _store(), self.i + 1
-        keys = [f"labkit-check/{self.token[0]}/a2a/{self.i}/{j}" for j in range(n)]
-        store.set(keys[rank], json.dumps([int(v) for v in ins] + [int(v) for v in outs]))
+        for rows, splits, what in ((input.shape[0], input_split_sizes, "input"),
+                                   (output.shape[0], output_split_sizes, "output")):
+            if splits is not None and sum(int(v) for v in splits) != rows:
+                self._stop(tr("in all-to-all number {i} rank {rank}'s {what} has {rows} rows but its {what} "
+                              "splits add up to {total}: the splits must add up to the rows you pass: in the "
+                              "combine, swap input and output splits (send back what you received)",
+                              i=self.i, rank=rank, what=what, rows=rows, total=sum(int(v) for v in splits)))
+        store = _store()
+        base = f"labkit-check/{self.token[0]}/{self.key}/a2a/{self.i}"
+        keys = [f"{base}/{j}" for j in range(n)]
+        equal = input_split_sizes is None and output_split_sizes is None
+        store.set(keys[rank], json.dumps([int(v) for v in ins] + [int(v) for v in outs]
+                                         + [int(input.shape[0]), int(equal)]))
+        ranks = self.ranks or list(range(n))
         deadline = time.monotonic() + self.patience
         while not store.check(keys):
-            gone = [j for j in range(n) if store.check([f"labkit-check/{self.token[0]}/call/{j}"])]
+            gone = [j for j in range(n) if store.check([f"labkit-check/{self.token[0]}/{self.key}/{ranks[j]}"])]
             if gone or time.monotonic() > deadline:
-                raise _Stop(tr("rank {rank} waited in its all-to-all number {i} for rank {other}, "
-                               "which never called it", rank=rank, i=self.i,
-                               other=(gone or [j for j in range(n) if not store.check([keys[j]])])[0]))
+                self._stop(tr("rank {rank} waited in its all-to-all number {i} for rank {other}, "
+                              "which never called it", rank=rank, i=self.i,
+                              other=(gone or [j for j in range(n) if not store.check([keys[j]])])[0]))
             time.sleep(0.002)
         every = [json.loads(store.get(k)) for k in keys]
+        lengths = [e[2 * n] for e in every]
+        if all(e[2 * n + 1] for e in every) and (len(set(lengths)) > 1 or lengths[0] % n):
+            short = min(range(n), key=lambda j: lengths[j])
+            self._stop(tr("all-to-all number {i} has no split sizes, so every rank must send the same number "
+                          "of values, a multiple of {n}; rank {a} sends {la} and rank {b} {lb}{hint}",
+                          i=self.i, n=n, a=short, la=lengths[short], b=max(range(n), key=lambda j: lengths[j]),
+                          lb=max(lengths), hint=tr(": torch.bincount(expert) stops at the largest expert "
+                                                   "present; count with minlength=E") if self.i == 1 else ""))
+        mismatch = any(every[src][dst] != every[dst][n + src] for dst in range(n) for src in range(n))
+        if mismatch and self.counts is not None and self.counts.numel() % n == 0:
+            table = self.counts.view(n, -1)
+            by_rank, by_expert = [int(v) for v in table.sum(1)], [int(v) for v in table.sum(0)]
+            if outs == by_expert != by_rank:
+                self._stop(tr("in all-to-all number {i} rank {rank}'s output splits {outs} are the rows each "
+                              "of its experts gets (the counts' column sums); the split list counts rows from "
+                              "each source rank: the row sums, {by_rank}", i=self.i, rank=rank, outs=outs,
+                              by_rank=by_rank))
         for dst in range(n):
             for src in range(n):
                 sent, expected = every[src][dst], every[dst][n + src]
                 if sent != expected:
-                    raise _Stop(tr("in all-to-all number {i} rank {dst} expects {expected} rows from rank "
-                                   "{src}, which sends {sent}: a rank only knows what it sends; exchange "
-                                   "the split sizes first (an all-to-all of the counts), and in the combine "
-                                   "swap input and output splits", i=self.i, dst=dst, expected=expected,
-                                   src=src, sent=sent))
-        return self.real(output, input, output_split_sizes, input_split_sizes, group=group, **kw)
+                    self._stop(tr("in all-to-all number {i} rank {dst} expects {expected} rows from rank "
+                                  "{src}, which sends {sent}: a rank only knows what it sends; exchange "
+                                  "the split sizes first (an all-to-all of the counts), and in the combine "
+                                  "swap input and output splits", i=self.i, dst=dst, expected=expected,
+                                  src=src, sent=sent))
+        done = self.real(output, input, output_split_sizes, input_split_sizes, group=group, **kw)
+        if self.i == 1 and equal:
+            self.counts = output.detach().clone().view(n, -1)           # the counts, when this was their exchange
+        return done
 
 
-def _data(n, r):
-    """Every rank's rows (skewed, uneven), the experts (float64), the same on every rank."""
+def _data(n, L=2):
+    """Every rank's rows (skewed, uneven), the L n experts (float64), the same on every rank."""
     import torch
     from labkit.moe.layer import Expert
-    g = torch.Generator().manual_seed(13)
-    torch.manual_seed(13)
-    experts = torch.nn.ModuleList(Expert(_H, _F) for _ in range(2 * n)).double()
-    pop = torch.tensor([4.0] + [1.0] * (2 * n - 1))
+    seed = 13 if L == 2 else 13 + L
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    experts = torch.nn.ModuleList(Expert(_H, _F) for _ in range(L * n)).double()
+    pop = torch.tensor([4.0] + [1.0] * (L * n - 1))
     rows = []
     for src in range(n):
         m = 5 + 3 * src
-        e = torch.sort(torch.multinomial(pop, m, replacement=True, generator=g)).values
+        p = pop.clone()
+        if src == 0 and n > 1:
+            p[-1] = 0               # rank 0 routes nothing to the last expert (a count of 0 to send)
+        e = torch.multinomial(p, m, replacement=True, generator=g)
+        if src == n - 1:
+            e[-1] = L * n - 1       # and the last rank something: every expert of the last rank works
+        e = torch.sort(e).values
         rows.append((torch.randn(m, _H, generator=g, dtype=torch.float64), e,
                      0.2 + 0.8 * torch.rand(m, generator=g, dtype=torch.float64),
                      torch.randn(m, _H, generator=g, dtype=torch.float64)))
     return experts, rows
 
 
+def _second_groups():
+    """(group, its global ranks, experts per rank) of this rank for the second case: expert
+    parallelism on groups of n/2 ranks (EP inside DP, as notebook 13's section 7) with 3 experts
+    per rank, or on single ranks when n/2 is not a whole group of 2 or more. Made once per
+    process, every rank creating every group in order."""
+    import torch.distributed as dist
+    n, r = dist.get_world_size(), dist.get_rank()
+    if _GROUPS.get("world") is not dist.group.WORLD:         # the process group was rebuilt: new groups
+        _GROUPS.clear()
+        _GROUPS["world"] = dist.group.WORLD
+    if n not in _GROUPS:
+        k = n // 2 if n >= 4 and n % 2 == 0 else 1
+        parts = [list(range(i, i + k)) for i in range(0, n, k)]
+        _GROUPS[n] = [(dist.new_group(p), p) for p in parts]
+    return next((g, p, 3) for g, p in _GROUPS[n] if r in p)
+
+
+_GROUPS = {}
+
+
 def _case(fn, token):
+    """Both cases on this rank: the whole world with 2 experts per rank, then (when every rank
+    was right) groups of ranks with 3. The second case's result carries "group"."""
+    import torch.distributed as dist
+    from labkit.check.guard import settle
+    n, r = dist.get_world_size(), dist.get_rank()
+    res = _one(fn, token, None, list(range(n)), 2, "call")
+    why = diagnose(res) if "raised" not in res and res.get("problem") is None and "out" in res else ""
+    flags = settle(token, "first", why or (None if "out" in res and not res.get("problem") else "x"))
+    if any(flags):
+        return res
+    group, ranks, L = _second_groups()
+    res = _one(fn, token, group, ranks, L, "call2")
+    res["group"] = len(ranks)
+    return res
+
+
+def _one(fn, token, group, ranks, L, key):
     import torch
     import torch.distributed as dist
     from labkit.check.guard import attempt, settle
-    n, r = dist.get_world_size(), dist.get_rank()
-    experts, rows = _data(n, r)
+    n, r = len(ranks), ranks.index(dist.get_rank())
+    experts, rows = _data(n, L)
     want_gx = None
     every = torch.stack([e(rows[r][0]) for e in experts])            # (E, M, h): all experts
     for src, (x, e, g, w) in enumerate(rows):                         # the reference gradients
         x = x.clone().requires_grad_()
         (w * g[:, None] * torch.stack([experts[int(k)](x[i]) for i, k in enumerate(e)])).sum().backward()
         want_gx = x.grad if src == r else want_gx
-    mine = [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in experts[2 * r:2 * r + 2].parameters()]
+    local = experts[L * r:L * (r + 1)]
+    mine = [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in local.parameters()]
     experts.zero_grad(set_to_none=True)
     x, e, g, w = rows[r]
     xs = x.clone().requires_grad_()
-    local = experts[2 * r:2 * r + 2]
+    grad_mode = []
+    hooks = [ex.register_forward_hook(lambda *a: grad_mode.append(torch.is_grad_enabled())) for ex in local]
     out, caught = None, None
-    with _Splits(token, token[1]):                                    # forward and backward
-        out, caught = attempt(fn, xs, e.clone(), g.clone(), local, None)
+    with _Splits(token, token[1], group, ranks, key, L) as splits:    # forward and backward
+        out, caught = attempt(fn, xs, e.clone(), g.clone(), local, group)
         if caught is None and isinstance(out, torch.Tensor) and out.shape == x.shape and out.requires_grad:
             _, caught = attempt(lambda: (out * w).sum().backward())
+    for h in hooks:
+        h.remove()
     stop = caught is not None and caught.type == "_Stop"
     problem = caught.message if stop else None
-    flagged = settle(token, "call", None if stop or caught is None else caught)
+    flagged = settle(token, key, None if stop or caught is None else caught)
+    ungrouped = sorted(set(splits.ungrouped))
+    if group is not None and ungrouped and (caught is not None or problem):
+        return {"problem": tr("rank {r}: in the case on a group of size {k} your function asked "
+                              "dist.{calls}() without the group, which answers for the whole world: pass "
+                              "`group` to get_world_size, get_rank and every collective", r=dist.get_rank(),
+                              k=n, calls="() and dist.".join(ungrouped))}
     if caught is not None and not stop:
         if "Split sizes doesn't match" in caught.message:
             caught.hint = tr("the splits must add up to the rows you pass: in the combine, swap input "
@@ -136,6 +269,8 @@ def _case(fn, token):
     whose = [(src, i) for src, (xx, _, _, _) in enumerate(rows) for i in range(len(xx))]
     res = {"problem": problem, "all_unit": unit, "whose": whose, "out": None if out is None else out.detach(), "x": x, "e": e,
            "g": g, "every": every.detach(), "gx": xs.grad, "want_gx": want_gx, "n": n, "rank": r,
+           "no_grad": bool(grad_mode) and not all(grad_mode), "direct_grad": splits.direct_grad,
+           "out_graph": isinstance(out, torch.Tensor) and out.requires_grad,
            "gw": [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in local.parameters()], "want_gw": mine}
     return res
 
@@ -183,8 +318,16 @@ def diagnose(res: dict) -> str:
         return tr("rank {r}: the rows differ from gate x expert(row) by {err:.3g}", r=r,
                   err=(out - want).abs().max().item())
     if res["gx"] is None:
-        return tr("rank {r}: no gradient reached xs: torch's dist.all_to_all_single does not "
-                  "differentiate; send the rows with labkit.moe.all_to_all", r=r)
+        if res.get("no_grad"):
+            return tr("rank {r}: no gradient reached xs or the experts' weights: your experts ran with "
+                      "autograd off (torch.no_grad() or inference_mode), so there is no graph to go back "
+                      "through; run them with autograd on", r=r)
+        if res.get("direct_grad"):
+            return tr("rank {r}: no gradient reached xs: torch's dist.all_to_all_single does not "
+                      "differentiate; send the rows with labkit.moe.all_to_all", r=r)
+        return tr("rank {r}: no gradient reached xs: your output is cut off from the rows' graph "
+                  "(a .detach(), .data, a tensor rebuilt from values, or torch.no_grad() around a step); "
+                  "keep every step from xs to the output differentiable", r=r)
     if not _close(res["gx"], res["want_gx"]):
         return tr("rank {r}: the gradient of xs differs from one process by {err:.3g}", r=r,
                   err=(res["gx"] - res["want_gx"]).abs().max().item())
@@ -200,12 +343,17 @@ def ep_dispatch(fn, cluster, timeout: float = HANG_LIMIT_S):
         return False, tr("needs a cluster of at least 2 ranks")
     token = new_token(timeout)
     results = cluster.run(_case, fn, token, timeout=timeout)
+    second = results[0].get("group")
     found = ranks_verdict(results)
+    if not found:
+        why = next((w for w in map(diagnose, results) if w), "")
+        found = (False, why) if why else None
     if found:
+        if second is not None:
+            return False, tr("in the second case (expert parallelism on groups of size {k}, {L} experts "
+                             "per rank, the function's `group` argument): {why}", k=second, L=3, why=found[1])
         return found
-    for res in results:
-        why = diagnose(res)
-        if why:
-            return False, why
+    n = cluster.world_size
     return True, tr("{n} ranks, {e} experts, uneven skewed rows: outputs and the gradients of the rows "
-                    "and of every expert equal one process", n=cluster.world_size, e=2 * cluster.world_size)
+                    "and of every expert equal one process; the same on groups of size {k} with 3 experts "
+                    "per rank (group=...)", n=n, e=2 * n, k=second)

@@ -6,12 +6,13 @@
   missing dependency; the simulator checks it is 1F1B: at most p - r micro-batches alive on
   stage r and the (p-1)/(m+p-1) bubble), then run on the cluster, gradients against one process.
   An answer that calls labkit's own `one_f_one_b` (directly, through `build` or `SCHEDULES`) is
-  turned down: it is the answer being checked.
+  turned down: it is the answer being checked. The learner's function runs in the notebook's
+  process here, under the ranks' limit (`guard.time_limit`): an endless loop is reported as a hang.
 """
 import sys
 
 from labkit.check.core import checker
-from labkit.check.guard import HANG_LIMIT_S
+from labkit.check.guard import HANG_LIMIT_S, time_limit
 from labkit.i18n import tr
 
 __all__ = ["schedule_1f1b", "judge_1f1b"]
@@ -92,11 +93,13 @@ def schedule_1f1b(fn, cluster, microbatches: int = 8, timeout: float = HANG_LIMI
     without processes, then run on the cluster's ranks with gradients checked."""
     from labkit.pipeline import as_schedule
     from labkit.pipeline.executor import run_schedule
-    ok, detail = judge_1f1b(fn)
-    if not ok:
-        return ok, detail
     p = cluster.world_size
-    s = as_schedule(_lists(fn, p, microbatches), p, microbatches, name="your 1F1B")
+    with time_limit(timeout):           # fn runs here, in the notebook: the ranks' limit for it too
+        ok, detail = judge_1f1b(fn)
+        if not ok:
+            return ok, detail
+        acts = _lists(fn, p, microbatches)
+    s = as_schedule(acts, p, microbatches, name="your 1F1B")
     res = cluster.run(run_schedule, s, live=False, warmup=0, timeout=timeout)
     diff = max(r["grad_diff"] for r in res)
     missing = [n for r in res for n in r["grad_mismatch"]]

@@ -123,4 +123,8 @@ MESSAGES = {
     "order, with the same sizes (is one inside an `if rank == ...`?)":
         "rank {r} 在集合通信内部崩溃（{error}）：收到的消息与等待的不匹配时，gloo 会中止该 rank。"
         "每个 rank 必须以相同的顺序、相同的大小调用相同的集合通信（是不是有一个写在了 `if rank == ...` 里？）",
+
+    # -- every checker: the learner's code run in the notebook's process (guard.time_limit) --
+    'hung: your function had not returned after {s:g} s{where} (a loop that never ends? check its condition and what each pass changes)':
+        'hung: 你的函数在 {s:g} 秒后仍未返回{where}（是不是一个永远不会结束的循环？检查它的条件，以及每一轮改变了什么）',
 }

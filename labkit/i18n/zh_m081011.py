@@ -531,4 +531,14 @@ MESSAGES = {
     "zero_grad(): there are no gradients. Call loss.backward() first, then step(), then zero_grad().":
         "rank {rank}：自上次 zero_grad() 以来还没有调用过 loss.backward()，就调用了 optimizer.step()："
         "还没有梯度。请先 loss.backward()，再 step()，最后 zero_grad()。",
+
+    # -- notebook 11: the convergence checklist against chance and one process (issue 33) --
+    "global gradient norm {norm:.3g}, one process's on the global batch {ref:.3g} (within {rtol:g})":
+        '全局梯度范数 {norm:.3g}，单进程在全局 batch 上的是 {ref:.3g}（相差在 {rtol:g} 以内）',
+    'loss {first:.2f} -> {last:.2f} in {steps} steps on one rank (chance: log {vocab} = {chance:.2f})':
+        '单个 rank 上 {steps} 步内 loss {first:.2f} -> {last:.2f}（随机猜测：log {vocab} = {chance:.2f}）',
+    'global gradient norm {norm:.3g} (above {max_norm:g} or not finite: clip it, lower the learning rate, check the loss scale)':
+        '全局梯度范数 {norm:.3g}（超过 {max_norm:g} 或不是有限值：做梯度裁剪、降低学习率、检查 loss scale）',
+    "global gradient norm {norm:.3g}, one process's on the global batch {ref:.3g} ({ratio:.3g}x): the all-reduced gradient is not the global batch's mean (summed instead of averaged, or averaged twice?)":
+        '全局梯度范数 {norm:.3g}，单进程在全局 batch 上的是 {ref:.3g}（{ratio:.3g} 倍）：all-reduce 之后的梯度不是全局 batch 上的平均（是不是求了和没有取平均，或者平均了两次？）',
 }

@@ -154,4 +154,44 @@ MESSAGES = {
     # -- notebook 09: gradient accumulation's argument (labkit/tricks/accumulation.py) ----------
     "the batch of {n} does not split into {micro} equal micro-batches":
         "大小为 {n} 的 batch 无法均分成 {micro} 个相同大小的 micro-batch",
+
+    # -- notebook 09: accumulate_gradients, how the gradients were made (issue 33) --
+    "rank {r}: right on the {n} ranks of the first case, but on a world of size {k} the gradient of {name!r} differs from one process's on those ranks' batch by up to {err:.3g}: average over every rank of the world (dist.all_reduce), not over a partner":
+        'rank {r}：第一种情形的 {n} 个 rank 上是对的，但在大小为 {k} 的 world 上，{name!r} 的梯度与单进程在这些 rank 的 batch 上的梯度最多相差 {err:.3g}：要在 world 的所有 rank 上求平均（dist.all_reduce），而不是只和一个搭档求平均',
+    'in the second case, on a world of size {k}: your function must work for any world size (is a partner rank or the number 2 written in it?)':
+        '这是第二种情形，world 的大小为 {k}：你的函数必须对任意 world 大小都成立（里面是不是写死了一个搭档 rank 或者数字 2？）',
+    'rank {r}: right on the {n} ranks of the first case, but on a world of size {k} your gradients are {c:.3g} x the mean: divide by dist.get_world_size(), not by a number written in the code':
+        'rank {r}：第一种情形的 {n} 个 rank 上是对的，但在大小为 {k} 的 world 上，你的梯度是平均值的 {c:.3g} 倍：要除以 dist.get_world_size()，而不是代码里写死的数字',
+    'rank {r}: right gradients, but your function ran {f} forwards for {micro} micro-batches: one forward per micro-batch of {size} sequences':
+        'rank {r}：梯度是对的，但你的函数为 {micro} 个 micro-batch 做了 {f} 次前向：每个 {size} 条序列的 micro-batch 只做一次前向',
+    'rank {r}: right gradients, but the micro-batches do not cover the local batch once each: cut x into {micro} disjoint parts':
+        'rank {r}：梯度是对的，但这些 micro-batch 没有把本地 batch 的每一行恰好覆盖一次：把 x 切成 {micro} 个互不重叠的部分',
+    "rank {r}: right gradients, but {f} forwards ran before the first backward: every micro-batch's activations were alive at once ({x:.1f}x one micro-batch's saved bytes), which is what accumulation avoids; call backward on each micro-batch's loss right after its forward":
+        'rank {r}：梯度是对的，但在第一次反向之前做了 {f} 次前向：所有 micro-batch 的激活同时存活（是一个 micro-batch 保存字节数的 {x:.1f} 倍），而这正是梯度累积要避免的；每个 micro-batch 前向之后立刻对它的 loss 调用 backward',
+    "rank {r}: right gradients, but up to {x:.1f}x one micro-batch's saved activations were alive at once (retain_graph=True, or a graph kept alive by a tensor you kept): let each backward free its micro-batch's graph":
+        'rank {r}：梯度是对的，但同时存活的保存激活最多达到一个 micro-batch 的 {x:.1f} 倍（retain_graph=True，或者你留着的某个张量让计算图一直活着）：让每次 backward 释放它那个 micro-batch 的计算图',
+    'right gradients, but rank {r} all-reduced after micro-batch {k} of {micro}: all-reduce once, after the last of the {micro} micro-batches (not after every one)':
+        '梯度是对的，但 rank {r} 在第 {k} 个（共 {micro} 个）micro-batch 之后就做了 all-reduce：只做一次 all-reduce，放在 {micro} 个 micro-batch 中的最后一个之后（不要每个之后都做）',
+    'right gradients, but rank {r} all-reduced one gradient {c} times (a tied weight is one parameter: model.parameters() lists it once; a list built from the modules holds it twice): all-reduce each gradient once':
+        '梯度是对的，但 rank {r} 对同一个梯度做了 {c} 次 all-reduce（共享（tied）的权重是一个参数：model.parameters() 只列出它一次；按模块逐个收集的列表里它出现两次）：每个梯度只 all-reduce 一次',
+    'right gradients, but rank {r} sent {ratio:.2f}x the bytes of one all-reduce of each gradient: all-reduce each gradient once, after the last of the {micro} micro-batches':
+        '梯度是对的，但 rank {r} 发送的字节数是每个梯度做一次 all-reduce 的 {ratio:.2f} 倍：每个梯度只 all-reduce 一次，放在 {micro} 个 micro-batch 中的最后一个之后',
+    "rank {r}: your gradients are {c:.3g} x one process's on the global batch, every one of them: a factor is wrong (divide each loss by the number of micro-batches, {micro}, and the all-reduced sum by dist.get_world_size(), {n})":
+        'rank {r}：你的每一个梯度都是单进程在全局 batch 上梯度的 {c:.3g} 倍：有一个系数错了（每个 loss 除以 micro-batch 的个数 {micro}，all-reduce 得到的和除以 dist.get_world_size()，即 {n}）',
+    "{n} ranks x {micro} micro-batches: every gradient equals one process's on the global batch (rtol {rtol:g}), with a tied and a frozen parameter; one forward and one backward per micro-batch, saved activations {saved:.2f}x one micro-batch's; {traffic}; the same on a world of size {k}":
+        '{n} 个 rank x {micro} 个 micro-batch：每个梯度都等于单进程在全局 batch 上的梯度（rtol {rtol:g}），模型带有一个共享（tied）参数和一个冻结参数；每个 micro-batch 一次前向、一次反向，保存的激活是一个 micro-batch 的 {saved:.2f} 倍；{traffic}；在大小为 {k} 的 world 上也一样',
+    "rank {r}: right gradients, but from one forward and backward on the whole local batch of {b} sequences: nothing was accumulated, and the activations are the big batch's; cut it into {micro} micro-batches of {size} (x.chunk(micro)) and run forward and backward on each":
+        'rank {r}：梯度是对的，但它来自在整个 {b} 条序列的本地 batch 上的一次前向和反向：什么都没有累积，激活也是大 batch 的；把它切成 {micro} 个 {size} 条序列的 micro-batch（x.chunk(micro)），对每个做前向和反向',
+    'rank {r}: right gradients, but forward {k} saw a tensor of shape {shape} from a local batch of shape {whole}: cut the batch dimension (dim 0), not the sequence':
+        'rank {r}：梯度是对的，但第 {k} 次前向看到的张量形状是 {shape}，而本地 batch 的形状是 {whole}：要切 batch 维（dim 0），不是序列维',
+    'rank {r}: right gradients, but forward {k} saw {got} sequences: each micro-batch has {size} (the local batch of {b} cut into {micro})':
+        'rank {r}：梯度是对的，但第 {k} 次前向看到了 {got} 条序列：每个 micro-batch 应有 {size} 条（{b} 条的本地 batch 切成 {micro} 份）',
+    "rank {r}: right gradients, but forward {k}'s output went through {c} backward passes: one backward per micro-batch":
+        'rank {r}：梯度是对的，但第 {k} 次前向的输出经过了 {c} 次反向：每个 micro-batch 一次反向',
+    'rank {peer} does not exist in a world of size {k} (ranks 0 to {last})':
+        '大小为 {k} 的 world 里没有 rank {peer}（rank 只有 0 到 {last}）',
+    '{x:.2f}x the bytes of one all-reduce of the gradients':
+        '字节数是对梯度做一次 all-reduce 的 {x:.2f} 倍',
+    'one all-reduce of each gradient':
+        '每个梯度一次 all-reduce',
 }

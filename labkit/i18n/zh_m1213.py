@@ -236,4 +236,54 @@ MESSAGES = {
 
     # -- notebook 13: the all-to-all's argument (labkit/moe/alltoall.py) -------------------------
     "impl must be one of {impls}, got {impl!r}": "impl 必须是 {impls} 之一，收到的是 {impl!r}",
+
+    # -- notebook 12: online_softmax_merge, the new examples (issue 33) --
+    ' (your result has no inf or nan: something such as torch.nan_to_num or a clamp hid them, and the numbers left are wrong)':
+        '（你的结果里没有 inf 或 nan：是 torch.nan_to_num 或 clamp 之类的东西把它们藏起来了，剩下的数是错的）',
+    'on {label}: with log-sum-exps {gap:.0f} apart, exp() of their difference overflows (float32 above 88){hid}: exponentiate only differences that are <= 0, such as lse_x - max(lse_a, lse_b) or lse_x - lse':
+        '在“{label}”上：两个 log-sum-exp 相差 {gap:.0f}，对它们的差取 exp() 会溢出（float32 超过 88 就溢出）{hid}：只对 <= 0 的差取指数，例如 lse_x - max(lse_a, lse_b) 或 lse_x - lse',
+    'log-sum-exps more than 88 apart (exp of their difference overflows fp32)':
+        '相差超过 88 的两个 log-sum-exp（对它们的差取 exp 会让 fp32 溢出）',
+    'scores near 750 (exp overflows float64 too)':
+        '得分接近 750（exp 连 float64 也会溢出）',
+    'a block some queries cannot see, as block a':
+        '一个有些 query 看不到的块，放在 a 的位置',
+    'a query that sees no key of either block (lse_a = lse_b = -inf)':
+        '一个两个块里都看不到任何 key 的 query（lse_a = lse_b = -inf）',
+    'on {label}: inf or nan in the result: a row that sees no key of block {x} has lse_{x} = -inf; exp(lse_{x} - lse) = 0 handles it, (-inf) - (-inf) does not':
+        '在“{label}”上：结果里有 inf 或 nan：看不到 {x} 块中任何 key 的行有 lse_{x} = -inf；exp(lse_{x} - lse) = 0 能处理这种情况，(-inf) - (-inf) 不能',
+    'on {label}: right once both log-sum-exps are shifted down near 0, wrong at lse = {level:.0f}: exp() of a log-sum-exp overflows (float32 above 88, float64 above 709){hid}; never exponentiate a log-sum-exp alone: subtract the larger one first (exp(lse_a - lse) with lse = torch.logaddexp(lse_a, lse_b))':
+        '在“{label}”上：把两个 log-sum-exp 一起平移到 0 附近就对了，在 lse = {level:.0f} 时却错了：对 log-sum-exp 取 exp() 会溢出（float32 超过 88，float64 超过 709）{hid}；永远不要单独对一个 log-sum-exp 取指数：先减去较大的那个（exp(lse_a - lse)，其中 lse = torch.logaddexp(lse_a, lse_b)）',
+    'on {label}: inf or nan in the result: such a row has lse = -inf too, so lse_a - lse is (-inf) - (-inf) = nan; its output must come out 0 and its lse -inf: subtract a finite stand-in where lse is -inf (torch.where(torch.isinf(lse), 0, lse)) or start from the larger lse only where it is finite':
+        '在“{label}”上：结果里有 inf 或 nan：这样的行 lse 也是 -inf，所以 lse_a - lse 是 (-inf) - (-inf) = nan；它的输出必须是 0、lse 必须是 -inf：在 lse 为 -inf 的地方减去一个有限的替代值（torch.where(torch.isinf(lse), 0, lse)），或者只在较大的 lse 有限的地方以它为基准',
+
+    # -- notebook 13: ep_dispatch, the case on a group and the faults it names (issue 33) --
+    "rank {r}: no gradient reached xs: your output is cut off from the rows' graph (a .detach(), .data, a tensor rebuilt from values, or torch.no_grad() around a step); keep every step from xs to the output differentiable":
+        'rank {r}：没有梯度传到 xs：你的输出与这些行的计算图断开了（.detach()、.data、用数值重新构造的张量，或者某一步包在 torch.no_grad() 里）；从 xs 到输出的每一步都要保持可微',
+    '{n} ranks, {e} experts, uneven skewed rows: outputs and the gradients of the rows and of every expert equal one process; the same on groups of size {k} with 3 experts per rank (group=...)':
+        '{n} 个 rank、{e} 个专家、不均匀且有偏斜的行：输出、行的梯度和每个专家的梯度都等于单进程的结果；在大小为 {k}、每个 rank 3 个专家的组上（group=...）也一样',
+    'rank {r}: in the case on a group of size {k} your function asked dist.{calls}() without the group, which answers for the whole world: pass `group` to get_world_size, get_rank and every collective':
+        'rank {r}：在大小为 {k} 的组上的情形里，你的函数调用 dist.{calls}() 时没有传入 group，得到的是整个 world 的答案：把 `group` 传给 get_world_size、get_rank 和每一个集合通信',
+    "rank {r}: no gradient reached xs or the experts' weights: your experts ran with autograd off (torch.no_grad() or inference_mode), so there is no graph to go back through; run them with autograd on":
+        'rank {r}：没有梯度传到 xs 和专家的权重：你的专家是在关闭 autograd 的情况下运行的（torch.no_grad() 或 inference_mode），所以没有可以反向传播的计算图；运行专家时要打开 autograd',
+    "in all-to-all number {i} on rank {rank}: this case runs expert parallelism on a group of {k} ranks, but your all-to-all ran on {where}: pass the function's `group` to every collective (and to get_world_size and get_rank)":
+        '在 rank {rank} 的第 {i} 次 all-to-all 中：这个情形在一个 {k} 个 rank 的组上做专家并行，但你的 all-to-all 是在{where}上做的：把函数的 `group` 传给每一个集合通信（以及 get_world_size 和 get_rank）',
+    'all-to-all number {i} has no split sizes, so every rank must send the same number of values, a multiple of {n}; rank {a} sends {la} and rank {b} {lb}{hint}':
+        '第 {i} 次 all-to-all 没有给出 split 大小，所以每个 rank 必须发送同样多的值，并且是 {n} 的倍数；rank {a} 发送 {la} 个，rank {b} 发送 {lb} 个{hint}',
+    "in the second case (expert parallelism on groups of size {k}, {L} experts per rank, the function's `group` argument): {why}":
+        '在第二种情形中（在大小为 {k} 的组上做专家并行，每个 rank {L} 个专家，使用函数的 `group` 参数）：{why}',
+    'in all-to-all number {i} rank {rank} gave {count} {name} for {n} ranks: a split list has one entry per rank (rows to or from each rank){hint}':
+        '在第 {i} 次 all-to-all 中，rank {rank} 为 {n} 个 rank 给出了 {count} 个 {name}：split 列表每个 rank 一项（发往或来自每个 rank 的行数）{hint}',
+    "in all-to-all number {i} rank {rank}'s {what} has {rows} rows but its {what} splits add up to {total}: the splits must add up to the rows you pass: in the combine, swap input and output splits (send back what you received)":
+        '在第 {i} 次 all-to-all 中，rank {rank} 的 {what} 有 {rows} 行，但它的 {what} split 加起来是 {total}：split 之和必须等于你传入的行数：在 combine 中要交换输入和输出的 split（把收到的发回去）',
+    "in all-to-all number {i} rank {rank}'s output splits {outs} are the rows each of its experts gets (the counts' column sums); the split list counts rows from each source rank: the row sums, {by_rank}":
+        '在第 {i} 次 all-to-all 中，rank {rank} 的输出 split {outs} 是它的每个专家收到的行数（计数表的列和）；split 列表统计的是来自每个源 rank 的行数：也就是行和 {by_rank}',
+    'the whole world (group=None)':
+        '整个 world（group=None）',
+    'another group':
+        '另一个组',
+    ': torch.bincount(expert) stops at the largest expert present; count with minlength=E':
+        '：torch.bincount(expert) 只数到出现过的最大专家编号为止；计数时要加 minlength=E',
+    ", not one per expert: add up each rank's experts (per_expert.view(n, E // n).sum(1))":
+        '，而不是每个专家一项：把每个 rank 上各专家的计数加起来（per_expert.view(n, E // n).sum(1)）',
 }

@@ -145,11 +145,170 @@ def blocking_send(xs, expert, gate, experts, group=None):
     return right(xs, expert, gate, experts, group)
 
 
+# -- issue 33 -----------------------------------------------------------------------------------
+def ignores_group(xs, expert, gate, experts, group=None):
+    """Right on the whole world; every collective and size taken without the group."""
+    return right(xs, expert, gate, experts, None)
+
+
+def experts_no_grad(xs, expert, gate, experts, group=None):
+    n_experts = len(experts) * dist.get_world_size(group)
+    recv, send, got = _splits(expert, n_experts, group)
+    arrived = all_to_all(xs, got, send, group)
+    order = _regroup(recv)
+    with torch.no_grad():
+        out = _run(experts, arrived[order], recv.sum(0))
+    back = torch.empty_like(out).index_copy(0, order, out)
+    return gate[:, None] * all_to_all(back, send, got, group)
+
+
+def bincount_no_minlength(xs, expert, gate, experts, group=None):
+    """Exchanges the counts, but bincount stops at the largest expert this rank routes to."""
+    n = dist.get_world_size(group)
+    per_expert = torch.bincount(expert)
+    recv = torch.empty_like(per_expert)
+    dist.all_to_all_single(recv, per_expert, group=group)
+    recv = recv.view(n, -1)
+    send, got = per_expert.view(n, -1).sum(1).tolist(), recv.sum(1).tolist()
+    arrived = all_to_all(xs, got, send, group)
+    order = _regroup(recv)
+    out = _run(experts, arrived[order], recv.sum(0))
+    back = torch.empty_like(out).index_copy(0, order, out)
+    return gate[:, None] * all_to_all(back, send, got, group)
+
+
+def splits_per_expert_list(xs, expert, gate, experts, group=None):
+    """Exchanges the counts, then passes the per-expert counts (E entries) as split lists."""
+    n_experts = len(experts) * dist.get_world_size(group)
+    per_expert = torch.bincount(expert, minlength=n_experts)
+    recv = torch.empty_like(per_expert)
+    dist.all_to_all_single(recv, per_expert, group=group)
+    arrived = all_to_all(xs, recv.tolist(), per_expert.tolist(), group)
+    return gate[:, None] * all_to_all(arrived, per_expert.tolist(), recv.tolist(), group)
+
+
+# -- new wrong answers ---------------------------------------------------------------------------
+def world_size_without_group(xs, expert, gate, experts, group=None):
+    n = dist.get_world_size()                       # the whole world, not the group
+    per_expert = torch.bincount(expert, minlength=len(experts) * n)
+    recv = torch.empty_like(per_expert)
+    dist.all_to_all_single(recv, per_expert, group=group)
+    recv = recv.view(n, -1)
+    send, got = per_expert.view(n, -1).sum(1).tolist(), recv.sum(1).tolist()
+    arrived = all_to_all(xs, got, send, group)
+    order = _regroup(recv)
+    out = _run(experts, arrived[order], recv.sum(0))
+    back = torch.empty_like(out).index_copy(0, order, out)
+    return gate[:, None] * all_to_all(back, send, got, group)
+
+
+def four_ranks_written_in(xs, expert, gate, experts, group=None):
+    n, L = 4, len(experts)
+    per_expert = torch.bincount(expert, minlength=L * n)
+    recv = torch.empty_like(per_expert)
+    dist.all_to_all_single(recv, per_expert, group=group)
+    recv = recv.view(n, L)
+    send, got = per_expert.view(n, L).sum(1).tolist(), recv.sum(1).tolist()
+    arrived = all_to_all(xs, got, send, group)
+    order = _regroup(recv)
+    out = _run(experts, arrived[order], recv.sum(0))
+    return gate[:, None] * all_to_all(torch.empty_like(out).index_copy(0, order, out), send, got, group)
+
+
+def two_experts_written_in(xs, expert, gate, experts, group=None):
+    n, L = dist.get_world_size(group), 2
+    per_expert = torch.bincount(expert, minlength=L * n)
+    recv = torch.empty_like(per_expert)
+    dist.all_to_all_single(recv, per_expert, group=group)
+    recv = recv.view(n, L)
+    send, got = per_expert.view(n, L).sum(1).tolist(), recv.sum(1).tolist()
+    arrived = all_to_all(xs, got, send, group)
+    order = _regroup(recv)
+    out = _run(experts, arrived[order], recv.sum(0))
+    return gate[:, None] * all_to_all(torch.empty_like(out).index_copy(0, order, out), send, got, group)
+
+
+def rows_detached(xs, expert, gate, experts, group=None):
+    return right(xs.detach(), expert, gate, experts, group)
+
+
+def gate_before_experts(xs, expert, gate, experts, group=None):
+    """The gate applied to the rows before the experts: g x expert(row) != expert(g x row)."""
+    return right(gate[:, None] * xs, expert, torch.ones_like(gate), experts, group)
+
+
+def xs_scaled_in_place(xs, expert, gate, experts, group=None):
+    xs.mul_(1.0)
+    return right(xs, expert, gate, experts, group)
+
+
+def counts_by_all_gather_wrong_row(xs, expert, gate, experts, group=None):
+    """Counts all-gathered, but this rank's own row read (what it sends), not its column."""
+    n = dist.get_world_size(group)
+    L = len(experts)
+    per_expert = torch.bincount(expert, minlength=L * n)
+    table = [torch.empty_like(per_expert) for _ in range(n)]
+    dist.all_gather(table, per_expert, group=group)
+    me = dist.get_rank(group)
+    recv = torch.stack(table)[me].view(n, L)          # should be [:, me * L:(me + 1) * L]
+    send, got = per_expert.view(n, L).sum(1).tolist(), recv.sum(1).tolist()
+    arrived = all_to_all(xs, got, send, group)
+    order = _regroup(recv)
+    out = _run(experts, arrived[order], recv.sum(0))
+    return gate[:, None] * all_to_all(torch.empty_like(out).index_copy(0, order, out), send, got, group)
+
+
+def experts_in_arrival_order_by_source(xs, expert, gate, experts, group=None):
+    """Each source rank's rows split by expert, but run with the experts in source order."""
+    recv, send, got = _splits(expert, len(experts) * dist.get_world_size(group), group)
+    arrived = all_to_all(xs, got, send, group)
+    parts = torch.split(arrived, recv.reshape(-1).tolist())
+    out = torch.cat([experts[i % len(experts)](p) if (i // len(experts)) % 2 == 0
+                     else experts[(i + 1) % len(experts)](p) for i, p in enumerate(parts)])
+    return gate[:, None] * all_to_all(out, send, got, group)
+
+
+def no_combine(xs, expert, gate, experts, group=None):
+    """The expert outputs returned where they were computed: no second all-to-all."""
+    recv, send, got = _splits(expert, len(experts) * dist.get_world_size(group), group)
+    arrived = all_to_all(xs, got, send, group)
+    order = _regroup(recv)
+    out = _run(experts, arrived[order], recv.sum(0))
+    return torch.empty_like(out).index_copy(0, order, out)
+
+
+def counts_all_reduced(xs, expert, gate, experts, group=None):
+    """The counts summed over the ranks (all_reduce) instead of exchanged (all-to-all)."""
+    n = dist.get_world_size(group)
+    L = len(experts)
+    per_expert = torch.bincount(expert, minlength=L * n)
+    total = per_expert.clone()
+    dist.all_reduce(total, group=group)
+    me = dist.get_rank(group)
+    recv = total[me * L:(me + 1) * L].repeat(n, 1) // n
+    send, got = per_expert.view(n, L).sum(1).tolist(), recv.sum(1).tolist()
+    arrived = all_to_all(xs, got, send, group)
+    order = _regroup(recv)
+    out = _run(experts, arrived[order], recv.sum(0))
+    return gate[:, None] * all_to_all(torch.empty_like(out).index_copy(0, order, out), send, got, group)
+
+
+def experts_at_home(xs, expert, gate, experts, group=None):
+    """No dispatch: this rank's experts on this rank's rows, expert index taken modulo E/n."""
+    L = len(experts)
+    out = torch.stack([experts[int(e) % L](x) for x, e in zip(xs, expert)])
+    return gate[:, None] * out
+
+
+def returns_float32(xs, expert, gate, experts, group=None):
+    return right(xs, expert, gate, experts, group).float().double()
+
+
 RIGHT = [("right", right), ("right_library", right_library)]
 WRONG = [
     ("stub", stub, "not implemented yet", "clean"),
     ("splits not exchanged", splits_not_exchanged, "exchange the split sizes first", "clean"),
-    ("splits per expert", splits_by_expert, "exchange the split sizes first", "clean"),
+    ("splits per expert", splits_by_expert, "the split list counts rows from each source rank", "clean"),
     ("combine splits not swapped", combine_not_swapped, "swap input and output splits", "clean"),
     ("permutation not inverted", not_inverted, "undo the regrouping", "clean"),
     ("not regrouped", no_regroup, "regroup them by expert", "clean"),
@@ -158,5 +317,23 @@ WRONG = [
     ("round-robin experts", round_robin, "round-robin", "clean"),
     ("global expert index", global_index, "experts[e - rank * E/n]", "clean"),
     ("rows by torch's all_to_all_single", torch_rows, "does not differentiate", "clean"),
+    # issue 33: passed, or sent to the wrong fix
+    ("group ignored", ignores_group, "3 experts per rank, the function's `group` argument): rank 0: in the case on a group of size ", "clean"),
+    ("experts under torch.no_grad()", experts_no_grad, "your experts ran with autograd off (torch.no_grad() or inference_mode)", "clean"),
+    ("bincount without minlength", bincount_no_minlength, "torch.bincount(expert) stops at the largest expert present; count with minlength=E", "clean"),
+    ("split lists of length E", splits_per_expert_list, "a split list has one entry per rank (rows to or from each rank), not one per expert", "clean"),
+    # new
+    ("world size without the group", world_size_without_group, "asked dist.get_world_size() without the group", "clean"),
+    ("4 ranks written in", four_ranks_written_in, "a split list has one entry per rank", "clean"),
+    ("2 experts per rank written in", two_experts_written_in, "in the second case", "clean"),
+    ("rows detached", rows_detached, "your output is cut off from the rows' graph", "clean"),
+    ("gate before the experts", gate_before_experts, "the rows differ from gate x expert(row)", "clean"),
+    ("xs changed in place", xs_scaled_in_place, "failed on rank 0: RuntimeError: a leaf Variable that requires grad", "clean"),
+    ("counts: own row read, not column", counts_by_all_gather_wrong_row, "exchange the split sizes first", "clean"),
+    ("experts picked by position", experts_in_arrival_order_by_source, "rank ", "clean"),
+    ("no combine", no_combine, "returned (", "clean"),
+    ("counts all-reduced, not exchanged", counts_all_reduced, "exchange the split sizes first", "clean"),
+    ("experts run at home", experts_at_home, "went through expert", "clean"),
+    ("result through float32", returns_float32, "the rows differ from gate x expert(row) by", "clean"),
     ("blocking send", blocking_send, "hung", "hang"),
 ]
