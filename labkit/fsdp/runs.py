@@ -13,6 +13,7 @@ import copy
 import torch
 import torch.distributed as dist
 
+from labkit import numerics
 from labkit.fsdp import apply
 from labkit.fsdp.strategies import bytes_per_step, calls_per_step
 from labkit.i18n import tr
@@ -70,9 +71,18 @@ def step_report(wrap: str = "block", strategy: str = "full", ring: bool = False,
     held = measure(model, opt)
     ropt = torch.optim.Adam(ref.parameters(), lr=lr)
     lm_loss(ref(x), y).backward()
+    grads = {k: (p.grad if p.grad is not None else torch.zeros_like(p)).detach()
+             for k, p in ref.state_dict(keep_vars=True).items()}
     ropt.step()
     full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
     err = max((full[k] - v).abs().max().item() for k, v in ref.state_dict().items())
+    # Each element against its own derived bound (labkit.numerics): a gradient is a sum over the
+    # batch's y.numel() tokens, here in another order (per rank, then the reduce-scatter), so
+    # it is within reorder_bound(tokens, largest |gradient| of that tensor) of the reference's;
+    # one Adam step turns that into adam_step_bound (up to 2 lr where |g| is that close to 0).
+    over = max((((full[k] - v).abs() / numerics.adam_step_bound(
+        grads[k], numerics.reorder_bound(y.numel(), grads[k].abs().max().item()), lr, v))
+        .max().item()) for k, v in ref.state_dict().items())
     backend = "nccl" if ring else "gloo"            # the ring sends what NCCL's reduce-scatter sends
     n_params = sum(p.numel() for p in {id(p): p for p in ref.parameters()}.values())
     # after the step FSDP2 holds shards in every sharded strategy (grad_op too: it reshards after
@@ -80,6 +90,7 @@ def step_report(wrap: str = "block", strategy: str = "full", ring: bool = False,
     stage = 0 if strategy == "no_shard" else 3
     padded = sum(g.param_bytes for g in groups) // 4            # fp32: padded elements, all units
     return {"rank": labkit.rank(), "wrap": wrap, "strategy": strategy, "ring": ring, "max_err": err,
+            "err_over_bound": over,
             "sent": t.sent, "predicted_sent": bytes_per_step(groups, strategy, n, replicas=replicas,
                                                              backend=backend)["total"],
             "calls": apply.counts(log), "predicted_calls": calls_per_step(groups, strategy),
