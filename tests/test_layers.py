@@ -51,6 +51,8 @@ PURE = [
     "labkit.cp.formulas",
     "labkit.verdict",
     "labkit._lazy",
+    "labkit.numerics",
+    "labkit.versions",
 ]
 
 # Importing any of these from a pure module is a layering error.

@@ -26,7 +26,7 @@ def unsharded_grad_bytes(model) -> int:
     for m in model.modules():
         if not isinstance(m, FSDPModule):
             continue
-        for group in m._get_fsdp_state()._fsdp_param_groups:     # private, torch 2.6-2.13
+        for group in m._get_fsdp_state()._fsdp_param_groups:     # private; tested on torch 2.13
             for fp in group.fsdp_params:
                 for g in (getattr(fp, "unsharded_accumulated_grad", None),
                           getattr(getattr(fp, "_unsharded_param", None), "grad", None)):

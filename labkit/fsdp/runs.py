@@ -125,7 +125,7 @@ def watch_device_peak(tracker) -> list:
     on a CPU-only machine; reset with `box[0] = 0`."""
     box = [0]
     host = {k for k, v in PEAK_NAMES.items() if v in HOST_IF_OFFLOADED}
-    update = tracker._update_peak_stats                 # private, torch 2.6-2.13
+    update = tracker._update_peak_stats                 # private; tested on torch 2.13
 
     def also_device(peak_state):
         update(peak_state)
