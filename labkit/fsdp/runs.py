@@ -76,13 +76,10 @@ def step_report(wrap: str = "block", strategy: str = "full", ring: bool = False,
     ropt.step()
     full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
     err = max((full[k] - v).abs().max().item() for k, v in ref.state_dict().items())
-    # Each element against its own derived bound (labkit.numerics): a gradient is a sum over the
-    # batch's y.numel() tokens, here in another order (per rank, then the reduce-scatter), so
-    # it is within reorder_bound(tokens, largest |gradient| of that tensor) of the reference's;
-    # one Adam step turns that into adam_step_bound (up to 2 lr where |g| is that close to 0).
-    over = max((((full[k] - v).abs() / numerics.adam_step_bound(
-        grads[k], numerics.reorder_bound(y.numel(), grads[k].abs().max().item()), lr, v))
-        .max().item()) for k, v in ref.state_dict().items())
+    # Each element against its own derived bound (labkit.numerics.one_step_over_bound: the
+    # gradient summed over the batch's tokens in another order, through one Adam step, which
+    # allows up to 2 lr where |g| is within that rounding of 0)
+    over = numerics.one_step_over_bound(full, ref.state_dict(), grads, y.numel(), lr, "adam")
     backend = "nccl" if ring else "gloo"            # the ring sends what NCCL's reduce-scatter sends
     n_params = sum(p.numel() for p in {id(p): p for p in ref.parameters()}.values())
     # after the step FSDP2 holds shards in every sharded strategy (grad_op too: it reshards after
