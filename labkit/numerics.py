@@ -61,6 +61,15 @@ def reorder_bound(length: int, scale: float, dtype="float32") -> float:
     return 2 * gamma(length, dtype) * scale
 
 
+def chain_bound(lengths, scale: float, dtype="float32") -> float:
+    """A result computed through a chain of reductions (a forward and backward pass: each
+    matmul, norm and softmax sums over its length), two ways: to first order the relative
+    errors of the links add, and gamma_a + gamma_b <= gamma_(a+b), so the two results differ by
+    at most reorder_bound(sum(lengths), scale). `scale`: at least the largest magnitude the
+    chain computes (callers check it on one process: magnitudes do not depend on the CPU)."""
+    return reorder_bound(sum(lengths), scale, dtype)
+
+
 def sgd_bound(grad_error: float, lr: float, steps: int = 1, param_scale: float = 1.0,
               dtype="float32") -> float:
     """Parameters after `steps` SGD steps (-lr g each) from the same start, with gradients that
