@@ -71,11 +71,21 @@ def chain_bound(lengths, scale: float, dtype="float32") -> float:
 
 
 def sgd_bound(grad_error: float, lr: float, steps: int = 1, param_scale: float = 1.0,
-              dtype="float32") -> float:
-    """Parameters after `steps` SGD steps (-lr g each) from the same start, with gradients that
-    differ by at most `grad_error` per step: lr grad_error per step, plus each step's rounding of
-    the parameter on both sides (2 u |p|)."""
-    return steps * (lr * grad_error + 2 * unit_roundoff(dtype) * param_scale)
+              dtype="float32", momentum: float = 0.0, grad_scale: float = 0.0) -> float:
+    """Parameters after `steps` SGD steps (-lr b, b = momentum b + g) from the same start, with
+    gradients that differ by at most `grad_error` per step: the buffers differ by
+    e_t = momentum e_(t-1) + grad_error (+ u |b|, |b| <= grad_scale / (1 - momentum)), the
+    parameters by the sum of lr e_t, plus each step's rounding of the parameter on both sides
+    (2 u |p|, |p| <= param_scale). To first order: the gradients are also taken at parameters
+    this far apart, which moves them by the curvature times it, small beside grad_error while
+    lr times the curvature stays below 1 over a few steps."""
+    u = unit_roundoff(dtype)
+    buffer = grad_scale / (1 - momentum) if momentum else grad_scale
+    e = total = 0.0
+    for _ in range(steps):
+        e = momentum * e + grad_error + (u * buffer if momentum else 0.0)
+        total += lr * e + 2 * u * param_scale + u * lr * buffer
+    return total
 
 
 def adam_step_bound(grad, grad_error, lr: float, param, adam_eps: float = 1e-8, dtype="float32"):
