@@ -114,8 +114,8 @@ def test_fsdp2_times_tp_equals_one_process(cluster4):
     res = cluster4.run(two_d_parity, dp=2, tp=2)
     # two SGD steps at lr 0.1 (two_d_parity's defaults) on gradients within tolerance(b=4):
     # parameters within numerics.sgd_bound (|p| below SCALE)
-    from labkit.numerics import sgd_bound
-    bound = sgd_bound(tolerance(b=4), lr=0.1, steps=2, param_scale=SCALE)
+    from labkit.tp.two_d import tolerance as two_d_tolerance
+    bound = two_d_tolerance()
     for r in res:
         assert r["max diff"] < bound, (r, bound)
     assert res[0]["mesh"] == [[0, 1], [2, 3]]
