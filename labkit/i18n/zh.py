@@ -165,6 +165,7 @@ MESSAGES = {
 # A key in two files must say the same thing (tests/test_i18n.py), so the order does not matter.
 PARTS = (
     "zh_check",      # the checkers of notebooks 03 (DDP) and 04 (ZeRO)
+    "zh_versions",   # labkit/versions.py: the tested torch release
     "zh_figures",    # the library's figures for notebooks 00-04
     "zh_m02",        # notebook 02: collectives and the ring (checkers, tables, figures)
     "zh_m0506",      # notebooks 05a/05b (FSDP) and 06 (tensor parallelism)
@@ -172,7 +173,6 @@ PARTS = (
     "zh_m081011",    # notebooks 08 (planning), 10 (throughput), 11 (pitfalls); 01, 03, 04 leftovers
     "zh_m09",        # notebook 09: memory tricks
     "zh_m1213",      # notebooks 12 (context parallelism) and 13 (expert parallelism)
-    "zh_versions",   # labkit/versions.py: the tested torch release
 )
 
 
