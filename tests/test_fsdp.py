@@ -58,7 +58,9 @@ def test_the_notes_fsdp1_names_map_to_fsdp2_and_zero():
 
 def _check(r, n):
     what = f"{r['strategy']} wrap={r['wrap']} ring={r['ring']} rank {r['rank']} of {n}"
-    assert r["max_err"] < 1e-5, what                                   # same as one process
+    # same as one process: every element within its derived bound (labkit.numerics: the
+    # gradient's reordered sum over the batch, through one Adam step), on every CPU kernel set
+    assert r["err_over_bound"] <= 1, (what, r["max_err"], r["err_over_bound"])
     assert r["calls"] == {k: r["predicted_calls"][k] for k in r["calls"]}, what                                  # every collective foreseen
     # Beyond the payload, gloo frames each message (96 B per send, 48 B per posted receive:
     # labkit.comm.traffic). A ring collective makes at most 2(N-1) steps; gloo's chunked ring

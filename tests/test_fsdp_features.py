@@ -15,7 +15,7 @@ def test_accumulation_without_sync_skips_reduce_scatters_and_holds_full_grads(cl
     each = cluster.run(accumulate, api="fsdp2", skip_sync=False, timeout=120)[0]
     v1 = cluster.run(accumulate, api="fsdp1", skip_sync=True, timeout=120)[0]
     for r in (skip, each, v1):
-        assert r["max_err"] < 1e-6, r                             # the gradient of one process
+        assert r["err_over_bound"] <= 1, r        # one process's step: labkit.numerics.one_step_over_bound
     full = skip["model_bytes"]
     for row in skip["rows"][:-1]:                                 # no reduction, full grads kept
         assert row["reduce_scatters"] == 0 and row["unsharded_grads"] == full, row

@@ -53,6 +53,8 @@ PURE = [
     "labkit.verdict",
     "labkit.machine",
     "labkit._lazy",
+    "labkit.numerics",
+    "labkit.versions",
 ]
 
 # Importing any of these from a pure module is a layering error.

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import labkit
-from labkit.zero.reference import FP32_TOLERANCE, MIXED_LR, MIXED_OPTIMIZER, mixed_failures, parity
+from labkit.zero.reference import (FP32_TOLERANCE, MIXED_LR, MIXED_OPTIMIZER, mixed_failures, parity,
+                                   sgd_momentum_bound)
 
 LR, STEPS = 1e-2, 3
 
@@ -24,14 +25,23 @@ def _all_configs(micro_batches=1, ranks=None):
             kw = dict(optimizer=MIXED_OPTIMIZER, lr=MIXED_LR) if mixed else dict(lr=LR)
             out[(stage, mixed)] = parity(stage, mixed, steps=STEPS, group=group,
                                          micro_batches=micro_batches, **kw)
+        # fp32 over several steps: SGD with momentum, whose bound is derived (reference.py)
+        sgd = parity(stage, False, steps=STEPS, group=group, micro_batches=micro_batches,
+                     optimizer=torch.optim.SGD, lr=0.1, momentum=0.9)
+        sgd["bound"] = sgd_momentum_bound(dist.get_world_size(group), micro_batches, 2, STEPS, 0.1, 0.9)
+        out[(stage, "sgd")] = sgd
     return out
 
 
 def _check(results, label):
     for (stage, mixed), r in results.items():
-        if mixed:
+        if mixed == "sgd":                                   # derived: reference.sgd_momentum_bound
+            assert max(r["params"]) <= r["bound"] and max(r["masters"]) <= r["bound"], (label, stage, r)
+        elif mixed:
             assert not mixed_failures(r), (label, stage, mixed_failures(r), r)
         else:
+            assert r["over_bound"] <= 1, (label, stage, r)   # derived: Adam's first step, per element
+            # steps 2-3 of Adam: FP32_TOLERANCE is not derived (reference.py says why)
             assert max(r["params"]) <= FP32_TOLERANCE, (label, stage, r)
             assert max(r["masters"]) <= FP32_TOLERANCE, (label, stage, r)
 

@@ -5,8 +5,8 @@
     all_gather_into_tensor(full, part, group=group)    # dist.all_gather_single on 2.13+
 
 `dist.reduce_scatter_tensor` and `dist.all_gather_into_tensor` became `reduce_scatter_single` and
-`all_gather_single` in torch 2.13; older releases (the course supports 2.6 and later) have only
-the old names. The name is looked up at each call, so a wrapper put on `torch.distributed`
+`all_gather_single` in torch 2.13; older releases have only
+the old names (kept for them, untested: CI runs torch 2.13.0 only). The name is looked up at each call, so a wrapper put on `torch.distributed`
 (a test's counter, a log of every collective) sees the call.
 """
 import torch.distributed as dist

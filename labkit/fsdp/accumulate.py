@@ -26,7 +26,7 @@ def unsharded_grad_bytes(model) -> int:
     for m in model.modules():
         if not isinstance(m, FSDPModule):
             continue
-        for group in m._get_fsdp_state()._fsdp_param_groups:     # private, torch 2.6-2.13
+        for group in m._get_fsdp_state()._fsdp_param_groups:     # private; tested on torch 2.13
             for fp in group.fsdp_params:
                 for g in (getattr(fp, "unsharded_accumulated_grad", None),
                           getattr(getattr(fp, "_unsharded_param", None), "grad", None)):
@@ -95,6 +95,8 @@ def accumulate(api: str = "fsdp2", skip_sync: bool = True, micro: int = 4, per_m
         rows.append(row)
     opt.step()
     lm_loss(ref(X), Y).backward()
+    grads = {k: (p.grad if p.grad is not None else torch.zeros_like(p)).detach()
+             for k, p in ref.state_dict(keep_vars=True).items()}
     torch.optim.SGD(ref.parameters(), lr=lr).step()
     if api == "fsdp2":
         full = {k: v.full_tensor() for k, v in model.state_dict().items()}
@@ -105,5 +107,8 @@ def accumulate(api: str = "fsdp2", skip_sync: bool = True, micro: int = 4, per_m
                     for k, v in model.state_dict().items()}
     err = max((full[k] - v).abs().max().item() for k, v in ref.state_dict().items())
     model_bytes = sum(p.numel() * 4 for p in {id(p): p for p in ref.parameters()}.values())
+    from labkit.numerics import one_step_over_bound      # derived: fp32 sums over X's tokens, one SGD step
+    over = one_step_over_bound(full, ref.state_dict(), grads, X.numel(), lr, "sgd")
     return {"rank": r, "api": api, "skip_sync": skip_sync, "rows": rows, "max_err": err,
+            "err_over_bound": over,
             "model_bytes": model_bytes, "sent": sum(row["sent"] for row in rows)}

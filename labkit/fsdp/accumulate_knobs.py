@@ -70,11 +70,15 @@ def knob_run(knob: str = "no sync", micro: int = 4, per_micro: int = 2, lr: floa
                      "unsharded grads held": unsharded_grad_bytes(model)})
     opt.step()
     lm_loss(ref(X), Y).backward()
+    grads = {k: (p.grad if p.grad is not None else torch.zeros_like(p)).detach()
+             for k, p in ref.state_dict(keep_vars=True).items()}
     torch.optim.SGD(ref.parameters(), lr=lr).step()
     full = {k: v.full_tensor() for k, v in model.state_dict().items()}
     err = max((full[k] - v).abs().max().item() for k, v in ref.state_dict().items())
     model_bytes = sum(p.numel() * 4 for p in {id(p): p for p in ref.parameters()}.values())
     padded = sum(g.param_bytes for g in apply.groups(ref, "block", "full", n))
-    return {"knob": knob, "rows": rows, "max_err": err, "model_bytes": model_bytes,
+    from labkit.numerics import one_step_over_bound      # derived: fp32 sums over X's tokens, one SGD step
+    over = one_step_over_bound(full, ref.state_dict(), grads, X.numel(), lr, "sgd")
+    return {"knob": knob, "rows": rows, "max_err": err, "err_over_bound": over, "model_bytes": model_bytes,
             "padded model bytes": padded,      # FSDP2's all-gather outputs: dim 0 padded to n
             "blocks": len(ref.blocks)}

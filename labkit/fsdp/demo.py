@@ -10,7 +10,7 @@ def gathered_storages(model) -> list:
     out = []
     for m in model.modules():
         if isinstance(m, FSDPModule):
-            for group in m._get_fsdp_state()._fsdp_param_groups:       # private, torch 2.6-2.13
+            for group in m._get_fsdp_state()._fsdp_param_groups:       # private; tested on torch 2.13
                 for fp in group.fsdp_params:
                     out += [t.untyped_storage() for t in getattr(fp, "all_gather_outputs", [])]
     return out

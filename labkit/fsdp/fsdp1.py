@@ -32,7 +32,7 @@ LR = 0.5
 
 
 def gathered_bytes(model) -> int:
-    """Bytes of unsharded flat parameters FSDP1 holds on this rank now (private, torch 2.6-2.13:
+    """Bytes of unsharded flat parameters FSDP1 holds on this rank now (private; tested on torch 2.13:
     each handle's `_full_param_padded`, plus its fp32 twin when one is allocated)."""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     total = 0

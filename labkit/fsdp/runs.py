@@ -13,6 +13,7 @@ import copy
 import torch
 import torch.distributed as dist
 
+from labkit import numerics
 from labkit.fsdp import apply
 from labkit.fsdp.strategies import bytes_per_step, calls_per_step
 from labkit.i18n import tr
@@ -70,9 +71,15 @@ def step_report(wrap: str = "block", strategy: str = "full", ring: bool = False,
     held = measure(model, opt)
     ropt = torch.optim.Adam(ref.parameters(), lr=lr)
     lm_loss(ref(x), y).backward()
+    grads = {k: (p.grad if p.grad is not None else torch.zeros_like(p)).detach()
+             for k, p in ref.state_dict(keep_vars=True).items()}
     ropt.step()
     full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
     err = max((full[k] - v).abs().max().item() for k, v in ref.state_dict().items())
+    # Each element against its own derived bound (labkit.numerics.one_step_over_bound: the
+    # gradient summed over the batch's tokens in another order, through one Adam step, which
+    # allows up to 2 lr where |g| is within that rounding of 0)
+    over = numerics.one_step_over_bound(full, ref.state_dict(), grads, y.numel(), lr, "adam")
     backend = "nccl" if ring else "gloo"            # the ring sends what NCCL's reduce-scatter sends
     n_params = sum(p.numel() for p in {id(p): p for p in ref.parameters()}.values())
     # after the step FSDP2 holds shards in every sharded strategy (grad_op too: it reshards after
@@ -80,6 +87,7 @@ def step_report(wrap: str = "block", strategy: str = "full", ring: bool = False,
     stage = 0 if strategy == "no_shard" else 3
     padded = sum(g.param_bytes for g in groups) // 4            # fp32: padded elements, all units
     return {"rank": labkit.rank(), "wrap": wrap, "strategy": strategy, "ring": ring, "max_err": err,
+            "err_over_bound": over,
             "sent": t.sent, "predicted_sent": bytes_per_step(groups, strategy, n, replicas=replicas,
                                                              backend=backend)["total"],
             "calls": apply.counts(log), "predicted_calls": calls_per_step(groups, strategy),
@@ -114,7 +122,7 @@ def watch_device_peak(tracker) -> list:
     on a CPU-only machine; reset with `box[0] = 0`."""
     box = [0]
     host = {k for k, v in PEAK_NAMES.items() if v in HOST_IF_OFFLOADED}
-    update = tracker._update_peak_stats                 # private, torch 2.6-2.13
+    update = tracker._update_peak_stats                 # private; tested on torch 2.13
 
     def also_device(peak_state):
         update(peak_state)

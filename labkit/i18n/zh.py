@@ -171,6 +171,7 @@ MESSAGES = {
 # A key in two files must say the same thing (tests/test_i18n.py), so the order does not matter.
 PARTS = (
     "zh_check",      # the checkers of notebooks 03 (DDP) and 04 (ZeRO)
+    "zh_versions",   # labkit/versions.py: the tested torch release
     "zh_figures",    # the library's figures for notebooks 00-04
     "zh_m02",        # notebook 02: collectives and the ring (checkers, tables, figures)
     "zh_m0506",      # notebooks 05a/05b (FSDP) and 06 (tensor parallelism)

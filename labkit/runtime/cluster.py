@@ -112,6 +112,8 @@ class Cluster:
                   f"{procs_held} processes; close them with .close() or labkit.close_all() if "
                   "you no longer need them.", file=sys.stderr)
         _open.add(self)
+        from labkit.versions import notice_once
+        notice_once()                             # one line if this torch is not the tested one
         errors.install_traceback_filter()
         self._source.top_up()
 

@@ -13,6 +13,31 @@ from labkit.models import Block, GPTConfig
 from labkit.tp.blocks import full_grad_slice, parallelize_blocks, sync_sequence_parallel_grads
 
 
+# Derived, not tuned (labkit.numerics.chain_bound): the reductions along the longest chain of
+# one forward and backward through these blocks, each summed in another order on the ranks
+# (split over heads and columns, then the all-reduce) than on one device. SCALE bounds every
+# value compared (tests/test_tp.py checks it on one process: outputs reach 3.9, gradients 15).
+SCALE = 16.0
+
+
+def reduction_lengths(n_layer=2, n_embd=64, n_head=4, b=2, s=16) -> list:
+    """The reduction lengths along one forward and backward of `n_layer` blocks: per block
+    forward the two LayerNorms (mean and variance over h), qkv (h), the scores (head size),
+    softmax and attention over s, proj (h), fc (h) and fc_out (4h); backward the transposed
+    matmuls (3h, h, 4h, h), the attention again and both LayerNorms; then the weight gradients'
+    sum over the b s tokens."""
+    h, hd = n_embd, n_embd // n_head
+    forward = 2 * h + h + hd + 2 * s + h + 2 * h + h + 4 * h
+    backward = 3 * h + h + 4 * h + h + hd + 2 * s + 2 * 2 * h
+    return [forward, backward] * n_layer + [b * s]
+
+
+def tolerance(n_layer=2, n_embd=64, n_head=4, b=2, s=16) -> float:
+    """The most `block_parity`'s differences may be on any CPU (fp32): see SCALE."""
+    from labkit.numerics import chain_bound
+    return chain_bound(reduction_lengths(n_layer, n_embd, n_head, b, s), SCALE)
+
+
 def reference_blocks(n_layer=2, n_embd=64, n_head=4, seed=0) -> nn.Sequential:
     """The single-device model: `n_layer` labkit.models.Block, same weights on every rank."""
     torch.manual_seed(seed)

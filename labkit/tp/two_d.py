@@ -12,6 +12,15 @@ import torch
 import torch.distributed as dist
 
 
+def tolerance(b: int = 4, steps: int = 2, lr: float = 0.1) -> float:
+    """The most `two_d_parity`'s parameters may differ from one process on any CPU (derived):
+    `steps` SGD steps at `lr` on gradients within labkit.tp.parity.tolerance(b=b) of the
+    reference's (labkit.numerics.sgd_bound; |p| below labkit.tp.parity.SCALE)."""
+    from labkit.numerics import sgd_bound
+    from labkit.tp.parity import SCALE, tolerance as gradients
+    return sgd_bound(gradients(b=b), lr=lr, steps=steps, param_scale=SCALE)
+
+
 def two_d_parity(dp: int = 2, tp: int = 2, n_layer: int = 2, n_embd: int = 64, n_head: int = 4,
                  b: int = 4, s: int = 16, steps: int = 2, lr: float = 0.1) -> dict:
     import logging
