@@ -172,6 +172,7 @@ PARTS = (
     "zh_m081011",    # notebooks 08 (planning), 10 (throughput), 11 (pitfalls); 01, 03, 04 leftovers
     "zh_m09",        # notebook 09: memory tricks
     "zh_m1213",      # notebooks 12 (context parallelism) and 13 (expert parallelism)
+    "zh_runtime",    # the runtime's hangs, leaks and argument checks (issue 39)
 )
 
 
