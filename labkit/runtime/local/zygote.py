@@ -219,7 +219,7 @@ class Zygote:
         except OSError:
             pass
         try:
-            self.proc.wait(3.0)                   # it kills its ranks' descendants first (_end_all)
+            self.proc.wait(1.0)                   # (it has killed its ranks' descendants already)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             try:                                  # a killed process can take seconds to go on a
