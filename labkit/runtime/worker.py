@@ -247,9 +247,6 @@ def main() -> None:
         os._exit(0)                                # the notebook died before we could ask
     host, port, stack_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     authkey = bytes.fromhex(sys.stdin.readline().strip())
-    devnull = os.open(os.devnull, os.O_RDONLY)    # input() on a rank: EOFError at once, as in a
-    os.dup2(devnull, 0)                           # forked rank (not a wait on the key's pipe)
-    os.close(devnull)
     start(host, port, stack_dir, authkey, os.getppid())
 
 
