@@ -180,6 +180,7 @@ PARTS = (
     "zh_m09",        # notebook 09: memory tricks
     "zh_m1213",      # notebooks 12 (context parallelism) and 13 (expert parallelism)
     "zh_machine",    # the learner's machine (labkit/machine.py) and notebook 09's bf16 speed verdict
+    "zh_runtime",    # the runtime's hangs, leaks and argument checks (issue 39)
 )
 
 

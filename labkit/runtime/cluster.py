@@ -25,7 +25,8 @@ from labkit.runtime import errors, interrupts, protocol, shm, wire
 from labkit.runtime.collect import Event, collect, wait_joined
 from labkit.runtime.context import EVENT_LIMITS
 from labkit.runtime.local.source import LocalRanks
-from labkit.runtime.options import check_env, check_world_size, seconds
+from labkit.i18n.messages import tr
+from labkit.runtime.options import Count, check_env, check_remote, check_world_size, count, seconds
 from labkit.runtime.output import Outputs
 
 _current = None        # weakref to the newest open Cluster, for %%ranks
@@ -48,6 +49,11 @@ def close_all() -> int:
 
 class Cluster:
     """A pool of `world_size` ranks. See the module docstring; docs/architecture.md has how a run flows."""
+    # checked when set, in the constructor and later (``cluster.output_lines = 100``)
+    output_lines = Count(minimum=0, none_ok=True, what="a whole number of lines")
+    output_bytes = Count(minimum=0, none_ok=True, what="a whole number of bytes")
+    max_events = Count(minimum=0, what="a whole number of events")
+    max_event_bytes = Count(minimum=0, what="a whole number of bytes")
 
     def __init__(self, world_size: int = 4, backend: str = "auto", *, timeout: float = 120.0,
                  spares: int = None, start_timeout: float = 120.0, env: dict = None,
@@ -76,6 +82,10 @@ class Cluster:
         pg_timeout = seconds(pg_timeout, "pg_timeout")
         self.pg_timeout = pg_timeout if pg_timeout else max(600.0, 2 * self.timeout)
         self.env = check_env(env)
+        count(spares, "spares", none_ok=True, what="a whole number of standby workers",
+              none_means="as many as world_size")
+        if backend not in ("auto", "nccl", "gloo"):
+            raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {backend!r}")
         self.output_lines, self.output_bytes = output_lines, output_bytes
         self.max_events, self.max_event_bytes = max_events, max_event_bytes
         self.events = []                          # Event(rank, time, data) of the last run
@@ -126,6 +136,13 @@ class Cluster:
         on each node. The arguments: remote/source.RemoteRanks; the rest as `Cluster`
         (`env` goes on the command line). docs/remote.md has the commands and the security model."""
         from labkit.runtime.remote.source import RemoteRanks
+        check_remote(listen=listen, nnodes=nnodes, nproc_per_node=nproc_per_node,
+                     advertise=advertise, rdzv_endpoint=rdzv_endpoint, join_file=join_file,
+                     tls=tls, max_restarts=max_restarts, heartbeat_timeout=heartbeat_timeout,
+                     start_timeout=start_timeout, restart_timeout=restart_timeout)
+        if "source" in kwargs or "world_size" in kwargs:
+            raise TypeError(tr("Cluster.remote takes its world size from nnodes x nproc_per_node "
+                               "and its ranks from torchrun: no world_size= or source="))
         source = RemoteRanks(listen, nnodes, nproc_per_node, advertise=advertise,
                              rdzv_endpoint=rdzv_endpoint, join_file=join_file, tls=tls,
                              max_restarts=max_restarts, heartbeat_timeout=heartbeat_timeout,
@@ -151,6 +168,8 @@ class Cluster:
         first = self._gen == 0
         deadline = time.monotonic() + (self._source.start_timeout if first else self._source.restart_timeout)
         ranks = self._source.take(self.world_size, deadline)
+        self._ranks = ranks                       # ours now: an interrupt from here kills them
+        self._needs_restart = True                # until they have joined
         self._set_backend(self._source.backend_for(ranks))
         self._gen += 1
         sys_path = [p or os.getcwd() for p in sys.path]
@@ -168,11 +187,16 @@ class Cluster:
     def wait_for_ranks(self, timeout: float = None) -> None:
         """Block until every rank has joined (the first run does this anyway; ranks on this
         machine have joined when the constructor returns)."""
-        with self._run_lock:
-            if self._needs_restart:
-                if timeout:
-                    self._source.start_timeout = timeout
-                self._promote()
+        if timeout is not None:
+            timeout = seconds(timeout, "timeout")
+        with self._run_lock, interrupts.Guard() as guard:
+            try:
+                if self._needs_restart:
+                    if timeout:
+                        self._source.start_timeout = timeout
+                    self._promote()
+            except KeyboardInterrupt:
+                raise self._interrupted(guard, "wait_for_ranks()") from None
 
     def _rejoin(self, timeout: float = 60.0) -> None:
         """All ranks join a new process group, namespaces kept (after destroy_process_group()
@@ -267,13 +291,21 @@ class Cluster:
                         self._source.top_up()
                 self._in_flight = False
             except KeyboardInterrupt:
-                guard.shield()                     # a second Ctrl-C waits for the clean-up
-                self._kill_ranks("stopped after an interrupt (Ctrl-C)")
-                self._in_flight = False
-                self._source.top_up()
-                raise KeyboardInterrupt(f"interrupted: the {self.world_size} ranks were stopped; "
-                                        "the next run starts fresh ones") from None
+                raise self._interrupted(guard) from None
         return outcome.result(self.world_size, label, timeout)
+
+    def _interrupted(self, guard, what: str = None) -> KeyboardInterrupt:
+        """Ctrl-C during a run, a restart or a wait for the ranks: stop the ranks (new ones
+        too, whatever they were doing), start spares, and say so."""
+        guard.shield()                            # a second Ctrl-C waits for the clean-up
+        self._kill_ranks("stopped after an interrupt (Ctrl-C)")
+        self._in_flight = False
+        self._source.top_up()
+        if what is None:                          # a run
+            return KeyboardInterrupt(tr("interrupted: the {n} ranks were stopped; the next run "
+                                        "starts fresh ones", n=self.world_size))
+        return KeyboardInterrupt(tr("interrupted: {what} was stopped and the {n} ranks with it; "
+                                    "the next run starts fresh ones", what=what, n=self.world_size))
 
     # -- what collect() uses of the cluster (collect.Host) ---------------------------------
     @property
@@ -292,9 +324,13 @@ class Cluster:
         for cb in list(self._callbacks):
             try:
                 cb(event)
-            except Exception as exc:              # a broken plot must not leave ranks running
-                print(f"labkit: event callback {cb!r} failed: {exc!r}; removed", file=sys.stderr)
-                self._callbacks.remove(cb)
+            except BaseException as exc:          # noqa: B902 - a broken plot, or sys.exit() in it
+                if interrupts.is_real(exc):       # Ctrl-C pressed while it ran: the run stops
+                    raise
+                print(tr("labkit: event callback {cb} failed: {error}; removed (the run goes on)",
+                         cb=repr(cb), error=repr(exc)), file=sys.stderr)
+                if cb in self._callbacks:
+                    self._callbacks.remove(cb)
 
     def dump_stacks(self, ranks: list, which: list) -> dict:
         """Where each of these ranks is now (collect asks, for hangs and stuck peers)."""
@@ -313,9 +349,12 @@ class Cluster:
     def restart(self) -> None:
         """Replace every rank by a fresh one (namespaces are emptied)."""
         self._check_open()
-        with self._run_lock:
-            self._kill_ranks("restart() was called")
-            self._promote()
+        with self._run_lock, interrupts.Guard() as guard:
+            try:
+                self._kill_ranks("restart() was called")
+                self._promote()
+            except KeyboardInterrupt:
+                raise self._interrupted(guard, "restart()") from None
         self._source.top_up()
 
     def wait_for_spares(self, timeout: float = 60.0) -> bool:

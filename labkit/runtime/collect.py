@@ -16,7 +16,8 @@ import time
 from collections import namedtuple
 from typing import Protocol
 
-from labkit.runtime import errors, protocol, stacks, wire
+from labkit.i18n.messages import tr
+from labkit.runtime import errors, interrupts, protocol, stacks, wire
 
 Event = namedtuple("Event", "rank time data")   # one labkit.emit(...) from a rank
 GRACE_S = 0.5      # after a rank dies, how long the others get to finish before they are stopped
@@ -86,6 +87,26 @@ def _unreadable(r: int, exc: BaseException) -> errors.Failure:
                           "tensors, or objects of classes the notebook can import.", "")
 
 
+def _event_fields(r: int, data: dict):
+    """An event's fields, each unpickled on its own; None (the event dropped, said) when one
+    cannot be read here: the connection and every rank's state are fine (issue 39)."""
+    import pickle
+    import sys
+    fields = {}
+    for k, v in data.items():
+        try:
+            fields[k] = pickle.loads(v)
+        except BaseException as exc:              # noqa: B902 - as a result's (see collect)
+            if interrupts.is_real(exc):
+                raise
+            print(tr("labkit: rank {rank}: an event was dropped: the notebook cannot read its "
+                     "field {field!r} ({error}). Emit plain numbers, strings, lists or dicts, "
+                     "or objects of classes the notebook can import.", rank=r, field=k,
+                     error=f"{type(exc).__name__}: {errors.safe_str(exc)}"), file=sys.stderr)
+            return None
+    return fields
+
+
 def _say_dropped(out: Outcome, limits) -> None:
     if out.dropped:
         import sys
@@ -150,8 +171,10 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
                         continue                      # left over from an earlier task
                     if isinstance(msg, protocol.Event):   # capped on the rank; here too, for safety
                         if out.events.get(r, 0) < limits[0]:
-                            out.events[r] = out.events.get(r, 0) + 1
-                            host.deliver_event(Event(msg.rank, msg.time, msg.data))
+                            data = _event_fields(r, msg.data)
+                            if data is not None:
+                                out.events[r] = out.events.get(r, 0) + 1
+                                host.deliver_event(Event(msg.rank, msg.time, data))
                         else:
                             out.dropped[r] = out.dropped.get(r, 0) + 1
                     elif isinstance(msg, protocol.EventsDropped):
@@ -163,7 +186,9 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
                         if msg.ok:
                             try:
                                 out.results[r] = wire.loads(msg.data)
-                            except Exception as exc:  # noqa: BLE001 - any unpickling error
+                            except BaseException as exc:  # noqa: B902 - SystemExit... in a reduce too
+                                if interrupts.is_real(exc):
+                                    raise             # Ctrl-C pressed meanwhile: the run stops
                                 fail(r, _unreadable(r, exc))
                         else:
                             fail(r, errors.failure_from_report(r, msg.data))

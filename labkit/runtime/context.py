@@ -144,8 +144,12 @@ def emit(**fields) -> None:
     """
     if _worker is None or _task_id is None:
         return
+    import pickle
     from labkit.runtime.protocol import Event
-    _worker[4].send_event(Event(_task_id, _worker[0], time.time(), fields))
+    # each field pickled on its own: a value the notebook cannot unpickle (a class only the
+    # ranks can import) loses that event, named, not the whole connection (collect.py)
+    data = {k: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for k, v in fields.items()}
+    _worker[4].send_event(Event(_task_id, _worker[0], time.time(), data))
 
 
 def init_process_group(backend: str = "auto", **kwargs):

@@ -18,6 +18,9 @@ import os
 from labkit.runtime import errors, frames, stacks
 
 
+PARTIAL_KEPT = 64 << 10      # of a line without a newline, read_lines keeps this much (its tail)
+
+
 class RankHandle:
     where = None                 # the node a rank runs on, for messages ("node 1 (host b)"); None: here
 
@@ -59,6 +62,7 @@ class RankHandle:
         """Complete lines printed so far (all of it, partial last line too, if final)."""
         buf = self._partial + self.read_output()
         *lines, self._partial = buf.split(b"\n")
+        self._partial = self._partial[-PARTIAL_KEPT:]   # a line without end: its tail only
         if final and self._partial:
             lines.append(self._partial)
             self._partial = b""

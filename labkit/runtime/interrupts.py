@@ -9,6 +9,19 @@ usual and holds back the ones that follow until the clean-up is done.
 import signal
 import threading
 
+_guards = []                   # the guards in force, innermost last
+
+
+def is_real(exc: BaseException) -> bool:
+    """Whether `exc` is an interrupt somebody pressed (Ctrl-C, SIGINT), not a KeyboardInterrupt
+    (or SystemExit...) that code raised on the notebook's side during a run: unpickling a result,
+    an on_event callback. Where no guard watches SIGINT (another thread, a handler of the
+    learner's), a KeyboardInterrupt counts as pressed."""
+    if not isinstance(exc, KeyboardInterrupt):
+        return False
+    guard = next((g for g in reversed(_guards) if g.active), None)
+    return guard is None or guard._interrupted
+
 
 class Guard:
     def __init__(self):
@@ -34,6 +47,7 @@ class Guard:
                 if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
                     self._previous = signal.signal(signal.SIGINT, self._handler)
                     self.active = True
+                    _guards.append(self)
             except (ValueError, TypeError):
                 pass
         return self
@@ -42,4 +56,6 @@ class Guard:
         if self.active:
             signal.signal(signal.SIGINT, self._previous)
             self.active = False
+            if self in _guards:
+                _guards.remove(self)
         return False

@@ -12,14 +12,24 @@ crash). `cluster.push(name=value)` and `cluster.pull("name")` move values in and
 import argparse
 import shlex
 
+from labkit.i18n.messages import tr
 from labkit.runtime import cluster as _cluster
 from labkit.runtime.errors import install_traceback_filter  # noqa: F401 - kept importable from here
+
+
+def _seconds(text: str) -> float:
+    from labkit.runtime.options import seconds
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(text) from None
+    return seconds(value, "%%ranks -t")
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="%%ranks", add_help=False)
     p.add_argument("-c", "--cluster", default=None, help="name of the Cluster variable")
-    p.add_argument("-t", "--timeout", type=float, default=None, help="seconds before RankTimeout")
+    p.add_argument("-t", "--timeout", type=_seconds, default=None, help="seconds before RankTimeout")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print a final expression")
     return p
 
@@ -29,11 +39,16 @@ def ranks(line: str, cell: str, shell=None):
     try:
         args = _parser().parse_args(shlex.split(line))
     except SystemExit:
-        raise ValueError(f"%%ranks options: -c CLUSTER_VARIABLE, -t TIMEOUT_SECONDS, -q; got {line!r}") from None
+        raise ValueError(tr("%%ranks options: -c CLUSTER_VARIABLE, -t TIMEOUT_SECONDS (a positive "
+                            "number), -q; got {line!r}", line=line)) from None
     if args.cluster:
         if shell is None or args.cluster not in shell.user_ns:
             raise NameError(f"%%ranks -c {args.cluster}: no variable {args.cluster!r} in the notebook")
         cl = shell.user_ns[args.cluster]
+        if not isinstance(cl, _cluster.Cluster):
+            raise TypeError(tr("%%ranks -c {name}: {name} is a {type}, not a labkit.Cluster (give "
+                               "the name of a variable that holds one, e.g. -c cluster)",
+                               name=args.cluster, type=type(cl).__name__))
     else:
         cl = _cluster.current()
         if cl is None:

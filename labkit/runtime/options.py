@@ -40,10 +40,79 @@ def seconds(value, name: str, none_ok: bool = True):
     return float(value)
 
 
+def count(value, name: str, minimum: int = 0, none_ok: bool = False, what: str = "a whole number",
+          none_means: str = "no limit"):
+    """A whole number >= `minimum` (or None where allowed), else a ValueError naming `name`."""
+    from labkit.i18n.messages import tr
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        allowed = tr("{what} >= {minimum}", what=tr(what), minimum=minimum)
+        if none_ok:
+            allowed = tr("{allowed} or None ({means})", allowed=allowed, means=tr(none_means))
+        raise ValueError(tr("{name} must be {allowed}, got {value!r}", name=name, allowed=allowed,
+                            value=value))
+    return value
+
+
 def check_env(env) -> dict:
-    env = dict(env or {})
+    """A dict of names to strings that the OS accepts as an environment (no '=' in a name, no
+    NUL anywhere, no empty name), checked before anything starts."""
+    from labkit.i18n.messages import tr
+    example = "env={'TORCH_DISTRIBUTED_DEBUG': 'DETAIL'}"
+    if env is None:
+        return {}
+    if not isinstance(env, dict):
+        raise TypeError(tr("env= must be a dict of names to strings, like {example}; got {value!r}",
+                           example=example, value=env))
+    env = dict(env)
     for k, v in env.items():
         if not isinstance(k, str) or not isinstance(v, str):
-            raise TypeError(f"env= maps names to strings, like {{'TORCH_DISTRIBUTED_DEBUG': "
-                            f"'DETAIL'}}; got {k!r}: {v!r}")
+            raise TypeError(tr("env= maps names to strings, like {example}; got {key!r}: {value!r}",
+                               example=example, key=k, value=v))
+        if not k or "=" in k or "\0" in k:
+            raise ValueError(tr("env= has a name the system refuses: {key!r} (a name must not be "
+                                "empty or contain '=' or a NUL character), like {example}",
+                                key=k, example=example))
+        if "\0" in v:
+            raise ValueError(tr("env= has a value the system refuses: {key}={value!r} (a value "
+                                "must not contain a NUL character)", key=k, value=v))
     return env
+
+
+class Count:
+    """An attribute of whole numbers checked whenever it is set (`count`)."""
+
+    def __init__(self, minimum: int = 0, none_ok: bool = False, what: str = "a whole number"):
+        self.minimum, self.none_ok, self.what = minimum, none_ok, what
+
+    def __set_name__(self, owner, name):
+        self.name, self.attr = name, "_checked_" + name
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else obj.__dict__[self.attr]
+
+    def __set__(self, obj, value):
+        obj.__dict__[self.attr] = count(value, self.name, self.minimum, self.none_ok, self.what)
+
+
+def check_remote(*, listen, nnodes, nproc_per_node, advertise, rdzv_endpoint, join_file, tls,
+                 max_restarts, heartbeat_timeout, start_timeout, restart_timeout) -> None:
+    """`Cluster.remote`'s own arguments, checked before it listens or writes anything."""
+    from labkit.i18n.messages import tr
+    if not isinstance(listen, str):
+        raise ValueError(tr("listen= takes 'HOST:PORT' (e.g. '0.0.0.0:29500'), got {value!r}",
+                            value=listen))
+    count(nnodes, "nnodes", 1, what="a whole number of machines")
+    count(nproc_per_node, "nproc_per_node", 1, what="a whole number of ranks per machine")
+    count(max_restarts, "max_restarts", 0, what="a whole number of restarts")
+    for name, value in (("advertise", advertise), ("rdzv_endpoint", rdzv_endpoint),
+                        ("join_file", join_file)):
+        if value is not None and not isinstance(value, str):
+            raise ValueError(tr("{name} must be a string or None, got {value!r}", name=name,
+                                value=value))
+    if not isinstance(tls, bool):
+        raise ValueError(tr("tls must be True or False, got {value!r}", value=tls))
+    for name, value in (("heartbeat_timeout", heartbeat_timeout), ("start_timeout", start_timeout),
+                        ("restart_timeout", restart_timeout)):
+        seconds(value, name, none_ok=False)

@@ -23,10 +23,13 @@ import re
 import sys
 import time
 
+from labkit.i18n.messages import tr
+
 NATIVE = re.compile(r"^(\[?[EWIF]\d{4} \d\d:\d\d:\d\d\.\d+\s|terminate called |  what\(\): |"
                     r"Exception raised from |frame #\d+: |Check failed|\*\*\* Check failure)")
 
 LIVE_EVERY_S = 0.1       # at most this often a live line is redrawn
+PARTIAL_CHECK = 64 << 10  # an unfinished line is first bounded at this size (then each doubling)
 
 
 def overwrite(text: str) -> str:
@@ -75,7 +78,9 @@ class RankOutput:
         self.rank = rank
         self.screen = screen
         self.max_lines, self.max_bytes = max_lines, max_bytes
-        self._buf = b""
+        self._buf = bytearray()    # the unfinished line (at most max_bytes of its tail)
+        self._partial_cut = 0      # bytes cut from its head
+        self._partial_check = PARTIAL_CHECK
         self._since = 0.0          # when the unfinished line began
         self.reset()
 
@@ -88,7 +93,9 @@ class RankOutput:
         self.lines = 0
         self.bytes = 0
         self.hidden = 0            # lines not shown because the budget was spent
-        self.native = []           # C++ log lines of this run, folded into one line
+        self.native = []           # C++ log lines of this run, folded into one line (at most
+        self.native_count = 0      # max_lines / max_bytes of them kept: all are counted)
+        self._native_bytes = 0
         self._handle = None        # live display of the unfinished line
         self._drawn = None         # text it shows
         self._drawn_at = 0.0
@@ -101,8 +108,13 @@ class RankOutput:
 
     def _finish_line(self, text: str) -> None:
         text = overwrite(text)
-        if NATIVE.match(text):
-            self.native.append(text)
+        if NATIVE.match(text):                   # kept within a budget like the learner's own
+            self.native_count += 1
+            n = len(text.encode()) + 1
+            if ((self.max_lines is None or len(self.native) < self.max_lines)
+                    and (self.max_bytes is None or self._native_bytes + n <= self.max_bytes)):
+                self.native.append(text)
+                self._native_bytes += n
             return
         if self.hidden or self._over(text):
             self.hidden += 1
@@ -122,13 +134,36 @@ class RankOutput:
             self.tick()
             return
         had_partial = bool(self._buf)
-        buf = self._buf + data
-        *lines, self._buf = buf.split(b"\n")
+        end = data.rfind(b"\n")
+        if end < 0:                               # still the same unfinished line: append
+            self._buf += data
+            self._bound_partial()
+            lines = ()
+        else:                                     # only the unfinished line is joined, once
+            lines = (bytes(self._buf) + data[:end]).split(b"\n")
+            self._buf = bytearray(data[end + 1:])
+            self._partial_cut, self._partial_check = 0, PARTIAL_CHECK
+            self._bound_partial()
         for ln in lines:
             self._finish_line(ln.decode("utf-8", "replace"))
         if self._buf and (lines or not had_partial):
             self._since = time.monotonic()       # when the unfinished line began
         self.tick()
+
+    def _bound_partial(self) -> None:
+        """Keep an unfinished line within `max_bytes` (its tail, as a terminal would show it),
+        in time linear in what arrives: a line is applied its carriage returns and cut only
+        each time it has doubled (issue 39: 64 MB without a newline took 54 s, copied on every
+        read)."""
+        if len(self._buf) <= self._partial_check:
+            return
+        if b"\r" in self._buf:                   # a progress bar: what a terminal shows of it
+            self._buf = bytearray(overwrite(self._buf.decode("utf-8", "replace")).encode())
+        if self.max_bytes is not None and len(self._buf) > self.max_bytes:
+            cut = len(self._buf) - self.max_bytes
+            del self._buf[:cut]
+            self._partial_cut += cut
+        self._partial_check = max(2 * len(self._buf), PARTIAL_CHECK)
 
     def tick(self, force: bool = False) -> None:
         """Redraw the unfinished line if it changed (throttled unless `force`)."""
@@ -146,7 +181,8 @@ class RankOutput:
         """End of a run: the unfinished line as it stands, then what was not shown. Returns
         the C++ log lines of the run (folded into one line here)."""
         if self._buf:
-            text, self._buf = self._buf.decode("utf-8", "replace"), b""
+            text, self._buf = self._buf.decode("utf-8", "replace"), bytearray()
+            self._partial_check = PARTIAL_CHECK
             self._finish_line(text)
         native = self.native
         if native:
@@ -154,9 +190,21 @@ class RankOutput:
             key = key or next((ln for ln in native if ln[:2] in ("[E", "[F", "E", "F")), native[0])
             key = re.sub(r"^\[?[EWIF]\d{4} \S+ (\d+ )?", "", key).strip()
             key = key if len(key) <= 160 else key[:157] + "..."
-            self.screen.line(self.rank, f"(torch's C++ log: {len(native)} line"
-                                        f"{'s' if len(native) > 1 else ''} folded, e.g. {key!r}; "
-                                        f"all of them: cluster.native_log({self.rank}))")
+            if self.native_count == len(native):
+                self.screen.line(self.rank, f"(torch's C++ log: {len(native)} line"
+                                            f"{'s' if len(native) > 1 else ''} folded, e.g. {key!r}; "
+                                            f"all of them: cluster.native_log({self.rank}))")
+            else:
+                self.screen.line(self.rank, tr(
+                    "(torch's C++ log: {n:,} lines folded, e.g. {key}; the first {kept:,} of "
+                    "them: cluster.native_log({rank}), at most cluster.output_lines / "
+                    "cluster.output_bytes)", n=self.native_count, key=repr(key), kept=len(native),
+                    rank=self.rank))
+        if self._partial_cut:
+            self.screen.line(self.rank, tr(
+                "... {n:,} bytes of a line without a newline not shown (at most {limit:,} bytes "
+                "per rank per run: cluster.output_bytes)", n=self._partial_cut, limit=self.max_bytes))
+            self._partial_cut = 0
         if self.hidden:
             limits = []
             if self.max_lines is not None:

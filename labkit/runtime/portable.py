@@ -13,6 +13,9 @@ prctl             PR_SET_PDEATHSIG: a rank dies with the      one watchdog proce
                                                               ranks when the notebook is gone
 pidfd, fork       the zygote forks ready workers in ~0.1 s    workers spawned as fresh
                   (local/zygote.py)                           interpreters (about 2 s each)
+prctl             PR_SET_CHILD_SUBREAPER on the zygote: a     none: such a process outlives its
+                  rank's descendant in a session of its own   rank; labkit says so once, when
+                  (setsid) ends with the rank and the cluster its first ranks are spawned
 sched_getaffinity the cores this process may use              os.cpu_count()
 TCP_INFO via      bytes on the wire per rank                  none: `comm.traffic.measure`
 /proc/self/fd     (comm/traffic.py)                           says it cannot measure here

@@ -77,7 +77,7 @@ class Event(NamedTuple):
     task_id: int
     rank: int
     time: float
-    data: dict
+    data: dict                      # field -> its value pickled on its own (collect unpickles)
 
 
 class EventsDropped(NamedTuple):

@@ -132,6 +132,17 @@ def proc_state(pid) -> str:
         return ""
 
 
+def zombie_status(pid):
+    """The wait status of a process that has exited but is not reaped yet (a zombie whose parent
+    cannot run), from /proc/<pid>/stat (field 52, Linux >= 3.5); None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[49]) if fields[0] == "Z" else None
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _ps_state(pid) -> str:
     import subprocess
     try:

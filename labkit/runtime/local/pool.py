@@ -15,7 +15,8 @@ import sys
 import threading
 import time
 
-from labkit.runtime import errors, stacks
+from labkit.i18n.messages import tr
+from labkit.runtime import errors, portable, stacks
 from labkit.runtime.control import ControlServer
 from labkit.runtime.local import netns, procs
 from labkit.runtime.local.handle import LocalRank
@@ -35,6 +36,7 @@ class WorkerPool:
         self.server = ControlServer(self._on_hello, path=os.path.join(self.stack_dir, "control"))
         self.netns, self.netns_why = netns.make()     # the ranks' own loopback, or why not
         self.forking = 0                          # asked of the zygote, pid not known yet
+        self.spawning = 0                         # being spawned, pid not listed yet
         self.forked = 0                           # workers the zygote made (spawned: the rest)
         self._early = {}                          # pid -> a hello that beat the zygote's answer
         self.zygote = None
@@ -45,19 +47,64 @@ class WorkerPool:
             except OSError as exc:
                 print(f"labkit: could not start the process that forks ranks quickly ({exc}); "
                       "ranks start as fresh interpreters instead.", file=sys.stderr)
+            except BaseException:                 # leave no server, thread or folder behind
+                self.server.close()
+                if self.netns is not None:
+                    self.netns.close()
+                shutil.rmtree(self.stack_dir, ignore_errors=True)
+                raise
+        if self.zygote is None:
+            say_spawned_limits()
+
+    def _reserve(self, n: int) -> int:
+        """Count n workers as on their way (call with self.cond held); `launch` starts them
+        after the lock is released. Returns n."""
+        if n > 0:
+            self.forking += n
+        return max(n, 0)
 
     def launch(self, n: int) -> None:
-        """Start n workers (call with self.cond held): forked by the zygote, else spawned."""
-        for _ in range(n):
-            if self.zygote is not None and self.zygote.alive:
+        """Start n workers reserved with `_reserve` (never with self.cond held: a fork request
+        to the zygote can wait for its socket, and the zygote's answers need self.cond to be
+        read; issue 39). Forked by the zygote, else spawned."""
+        for i in range(n):
+            z = self.zygote
+            if z is not None and z.alive and not self.closed:
                 try:
-                    self.zygote.fork()
-                    self.forking += 1
+                    z.fork()
                     continue
                 except OSError:
-                    pass                          # the zygote is gone: spawn this one
-            w = procs.launch(self.server, self.stack_dir, self.threads, self.env, self.netns)
-            self.workers[w.pid] = w
+                    pass                          # the zygote is gone or stopped: spawn the rest
+            with self.cond:
+                self.forking -= n - i
+                closed = self.closed
+            if not closed:
+                self._spawn(n - i)
+            return
+
+    def _spawn(self, n: int) -> None:
+        for _ in range(n):
+            with self.cond:
+                self.spawning += 1                # its hello may come before it is listed
+            try:
+                w = procs.launch(self.server, self.stack_dir, self.threads, self.env, self.netns)
+            finally:
+                with self.cond:
+                    self.spawning -= 1
+            with self.cond:
+                if self.closed:
+                    w.kill()
+                    continue
+                self.workers[w.pid] = w
+                early = self._early.pop(w.pid, None)
+                if early is not None:
+                    self._attach(w, *early)
+                self.cond.notify_all()
+
+    def check_zygote(self) -> None:
+        """A stopped zygote forks nothing: notice it (zygote.check_stopped) and spawn instead."""
+        if self.zygote is not None:
+            self.zygote.check_stopped()
 
     def _on_forked(self, proc) -> None:
         """The zygote forked a worker (called from the zygote reader thread)."""
@@ -79,18 +126,18 @@ class WorkerPool:
         how = zygote_exit(self.zygote) if not self.closed else ""
         with self.cond:
             self.forking -= lost
-            if not self.closed:
-                if lost:
-                    self.launch(lost)
-                print("labkit: the process that forks ranks quickly has stopped "
-                      f"({how}); new ranks start as fresh interpreters "
-                      "(2-10 s each).", file=sys.stderr)
+            closed = self.closed
             self.cond.notify_all()
+        if not closed:
+            if not getattr(self.zygote, "stopped", False):
+                print(tr("labkit: the process that forks ranks quickly has stopped ({how}); new "
+                         "ranks start as fresh interpreters (2-10 s each).", how=how), file=sys.stderr)
+            self._spawn(lost)
 
     def _on_hello(self, pid, conn, main_ident, stack_path) -> None:
         with self.cond:
             w = self.workers.get(pid)
-            if w is None and self.forking > 0 and not self.closed:
+            if w is None and (self.forking > 0 or self.spawning > 0) and not self.closed:
                 self._early[pid] = (conn, main_ident, stack_path)   # the zygote's answer follows
                 return
             if w is None or self.closed:
@@ -109,11 +156,11 @@ class WorkerPool:
     def top_up(self) -> None:
         """Start spares up to the target (they import torch in the background)."""
         with self.cond:
-            if not self.closed:
-                missing = (self.spare_target - len(self.spares) - len(self._starting())
-                           - self.forking)
-                if missing > 0:
-                    self.launch(missing)
+            if self.closed:
+                return
+            n = self._reserve(self.spare_target - len(self.spares) - len(self._starting())
+                              - self.forking - self.spawning)
+        self.launch(n)
 
     def wait_for_spares(self, timeout: float = 60.0) -> bool:
         deadline = time.monotonic() + timeout
@@ -129,10 +176,13 @@ class WorkerPool:
         """n spares, oldest first; starts what is missing and says why a start failed."""
         with self.cond:
             self.spares = [w for w in self.spares if w.alive()]
-            missing = n - len(self.spares) - len(self._starting()) - self.forking
-            if missing > 0:
-                self.launch(missing)
+            more = self._reserve(n - len(self.spares) - len(self._starting()) - self.forking
+                                 - self.spawning)
+        self.launch(more)
+        with self.cond:
             while len(self.spares) < n:
+                if self.forking:
+                    self.check_zygote()
                 for w in list(self.workers.values()):
                     if w.conn is None and not w.alive():
                         out = "\n".join(w.read_lines(final=True)[-30:])
@@ -149,6 +199,22 @@ class WorkerPool:
 
     def forget(self, w) -> None:
         self.workers.pop(w.pid, None)
+
+
+_said = []
+
+
+def say_spawned_limits() -> None:
+    """Once per notebook: what ranks started as fresh interpreters cannot do (no zygote: no
+    child subreaper to end a rank's descendants in sessions of their own)."""
+    if _said:
+        return
+    _said.append(True)
+    why = portable.why_not("the zygote") if not portable.FORK_ZYGOTE else "LABKIT_ZYGOTE=0 is set"
+    print(tr("labkit: ranks start as fresh interpreters here ({why}): a process that a rank "
+             "starts in a session of its own (setsid, subprocess.Popen(start_new_session=True)) "
+             "is not stopped with its rank or the cluster; end such processes yourself.", why=why),
+          file=sys.stderr)
 
 
 def zygote_exit(z) -> str:

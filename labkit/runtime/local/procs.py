@@ -88,7 +88,7 @@ def launch(server, stack_dir: str, threads: int, extra_env: dict = None,
         pass_fds=tuple(private.fds) if private is not None else (), start_new_session=True))
     watchdog.watch(proc.pid)                      # no PR_SET_PDEATHSIG here: killed from outside
     proc.stdin.write(server.authkey.hex().encode() + b"\n")   # the key never shows in `ps`
-    proc.stdin.flush()
+    proc.stdin.close()                            # nothing more: input() on the rank sees EOF
     return LocalRank(proc)
 
 
@@ -96,6 +96,47 @@ def fair_threads(world_size: int) -> int:
     """Cores available to this process divided among the ranks, at least one each."""
     cores = len(os.sched_getaffinity(0)) if portable.AFFINITY else os.cpu_count() or 1
     return max(1, cores // world_size)
+
+
+RANKS_PER_CORE = 32        # more than this per core: the ranks would do nothing but switch
+PROCESS_BYTES = 100 << 20  # memory of one worker process (a forked rank dirties ~10 MB at rest,
+                           # a spawned one holds ~240 MB; a rank that trains holds more)
+
+
+def available_memory():
+    """Bytes of memory this machine can still give (MemAvailable; else all of it), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_capacity(world_size: int, spares: int) -> None:
+    """A ValueError, before any process starts, for more ranks than this machine can run."""
+    from labkit.i18n.messages import tr
+    cores = len(os.sched_getaffinity(0)) if portable.AFFINITY else os.cpu_count() or 1
+    memory = available_memory()
+    processes = world_size + spares
+    need = processes * PROCESS_BYTES
+    if world_size <= cores * RANKS_PER_CORE and (memory is None or need <= memory):
+        return
+    gb = "?" if memory is None else f"{memory / 2**30:.1f}"
+    raise ValueError(tr(
+        "world_size={world_size} is more ranks than this machine can run: it has {cores} cores "
+        "and {gb} GB of memory available; labkit runs at most {per_core} ranks per core ({most} "
+        "here) and needs about {mb} MB per process ({processes} processes with the spares: "
+        "{need_gb:.1f} GB). Ask for fewer ranks (the course needs at most 8), fewer spares "
+        "(spares=0), or ranks on other machines (Cluster.remote).",
+        world_size=world_size, cores=cores, gb=gb, per_core=RANKS_PER_CORE,
+        most=cores * RANKS_PER_CORE, mb=PROCESS_BYTES >> 20, processes=processes,
+        need_gb=need / 2**30))
 
 
 def rendezvous_store(folder: str) -> str:
@@ -116,4 +157,4 @@ def rendezvous_store(folder: str) -> str:
     return path
 
 
-__all__ = ["launch", "worker_env", "fair_threads", "rendezvous_store"]
+__all__ = ["launch", "worker_env", "fair_threads", "rendezvous_store", "check_capacity"]

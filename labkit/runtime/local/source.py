@@ -44,6 +44,8 @@ class LocalRanks:
         self.threads_per_rank = None
 
     def start(self, world_size: int, backend: str, env: dict, start_timeout: float) -> None:
+        spares = world_size if self.spares_wanted is None else self.spares_wanted
+        procs.check_capacity(world_size, spares)   # before any process starts
         choice = decide_backend(backend, world_size, env)
         self.backend = choice.backend
         if choice.note:                           # fewer GPUs given than ranks: say what and why
@@ -52,8 +54,7 @@ class LocalRanks:
         self.world_size = world_size
         self.threads_per_rank = procs.fair_threads(world_size)
         self.start_timeout, self.restart_timeout = start_timeout, 120.0
-        self.pool = WorkerPool(self.threads_per_rank, world_size if self.spares_wanted is None
-                               else int(self.spares_wanted), env)
+        self.pool = WorkerPool(self.threads_per_rank, spares, env)
         self.store_path = procs.rendezvous_store(self.pool.stack_dir)
         if self.pool.netns is None:               # no private network here: say so, once per cluster
             print(open_ports_warning(self.pool.netns_why), file=sys.stderr)

@@ -17,9 +17,11 @@ its own connection to the control socket, torch threads set to the rank's share 
 When the notebook dies the zygote kills its children and exits. If the zygote dies, the pool
 falls back to spawning workers. LABKIT_ZYGOTE=0 in the environment turns the zygote off.
 """
+import array
 import collections
 import os
 import pickle
+import select
 import signal
 import socket
 import subprocess
@@ -27,7 +29,8 @@ import sys
 import threading
 import time
 
-from labkit.runtime import portable, protocol
+from labkit.i18n.messages import tr
+from labkit.runtime import portable, protocol, stacks
 from labkit.runtime.local import procs
 
 ENABLED = os.environ.get("LABKIT_ZYGOTE", "1") != "0" and portable.FORK_ZYGOTE   # Linux: pidfd, prctl
@@ -81,6 +84,11 @@ class ForkedProc:
     def wait(self, timeout: float = None):
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._ended.wait(0.05) and self.poll() is None:
+            if stacks.proc_state(self.pid) == "Z" and self._zygote.check_stopped():
+                status = stacks.zombie_status(self.pid)   # read before init reaps it
+                if status is not None:
+                    self._ended_with(status)
+                    break
             if deadline is not None and time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout)
         return self.returncode
@@ -108,6 +116,8 @@ class Zygote:
         self._pending = collections.deque()       # pipe read ends of forks not answered yet
         self._procs = {}                          # pid -> ForkedProc
         self._lock = threading.Lock()
+        self._send_lock = threading.Lock()        # one fork request at a time, in order
+        self.stopped = False                      # the kernel stopped it (pool.check_zygote)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log_path = os.path.join(stack_dir, "zygote.log")
         zenv = procs.worker_env(threads, env)
@@ -127,14 +137,28 @@ class Zygote:
         self._reader.start()
 
     def fork(self) -> None:
-        """Ask for one worker; `on_forked(ForkedProc)` follows from the reader thread."""
+        """Ask for one worker; `on_forked(ForkedProc)` follows from the reader thread. Never
+        holds the lock the reader needs while it waits for the socket (a full socketpair drains
+        only as the reader reads the zygote's answers); raises OSError once the zygote has
+        stopped or is stopped by the kernel (SIGSTOP: nothing would ever drain)."""
         r, w = os.pipe2(os.O_CLOEXEC)
         try:
-            with self._lock:
-                if not self.alive:
-                    raise OSError("the zygote has stopped")
-                self._pending.append(r)
-                socket.send_fds(self.sock, [b"fork"], [w])
+            with self._send_lock:                 # requests leave in the order of _pending
+                with self._lock:
+                    if not self.alive or self.stopped:
+                        raise OSError("the zygote has stopped")
+                    self._pending.append(r)
+                while True:               # (socket.send_fds ignores its flags: sendmsg)
+                    try:
+                        self.sock.sendmsg([b"fork"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                                       array.array("i", [w]))], socket.MSG_DONTWAIT)
+                        break
+                    except BlockingIOError:
+                        if not self.alive or self.check_stopped():
+                            raise OSError("the zygote is not answering") from None
+                        writable = select.poll()      # not select.select: fds >= 1024
+                        writable.register(self.sock, select.POLLOUT)
+                        writable.poll(100)
         except OSError:
             with self._lock:
                 if r in self._pending:
@@ -143,6 +167,24 @@ class Zygote:
             raise
         finally:
             os.close(w)
+
+    def check_stopped(self) -> bool:
+        """True if the kernel has stopped the zygote (SIGSTOP, a debugger, a frozen cgroup): it
+        then forks nothing and reaps nothing (an exited rank stays a zombie). Said once; the
+        zygote is ended (its ranks keep running) and the pool spawns instead (_on_lost)."""
+        if self.stopped:
+            return True
+        if not self.alive or stacks.proc_state(self.proc.pid) not in ("T", "t"):
+            return False
+        self.stopped = True
+        print(tr("labkit: the process that forks ranks quickly (pid {pid}) is stopped (SIGSTOP "
+                 "or a debugger); it is ended and new ranks start as fresh interpreters "
+                 "(2-10 s each).", pid=self.proc.pid), file=sys.stderr)
+        try:
+            self.proc.kill()                      # SIGKILL ends a stopped process too
+        except OSError:
+            pass
+        return True
 
     def _read(self) -> None:
         while True:
@@ -180,7 +222,7 @@ class Zygote:
         except OSError:
             pass
         try:
-            self.proc.wait(1.0)
+            self.proc.wait(1.0)                   # (it has killed its ranks' descendants already)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             try:                                  # a killed process can take seconds to go on a

@@ -48,6 +48,70 @@ def _kill_children(children: set) -> None:
                 pass
 
 
+# -- every descendant of a rank ends with the cluster (issue 39, section 3) -------------------
+# A rank's child in a session of its own (setsid, Popen(start_new_session=True)) escapes the
+# killpg of its rank's group, and the at-fork hook (PDEATHSIG) does not run for fork+exec. The
+# zygote is a child subreaper: such a process, once its rank is gone, becomes the zygote's
+# child, and the zygote kills every child it did not fork (it forks only ranks); on close it
+# kills them all until none is left. Without prctl (LABKIT_PORTABLE=1, macOS) there is no zygote.
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> bool:
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _direct_children() -> set:
+    """The pids whose parent is this process (/proc/<pid>/task/<tid>/children)."""
+    found = set()
+    me = os.getpid()
+    try:
+        tids = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/{me}/task/{tid}/children") as f:
+                found.update(int(p) for p in f.read().split())
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def _kill_adopted(children: set) -> None:
+    """SIGKILL every child that is not one of our ranks: a rank's descendant, adopted by this
+    subreaper when the rank (or the process between them) ended."""
+    for pid in _direct_children() - children:
+        for kill in (os.killpg, os.kill):
+            try:
+                if kill is os.kill or os.getpgid(pid) == pid:
+                    kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _end_all(children: set, limit: float = 2.0) -> None:
+    """Kill every rank and every descendant adopted so far or while they die, and reap them
+    all; stop when none is left (or after `limit` seconds)."""
+    import time
+    deadline = time.monotonic() + limit
+    _kill_children(children)
+    while time.monotonic() < deadline:
+        _kill_adopted(set())
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return                            # nobody left
+            if pid == 0:
+                break
+        time.sleep(0.005)
+
+
 # Imported once here so that no rank pays for them: the first torch optimizer of a process imports
 # torch._dynamo (about 1.8 s of CPU each), and with it DTensor and FSDP. Importing starts no
 # thread and touches no device, so the forks stay clean. LABKIT_PRELOAD=0 skips it (to compare).
@@ -87,6 +151,7 @@ def main() -> None:
         ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))   # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    _become_subreaper()                           # a rank's descendants end with the cluster
     import torch                                  # noqa: F401 - what every fork inherits
     import torch.distributed                      # noqa: F401
     _preload()
@@ -111,20 +176,26 @@ def main() -> None:
                 os.read(wake_r, 4096)
             except BlockingIOError:
                 pass
-        while children:                           # reap, and tell the notebook how each ended
+        ended = False
+        while True:                               # reap, and tell the notebook how each ended
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
+            if pid not in children:               # an adopted descendant (see _kill_adopted)
+                continue
             children.discard(pid)
+            ended = True
             try:
                 sock.send(pickle.dumps(protocol.Exited(pid, status)))
             except OSError:
                 pass
+        if ended or wake_r in readable:
+            _kill_adopted(children)
         if os.getppid() != owner:                 # the notebook is gone: leave nothing behind
-            _kill_children(children)
+            _end_all(children)
             import shutil
             shutil.rmtree(stack_dir, ignore_errors=True)
             os._exit(0)
@@ -134,7 +205,7 @@ def main() -> None:
             except OSError:
                 msg, fds = b"", []
             if not msg:                           # the notebook closed the cluster (or died)
-                _kill_children(children)
+                _end_all(children)
                 os._exit(0)
             pid = os.fork()
             if pid == 0:
