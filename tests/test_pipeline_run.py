@@ -10,12 +10,9 @@ pytestmark = pytest.mark.cluster
 
 
 def grad_tol(microbatches, layers=8, width=64, microbatch_size=4):
-    """Gradients against one process, derived (labkit.numerics.chain_bound): the reductions of
-    one forward and backward through `layers` linear layers of `width` (each summed once each
-    way) and the weight gradients' sums over the rows and the micro-batches, added in another
-    order on the stages. Scale 1: above every gradient of this MLP (0.13; checked below)."""
-    from labkit.numerics import chain_bound
-    return chain_bound([width] * (2 * layers) + [microbatch_size * microbatches, microbatches], 1.0)
+    """Gradients against one process, derived: labkit.pipeline.formulas.grad_tolerance."""
+    from labkit.pipeline.formulas import grad_tolerance
+    return grad_tolerance(microbatches, layers, width, microbatch_size)
 
 
 def test_the_gradient_scale_holds_on_one_process():

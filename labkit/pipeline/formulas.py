@@ -13,7 +13,7 @@ same bubble: 1F1B only reorders the work, it saves memory, not time.
 from labkit.i18n import tr      # pure (reads LABKIT_LANG)
 
 __all__ = ["bubble_ratio", "bubble_over_ideal", "ideal_time", "pipeline_time", "interleaved_memory_factor",
-           "first_stage_activations", "idle_per_rank", "WEIGHT_COPIES"]
+           "first_stage_activations", "idle_per_rank", "WEIGHT_COPIES", "grad_tolerance"]
 
 
 def _check(stages, microbatches, chunks) -> None:
@@ -123,3 +123,13 @@ def idle_per_rank(name: str, stages: int, forward: float = 1.0, backward: float 
 
 # parameters each rank holds, as a multiple of 1F1B's (1/p of the model): DeepSeek-V3, Table 2
 WEIGHT_COPIES = {"gpipe": 1, "1f1b": 1, "interleaved": 1, "zb-h1": 1, "zb-v": 1, "dualpipe-v": 1, "dualpipe": 2}
+
+
+def grad_tolerance(microbatches: int, layers: int = 8, width: int = 64, microbatch_size: int = 4) -> float:
+    """How far the executor's gradients (`run_schedule`'s model: `layers` linear layers of `width`)
+    may be from one process's, derived (labkit.numerics.chain_bound), not observed: one forward
+    and backward through the layers (each a sum of `width` terms each way) and the weight
+    gradients' sums over the rows and the micro-batches, added in another order on the stages.
+    Scale 1: above every gradient of this MLP (tests/test_pipeline_run.py checks it)."""
+    from labkit.numerics import chain_bound
+    return chain_bound([width] * (2 * layers) + [microbatch_size * microbatches, microbatches], 1.0)
