@@ -134,7 +134,31 @@ def clip_parity(dp=2, pp=1, tp=2, n_layer=2, n_embd=32, n_head=4, b=4, s=8) -> d
     return {"rank": me, "coords": tuple(c), "norms": norms,
             "clipped shard diff": (shard - want).abs().max().item(),
             "TP-replicated elements": int(sum(p.numel() for p in params if p.tp_replicated)) if tp > 1 else 0,
-            "elements": int(sum(p.numel() for p in params))}
+            "elements": int(sum(p.numel() for p in params)),
+            "bounds": parity_bounds(norms["one process"], sum(p.numel() for p in ref.parameters()),
+                                    n_layer, n_embd, n_head, b, s, dp)}
+
+
+def parity_bounds(norm: float, numel: int, n_layer=2, n_embd=32, n_head=4, b=4, s=8, dp=2) -> dict:
+    """How far `clip_parity`'s results may be from one process on any CPU (fp32), derived
+    (labkit.numerics), never tuned:
+
+    - each gradient element within d = chain_bound(the TP blocks' reductions, labkit.tp.parity.
+      tolerance's, + the DP reduce-scatter's dp terms and its division, SCALE);
+    - the norm: | ||g'|| - ||g|| | <= ||g' - g|| <= d sqrt(numel) (triangle inequality), plus
+      the sum of numel squares in float64 in another order (reorder_bound; the root halves its
+      relative error): "norm", relative to `norm`;
+    - the clipped gradient g' c' against g c (c = max_norm / norm = 1/2 here): at most
+      c' d + |g| |c' - c|, |g| <= SCALE, |c' - c| <= c rel / (1 - rel), plus a rounding of each:
+      "clipped", absolute."""
+    import math
+    from labkit.numerics import chain_bound, reorder_bound, unit_roundoff
+    from labkit.tp.parity import SCALE, reduction_lengths
+    d = chain_bound(reduction_lengths(n_layer, n_embd, n_head, b, s) + [dp + 1], SCALE)
+    rel = (d * math.sqrt(numel) + reorder_bound(numel, norm ** 2, "float64") / (2 * norm)) / norm
+    c = 0.5
+    clipped = c * (1 + rel) * d + SCALE * c * rel / (1 - rel) + 2 * unit_roundoff() * SCALE
+    return {"gradient": d, "norm": rel, "clipped": clipped}
 
 
 _GROUPS = {}

@@ -1,14 +1,14 @@
 """Context-parallel attention on real gloo ranks against one process's attention on the full
-sequence: outputs and dq, dk, dv within 1e-5 (fp32), ring and all-gather, both layouts, causal and
+sequence: outputs and dq, dk, dv within a derived fp32 bound (labkit.cp.parity.attention_tolerance), ring and all-gather, both layouts, causal and
 not, uneven lengths, several heads and grouped-query attention; bytes on the wire; bad input."""
 import pytest
 
 from labkit.cp import layout as L
-from labkit.cp.parity import attention_parity, attention_traffic, attention_work
+from labkit.cp.parity import SCALE, attention_parity, attention_tolerance, attention_traffic, attention_work
 
 pytestmark = pytest.mark.cluster
 
-TOL = 1e-5
+TOL = 1e-5          # Ulysses and the training step's loss only: NOT derived
 # (seq, heads, kv_heads): even, uneven, GQA with an uneven length
 SHAPES = [(16, 4, None), (19, 2, None), (23, 4, 2)]
 
@@ -30,7 +30,24 @@ def test_matches_one_process(request, n):
     for rank, diffs in enumerate(cluster.run(_parity_cases, cases)):
         for kw, d in zip(cases, diffs):
             worst = max(d, key=d.get)
-            assert d[worst] < TOL, (n, rank, kw, worst, d[worst])
+            tol = attention_tolerance(kw["seq"], kw["heads"], kw["kv_heads"], n=n)
+            assert d[worst] <= tol, (n, rank, kw, worst, d[worst], tol)
+
+
+def test_the_tolerances_scale_holds_on_one_process():
+    import torch
+    from labkit.cp.api import reference
+    from labkit.cp.parity import qkv
+    for seq, heads, kv in SHAPES:
+        for causal in (False, True):
+            full = [t.clone().requires_grad_() for t in qkv(2, heads, kv, seq, 8)]
+            ref = reference(*full, causal=causal)
+            dout = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1))
+            ref.backward(dout)
+            q, k = full[0].detach(), full[1].detach().repeat_interleave(heads // (kv or heads), dim=1)
+            terms = q.abs() @ k.abs().transpose(-1, -2) / 8 ** 0.5      # the scores' term sizes
+            values = [ref, dout, terms] + [t.grad for t in full]
+            assert max(v.abs().max().item() for v in values) <= SCALE
 
 
 def test_bytes_on_the_wire_equal_the_formula(cluster3):

@@ -4,6 +4,14 @@ forward, gradients as views into the buckets."""
 import pytest
 
 from labkit.models import GPTConfig
+from labkit.numerics import reorder_bound
+
+# BucketedDDP's averaged gradient against the same local gradients all-reduced tensor by tensor
+# and divided by N (2 ranks here): both add the same N local gradients, maybe in another order
+# (a bucket is another message), then divide by N: reorder_bound(N + 1, G), G = 4 >= every
+# local |gradient| of AwkwardNet (below 1.3 at the start, as in tests/test_ddp.py). 1.4e-6;
+# measured 0 (two terms add the same either way); a bucket left unaveraged is off by |g| / 2.
+SAME_SUM_BOUND = reorder_bound(2 + 1, 4.0)
 
 # 2048 x 128 embedding = exactly 1 MiB, 2.6 MB of gradients in all: torch's 1 MiB first bucket
 # and a 0.25 MiB cap both cut it into several buckets
@@ -89,7 +97,7 @@ def test_state_is_reset_after_the_unused_parameter_error(cluster2):
         return error, worst
     for error, worst in cluster2.run(run):
         assert "'unused' (5 elements)" in error
-        assert worst < 1e-6
+        assert worst <= SAME_SUM_BOUND
 
 
 def test_rewrapping_removes_the_old_hooks(cluster2):
@@ -122,7 +130,7 @@ def test_rewrapping_removes_the_old_hooks(cluster2):
                 lm_loss(model(x), y).backward()
         return worst, m.sent
     for worst, sent in cluster2.run(run):
-        assert worst < 1e-6 and sent == 0
+        assert worst <= SAME_SUM_BOUND and sent == 0
 
 
 @pytest.mark.parametrize("strategy", ["naive", "flat", "bucketed", "torch"])
@@ -181,4 +189,4 @@ def test_gradients_are_views_into_the_buckets(cluster2):
         buffers = {b.buffer.untyped_storage().data_ptr() for b in ddp.buckets}
         return views, worst, same, storages <= buffers, isinstance(model.fc1.weight.grad, torch.Tensor)
     for views, worst, same, inside, _ in cluster2.run(run):
-        assert views == [True, True, True] and worst < 1e-6 and same and inside
+        assert views == [True, True, True] and worst <= SAME_SUM_BOUND and same and inside

@@ -81,7 +81,10 @@ def test_fsdp2_and_labkit_zero3_match_one_process_and_each_other(cluster4):
     from labkit.fsdp.runs import tiny_gpt
     padded = sum(g.param_bytes for g in apply.groups(tiny_gpt()[0], "block", "full", 4)) // 4
     for r in cluster4.run(parity.zero3_vs_fsdp2, timeout=120):
-        assert r["fsdp2_err"] < 1e-5 and r["zero3_err"] < 1e-5 and not r["zero3_names_missing"], r
+        # derived: the first Adam step per element (numerics.one_step_over_bound; <= 1 passes);
+        # the 1e-5 after step 2 it replaces was not derived (Adam's later steps have no bound)
+        assert r["fsdp2_over_bound"] <= 1 and r["zero3_over_bound"] <= 1, r
+        assert not r["zero3_names_missing"], r
         slack = 4 * (padded - r["n_params"] + 4 * 4)      # FSDP2 pads each tensor, Stage3 each unit
         for cat in ("params", "grads", "momentum", "variance"):
             a, b = getattr(r["fsdp2"], cat), getattr(r["zero3"], cat)

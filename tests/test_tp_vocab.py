@@ -1,10 +1,34 @@
 """Tensor parallelism's vocabulary and K/V layers on gloo ranks against one device."""
 import pytest
 
-from labkit.tp.gqa import kv_heads_of_rank
+from labkit.tp.gqa import GQA_SCALE, gqa_tolerance, kv_heads_of_rank
+from labkit.tp.parity import SCALE
 from labkit.tp.vocab import logits_bytes
+from labkit.tp.vocab_parity import loss_tolerance, vocab_tolerance
 
-TOL = 1e-5
+# derived (labkit.tp.vocab_parity and labkit.tp.gqa say how): 2.0e-3 for the LM, 8.8e-3 and
+# 6.1e-4 for the two loss checks, 1.8e-3 for GQA; observed below 1e-6
+
+
+def test_the_tolerances_scales_hold_on_one_process():
+    import torch
+    from labkit.tp.gqa import GQAttention
+    from labkit.tp.vocab_parity import _reference, reference_lm, tokens
+    ref = reference_lm()
+    loss, logits = _reference(ref, *tokens())
+    assert max(v.abs().max().item() for v in [loss, logits] + [p.grad for p in ref.parameters()]) <= SCALE
+    for seed, shape in ((3, (512, 4096)), (4, (64, 256))):       # vocab_memory's, torch_loss_parallel's
+        g = torch.Generator().manual_seed(seed)
+        full = torch.randn(*shape, generator=g)
+        assert full.abs().max().item() <= SCALE and torch.logsumexp(full, 1).max().item() <= SCALE
+    for kv in (1, 2):                                            # gqa_parity's model and batch
+        torch.manual_seed(0)
+        attn = GQAttention(64, 8, kv)
+        g = torch.Generator().manual_seed(1)
+        x, w = torch.randn(2, 8, 64, generator=g).requires_grad_(), torch.randn(2, 8, 64, generator=g)
+        y = attn(x)
+        (y * w).sum().backward()
+        assert max(v.abs().max().item() for v in [y, x.grad] + [p.grad for p in attn.parameters()]) <= GQA_SCALE
 
 
 def test_kv_heads_per_rank_pure():
@@ -23,7 +47,7 @@ def test_vocab_parallel_embedding_and_loss_match_one_device(cluster):
         rows = diffs.pop("vocab rows")
         assert rows[1] - rows[0] == 64 // cluster.world_size
         worst = max(diffs, key=diffs.get)
-        assert diffs[worst] < TOL, (rank, worst, diffs[worst])
+        assert diffs[worst] <= vocab_tolerance(), (rank, worst, diffs[worst], vocab_tolerance())
     assert {"loss", "embedding grad", "head grad", "block.attn.qkv.weight"} <= set(diffs)
 
 
@@ -33,7 +57,8 @@ def test_loss_parallel_keeps_one_t_of_the_logits(cluster):
     t, n, v = cluster.world_size, 512, 4096
     want = logits_bytes(n, v, t)
     for rank, res in enumerate(cluster.run(vocab_memory, tokens_=n, vocab=v)):
-        assert res["diff loss parallel"] < TOL and res["diff gathered"] < TOL, res
+        tol = loss_tolerance(n, v)
+        assert res["diff loss parallel"] <= tol and res["diff gathered"] <= tol, (res, tol)
         for way in want:           # logits: exact; saved: the logit-sized tensor + ids and masks
             assert res[way]["logits"] == want[way]["logits"], (rank, way, res[way])
             extra = res[way]["saved by the loss"] - want[way]["saved by the loss"]
@@ -45,7 +70,7 @@ def test_torch_loss_parallel_beside_labkit(cluster2):
     from labkit.tp.vocab_parity import torch_loss_parallel
     for res in cluster2.run(torch_loss_parallel):
         assert res.pop("torch collectives") == {"all_reduce": 3}, res
-        assert max(res.values()) < TOL, res
+        assert max(res.values()) <= loss_tolerance(64, 256), res      # its tokens_, vocab
 
 
 @pytest.mark.cluster
@@ -55,6 +80,7 @@ def test_gqa_with_more_ranks_than_kv_heads(cluster4):
         for rank, r in enumerate(cluster4.run(gqa_parity, n_kv_head=kv)):
             assert r["replicas"] == 4 // kv and r["sync all-reduces"] == 2, r
             worst = max((k for k in r if k.endswith("grad") or k == "output"), key=r.get)
-            assert r[worst] < TOL, (kv, rank, worst, r[worst])
+            tol = gqa_tolerance(n_kv_head=kv)
+            assert r[worst] <= tol, (kv, rank, worst, r[worst], tol)
         for r in cluster4.run(gqa_parity, n_kv_head=kv, sync=False):   # replicas not summed
-            assert r["q grad"] < TOL and min(r["k grad"], r["v grad"]) > 1e-2, r
+            assert r["q grad"] <= tol and min(r["k grad"], r["v grad"]) > 10 * tol, (r, tol)

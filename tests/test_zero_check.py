@@ -253,3 +253,13 @@ def test_correct_answers_pass(fn, cluster4, capsys):
 def test_stub_is_not_implemented(cluster4, capsys):
     assert labkit.check.zero1_step(stub, cluster=cluster4) is False
     assert "not implemented yet" in capsys.readouterr().out
+
+
+def test_the_tolerances_scales_hold():
+    """labkit.check.zero.TOL takes trial's local gradients below 4 and |p| below 5 (derived there)."""
+    from labkit.check.zero import TOL
+    from labkit.zero.exercise import local_grad
+    g = max(local_grad(37, s, r).abs().max().item() for s in range(3) for r in range(8))
+    init = torch.randn(37, generator=torch.Generator().manual_seed(1))
+    assert g <= 4.0 and init.abs().max().item() + 0.1 * (1 + 1.9 + 2.71) * 4.0 <= 5.0
+    assert 1e-6 < TOL < 1e-5, TOL

@@ -28,6 +28,25 @@ def qkv(batch=2, heads=4, kv_heads=None, seq=16, head_dim=8, seed=0, dtype=torch
             torch.randn(batch, kvh, seq, head_dim, generator=g, dtype=dtype).to(dev))
 
 
+# Derived, not tuned (labkit.numerics.chain_bound): the reductions of one attention forward and
+# backward, summed in another order when the sequence is split over the ranks (chunks, then the
+# log-sum-exp merge or the ring's accumulation) than on one process. SCALE bounds every value
+# compared: tests/test_cp.py checks it on one process (qkv's and the random dout's sizes).
+SCALE = 16.0
+
+
+def attention_tolerance(seq, heads=4, kv_heads=None, head_dim=8, n=4) -> float:
+    """The most `attention_parity`'s differences may be on any CPU (fp32): forward the scores
+    (head_dim), the softmax's max and sum over seq (+ the merge of n chunks), the output's sum
+    over seq; backward dv over seq and the query heads sharing a K/V head (heads / kv_heads),
+    dP (head_dim), the softmax's row term (head_dim), dq and dk over seq (and the heads), and
+    the ring's accumulation of n chunks."""
+    from labkit.numerics import chain_bound
+    group = heads // (kv_heads or heads)
+    d = head_dim
+    return chain_bound([d, seq + n, seq, seq, group, d, d, seq, seq, group, n + 1], SCALE)
+
+
 def attention_parity(seq=16, causal=False, method="ring", layout="contiguous", batch=2, heads=4,
                      kv_heads=None, head_dim=8, group=None, merge_fn=B.merge) -> dict:
     """Max |diff| of this rank's output and of the full dq, dk, dv against one process."""

@@ -49,8 +49,13 @@ def _optimizer(kind: str, params, lr: float):
     if kind == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=0.9)
     if kind == "adamw":                      # weight decay moves any parameter that has a .grad
-        return torch.optim.AdamW(params, lr=lr / 10, weight_decay=0.5)
+        return torch.optim.AdamW(params, lr=_optimizer_lr(kind, lr), weight_decay=0.5)
     raise ValueError(f"optimizer must be 'sgd' or 'adamw', not {kind!r}")
+
+
+def _optimizer_lr(kind: str, lr: float) -> float:
+    """The learning rate `_optimizer(kind, ..., lr)` steps with."""
+    return lr / 10 if kind == "adamw" else lr
 
 
 def max_param_diff(a, b) -> tuple:
@@ -73,7 +78,9 @@ def train_parity(strategy="bucketed", steps: int = 4, micro_batches: int = 1, ba
     one of USES; `optimizer` "sgd" (with momentum) or "adamw" (with weight decay).
 
     Returns {"diffs": max |DDP - reference| after each step, "where": the parameter of each,
-    "grad_none": names of the parameters whose .grad was None after the last sync}.
+    "grad_none": names of the parameters whose .grad was None after the last sync,
+    "over_bound": for "adamw", the first step's worst element as a fraction of its derived
+    bound, numerics.one_step_over_bound (<= 1 passes; None for "sgd")}.
     A named strategy starts from different weights on each rank (its broadcast must fix that);
     a learner's function starts from identical ones.
     """
@@ -84,7 +91,7 @@ def train_parity(strategy="bucketed", steps: int = 4, micro_batches: int = 1, ba
     ddp = STRATEGIES[strategy](model, **options) if named else None
     opt = _optimizer(optimizer, model.parameters(), lr)
     ref_opt = _optimizer(optimizer, ref.parameters(), lr)
-    diffs, where, grad_none = [], [], []
+    diffs, where, grad_none, over = [], [], [], None
     for step in range(steps):
         x, y = awkward_batch(n * micro_batches * batch, seed=1000 + step)
         shards = [(x[r * micro_batches * batch:(r + 1) * micro_batches * batch].split(batch),
@@ -94,6 +101,8 @@ def train_parity(strategy="bucketed", steps: int = 4, micro_batches: int = 1, ba
             for k in range(micro_batches):
                 ref.use_unused = _uses(with_unused, r, k, micro_batches)
                 (lm_loss(ref(xs[k]), ys[k]) / (n * micro_batches)).backward()
+        grads = {k: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
+                 for k, p in ref.named_parameters()}
         ref_opt.step()
         ref_opt.zero_grad(set_to_none=True)
         xs, ys = shards[rank]
@@ -111,9 +120,17 @@ def train_parity(strategy="bucketed", steps: int = 4, micro_batches: int = 1, ba
         opt.step()
         opt.zero_grad(set_to_none=True)
         d, name = max_param_diff(model, ref)
+        if step == 0 and optimizer == "adamw":
+            # AdamW's first step, element by element (numerics.one_step_over_bound): its later
+            # steps have no derived bound. The decay p (1 - lr wd) rounds the same p the same way
+            # in both runs; each gradient is a sum over the global batch's tokens, in another order
+            from labkit.numerics import one_step_over_bound
+            over = one_step_over_bound({k: p.detach() for k, p in model.named_parameters()},
+                                       {k: p.detach() for k, p in ref.named_parameters()},
+                                       grads, y.numel(), _optimizer_lr(optimizer, lr), "adam")
         diffs.append(d)
         where.append(name)
-    return {"diffs": diffs, "where": where, "grad_none": grad_none}
+    return {"diffs": diffs, "where": where, "grad_none": grad_none, "over_bound": over}
 
 
 def train_skipping(skip: str = None, steps: int = 2, batch: int = 3, lr: float = 0.1):

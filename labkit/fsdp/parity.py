@@ -4,7 +4,8 @@
 
 The same TinyGPT, the same global batch, two Adam steps three ways: one process on the whole
 batch, FSDP2 (fully_shard per block) and labkit.zero stage 3 (Stage3, per block) on this rank's
-slice. Both sharded runs must end with the parameters of one process; both hold a 1/N shard
+slice. Both sharded runs must take the first step of one process, within its derived bound
+(numerics.one_step_over_bound, element by element: Adam's later steps have none); both hold a 1/N shard
 of parameters, gradients and Adam's two moments. Their per-rank bytes differ only by padding:
 FSDP2 rounds each parameter's first dimension up to a multiple of N, labkit's Stage3 pads each
 unit's flat buffer to a multiple of N elements (and keeps a step counter per unit, not per
@@ -30,11 +31,25 @@ def zero3_vs_fsdp2(steps: int = 2, batch_per_rank: int = 2, lr: float = 1e-3) ->
     ropt = torch.optim.Adam(ref.parameters(), lr=lr)
     x, y = batch(n, batch_per_rank)
     mine = slice(batch_per_rank * r, batch_per_rank * (r + 1))
-    for _ in range(steps):
+    over = {}
+    for step in range(steps):
         for model, opt, xs, ys in ((f2, fopt, x[mine], y[mine]), (z3, zopt, x[mine], y[mine]),
                                    (ref, ropt, x, y)):
             lm_loss(model(xs), ys).backward()
+            if model is ref and step == 0:
+                grads = {k: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
+                         for k, p in ref.named_parameters()}
             opt.step()
+            if model is ref and step == 0:
+                # the first Adam step against its derived bound: each gradient a sum over the
+                # global batch's y.numel() tokens, added in another order on the ranks
+                from labkit.numerics import one_step_over_bound
+                want = {k: v.detach() for k, v in ref.named_parameters()}
+                got_f = {k: v.full_tensor() for k, v in f2.state_dict().items()}
+                got_z = z3.full_parameters()
+                over["fsdp2"] = one_step_over_bound(got_f, want, grads, y.numel(), lr, "adam")
+                over["zero3"] = one_step_over_bound(got_z, {k: v for k, v in want.items() if k in got_z},
+                                                    grads, y.numel(), lr, "adam")
             if model is not ref:
                 held = measure(model, opt)
                 if model is f2:
@@ -47,6 +62,8 @@ def zero3_vs_fsdp2(steps: int = 2, batch_per_rank: int = 2, lr: float = 1e-3) ->
     zero = z3.full_parameters()
     err_f = max((fsdp[k] - v).abs().max().item() for k, v in truth.items())
     err_z = max((zero[k] - v).abs().max().item() for k, v in truth.items() if k in zero)
+    # fsdp2_err, zero3_err: after the last step, shown only (no derived bound past the first)
     return {"rank": r, "world_size": n, "fsdp2_err": err_f, "zero3_err": err_z,
+            "fsdp2_over_bound": over["fsdp2"], "zero3_over_bound": over["zero3"],
             "zero3_names_missing": sorted(set(truth) - set(zero)),
             "fsdp2": f2_held, "zero3": z3_held, "n_params": ref.num_params()}

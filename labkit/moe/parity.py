@@ -35,6 +35,25 @@ def rank_tokens(tokens, hidden, seed=1):
     return [(torch.randn(t, hidden, generator=g).to(labkit.device()), torch.randn(t, hidden, generator=g).to(labkit.device())) for t in tokens]
 
 
+# Derived, not tuned (labkit.numerics.chain_bound): the reductions along one forward and backward
+# of the MoE layer, summed in another order with experts on other ranks (tokens grouped per rank
+# and per expert, then the gradients' reduction) than on one device. SCALE bounds every value
+# compared: tests/test_moe_parallel.py checks it on one process (7.8 at most over its cases).
+SCALE = 16.0
+
+
+def tolerance(tokens, hidden=16, ffn_hidden=32, experts=4, k=2) -> float:
+    """The most `ep_parity`'s and `ep_dp_parity`'s differences may be on any CPU (fp32): forward
+    the router (hidden), its softmax (experts), fc1 (hidden), fc2 (ffn_hidden), the top-k sum
+    (k); backward the top-k sum, fc2's and fc1's transposes (hidden, ffn_hidden), the router's
+    (experts), the input gradient's k experts + router + aux terms (k + 2); the weight gradients'
+    sum over every rank's tokens, the aux loss (2 experts), the ranks' reduction and its division
+    (len(tokens) + 1)."""
+    from labkit.numerics import chain_bound
+    return chain_bound([hidden, experts, hidden, ffn_hidden, k, k, hidden, ffn_hidden, experts, k + 2,
+                        sum(tokens), 2 * experts, len(tokens) + 1], SCALE)
+
+
 def _reference(data, **kw):
     ref = build(**kw)
     outs = []

@@ -109,6 +109,26 @@ def sync_kv_replica_grads(model: nn.Module) -> int:
     return calls
 
 
+# Derived, not tuned (labkit.numerics.chain_bound): the reductions along one forward and
+# backward of the attention, each summed in another order on the ranks (split over heads, then
+# the all-reduce; the K/V replicas' gradients summed). GQA_SCALE bounds every value compared:
+# tests/test_tp_vocab.py checks it on one process (16.0 with one K/V head, 11.2 with two).
+GQA_SCALE = 32.0
+
+
+def gqa_tolerance(n_embd=64, n_head=8, n_kv_head=2, b=2, s=8, t=4) -> float:
+    """The most `gqa_parity`'s differences (sync=True) may be on any CPU (fp32): forward the
+    q, k, v projections (h), the scores (head size), softmax and attention (s each), proj (h);
+    backward proj's transpose (h), the attention and scores again, the query heads sharing a
+    K/V head (n_head / n_kv_head), the projections' transposes (3 h), the weight gradients'
+    sums over b s tokens and the replicas' sum (up to t)."""
+    from labkit.numerics import chain_bound
+    h, hd = n_embd, n_embd // n_head
+    forward = [h, hd, 2 * s, s, h]
+    backward = [h, s, hd, 2 * s, n_head // n_kv_head, 3 * h, b * s, t]
+    return chain_bound(forward + backward, GQA_SCALE)
+
+
 def gqa_parity(n_embd=64, n_head=8, n_kv_head=2, b=2, s=8, sync=True, group=None) -> dict:
     """Max |diff| of output, input grad and the q, k, v, proj weight grads against one device.
     sync=False skips the replicas' gradient sum, to see what it is for."""

@@ -18,6 +18,31 @@ from labkit.tp.parity import reference_blocks
 from labkit.tp.vocab import VocabParallelEmbedding, vocab_parallel_cross_entropy
 
 
+# Derived, not tuned (labkit.numerics.chain_bound), as labkit.tp.parity.tolerance: the
+# reductions along one forward and backward, each summed in another order on the ranks (split
+# over the vocabulary, heads and columns, then the all-reduces) than on one device. SCALE (16,
+# labkit.tp.parity's) bounds every value compared: tests/test_tp_vocab.py checks it on one process
+# (the LM's loss, logits and gradients reach 4.3; the random logits of the two loss checks 5.0).
+def vocab_tolerance(vocab=64, n_embd=32, n_head=4, b=2, s=8) -> float:
+    """The most `vocab_parity`'s differences may be on any CPU (fp32): the block's chain
+    (labkit.tp.parity.reduction_lengths), then the head (n_embd), the log-sum-exp over the
+    vocabulary (+ the target logit), the mean over b s tokens; backward the head's transpose
+    (vocab) and the weight gradients' sums over b s tokens."""
+    from labkit.numerics import chain_bound
+    from labkit.tp.parity import SCALE, reduction_lengths
+    return chain_bound(reduction_lengths(1, n_embd, n_head, b, s)
+                       + [n_embd, vocab + 1, b * s, vocab, b * s], SCALE)
+
+
+def loss_tolerance(tokens_: int, vocab: int) -> float:
+    """The most a vocabulary-parallel cross-entropy (its loss or its logits' gradient) may differ
+    from one device's: the log-sum-exp over `vocab` (+ the target logit) and the mean over
+    `tokens_` positions (chain_bound, SCALE as above)."""
+    from labkit.numerics import chain_bound
+    from labkit.tp.parity import SCALE
+    return chain_bound([vocab + 1, tokens_ + 1], SCALE)
+
+
 def reference_lm(vocab=64, n_embd=32, n_head=4, seed=0) -> nn.ModuleDict:
     """Embedding -> one labkit Block -> output head (no bias), same weights on every rank."""
     blocks = reference_blocks(1, n_embd, n_head, seed)

@@ -37,6 +37,24 @@ def accumulate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, micro: 
     return total
 
 
+# Derived, not tuned (labkit.numerics.chain_bound): the reductions along one forward and
+# backward of parity's TinyGPT (2 blocks, 64 wide, 4 heads, vocab 256), taken on micro-batches
+# of another size and added in another order (micro-batches, then the all-reduce) than one
+# process's pass over the global batch. SCALE bounds every value the chain computes (every
+# module's output, the logits, the gradients; tests/test_tricks.py checks it on one process:
+# 4.3 at most, the gradients 0.085).
+SCALE = 8.0
+
+
+def tolerance(n: int, micro: int = 4, per_rank: int = 8, seq: int = 32) -> float:
+    """The most `parity`'s max_diff may be on any CPU (fp32): the blocks' chain (labkit.tp.parity.
+    reduction_lengths over the n per_rank x seq tokens), the head (64), the log-sum-exp over the
+    vocabulary (+ the target), the micro-batches' and ranks' sum and the two divisions."""
+    from labkit.numerics import chain_bound
+    from labkit.tp.parity import reduction_lengths
+    return chain_bound(reduction_lengths(2, 64, 4, n * per_rank, seq) + [64, 257, micro + n + 2], SCALE)
+
+
 def parity(micro: int = 4, per_rank: int = 8, seq: int = 32, seed: int = 0) -> dict:
     """On each rank: TinyGPT gradients with accumulation over `micro` micro-batches and one
     all-reduce, against one process on the global batch (all ranks' sequences at once).
