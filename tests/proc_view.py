@@ -69,10 +69,11 @@ def family(root: int, uid: int) -> set:
     return fam
 
 
-def _listening_inodes() -> dict:
-    """socket inode -> (address, port) of every listening TCP socket in this network namespace."""
+def _listening_inodes(pid="self") -> dict:
+    """socket inode -> (address, port) of every listening TCP socket in the network namespace of
+    process `pid` (this process's by default)."""
     out = {}
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for name in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
         try:
             rows = pathlib.Path(name).read_text().splitlines()[1:]
         except OSError:
@@ -86,11 +87,23 @@ def _listening_inodes() -> dict:
     return out
 
 
-def listening_ports(pids) -> dict:
-    """pid -> set of TCP ports the process holds a listening socket for."""
+def net_namespace(pid) -> int:
+    """The inode of the network namespace process `pid` is in (0 if it cannot be read)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return 0
+
+
+def listening_ports(pids, own_namespace=False) -> dict:
+    """pid -> set of TCP ports the process holds a listening socket for: in this process's
+    network namespace, or (own_namespace) in the process's own one (a local cluster's ranks
+    live in a namespace of their own, labkit/runtime/local/netns.py)."""
     inodes = _listening_inodes()
     out = {}
     for pid in pids:
+        if own_namespace:
+            inodes = _listening_inodes(pid)
         ports = set()
         try:
             fds = os.listdir(f"/proc/{pid}/fd")

@@ -7,7 +7,7 @@ with their own password, set here with chpasswd, so the test logs in as a learne
 learner's password does not open the other's account). Each server starts as in
 docs/teaching.md: the learner's copy of the course built into ~/course, the kernel `labkit`.
 
-Then each learner's kernel tries the other's cluster: its control port with a guessed key, its
+Then each learner's kernel tries the other's cluster: its control socket with a guessed key, its
 stack folder, a SIGKILL to a rank, a rank's /proc environment and memory, the kernel's
 connection file (its message key); every attempt must be refused, and the victim's next run
 works. What this does not try is issue 25 part 1's (the rendezvous store, the agent's socket).
@@ -40,7 +40,7 @@ KERNELS = ROOT / "build" / "hub" / "jupyter"
 WHERE = dedent("""
     import json, ipykernel
     print("WHERE " + json.dumps({
-        "control_port": cluster._source.pool.server.address[1],
+        "control": cluster._source.pool.server.address,
         "stack_dir": cluster._source.pool.stack_dir,
         "pids": [w.pid for w in cluster.ranks],
         "connection_file": ipykernel.get_connection_file()}))
@@ -52,7 +52,13 @@ ATTACKS = dedent("""
     from multiprocessing.connection import AuthenticationError, Connection, answer_challenge
 
     def control_port():                      # the handshake every rank makes, with a guessed key
-        s = socket.create_connection(("127.0.0.1", victim["control_port"]), timeout=10)
+        addr = victim["control"]             # a Unix socket in the cluster's folder (local), else host:port
+        if isinstance(addr, str):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(addr)
+        else:
+            s = socket.create_connection(tuple(addr), timeout=10)
         s.setblocking(True)                  # the server ends a handshake after 10 s itself
         c = Connection(s.detach())
         try:
@@ -65,7 +71,7 @@ ATTACKS = dedent("""
             return f.read(n)
 
     attempts = {
-        "control port, guessed key": control_port,
+        "control socket, guessed key": control_port,
         "list the stack folder": lambda: os.listdir(victim["stack_dir"]),
         "SIGKILL rank 0": lambda: os.kill(victim["pids"][0], signal.SIGKILL),
         "read rank 0's /proc environ": lambda: read(f"/proc/{victim['pids'][0]}/environ"),

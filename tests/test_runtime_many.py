@@ -93,6 +93,7 @@ def test_eight_clusters_of_four_from_eight_kernels_of_two_users(kernels):
     before = {u: proc_view.owned_files(uid, homes[u]) for u, uid in uids.items()}
 
     print(f"kernels ready and torch imported in {time.monotonic() - T0[0]:.1f} s")
+    _before_ports = {k.pid: _cluster_ports(k, {k.pid})[k.pid] for k in kernels}
     t0 = time.monotonic()
     replies = execute_all(kernels, START, timeout=420)
     took = time.monotonic() - t0
@@ -109,21 +110,28 @@ def test_eight_clusters_of_four_from_eight_kernels_of_two_users(kernels):
     # they ran at the same time: every cluster started before any had its first result
     assert max(i["start"] for i in infos) < min(i["end"] for i in infos), infos
 
-    # ports, per cluster, from /proc: each rank listens (gloo), no port in two clusters
+    # from /proc: each cluster's ranks listen (gloo) inside one network namespace of their own,
+    # shared with no other cluster and not the kernel's; the kernel listens on no TCP port for
+    # its cluster (its control socket is a Unix socket in the cluster's folder)
     owner, families = {}, []
     for k, info in zip(kernels, infos):
         fam = proc_view.family(k.pid, k.uid)
         families.append(fam)
         ranks = {pid for _, _, pid in info["results"]}
         assert ranks <= fam, f"ranks {ranks - fam} of {k.user} not found under kernel {k.pid}"
-        ports = _cluster_ports(k, fam)
+        ports = proc_view.listening_ports(ranks, own_namespace=True)
         assert all(ports[p] for p in ranks), f"a rank of {k.user} listens on no port: {ports}"
-        assert ports[k.pid], f"kernel {k.pid} ({k.user}) listens on no port for its cluster"
-        for port in set().union(*ports.values()):
-            assert port not in owner, (f"port {port} is held by the cluster of kernel {k.pid} "
-                                       f"({k.user}) and by that of kernel {owner[port]}")
-            owner[port] = f"{k.pid} ({k.user})"
-    print(f"{len(owner)} distinct listening ports over the 8 clusters")
+        spaces = {proc_view.net_namespace(p) for p in ranks}
+        assert len(spaces) == 1 and 0 not in spaces, f"ranks of {k.user} in namespaces {spaces}"
+        space = spaces.pop()
+        assert space != proc_view.net_namespace(k.pid), f"{k.user}'s ranks share the kernel's network"
+        assert space not in owner, (f"network namespace {space} holds the ranks of kernel {k.pid} "
+                                    f"({k.user}) and of kernel {owner[space]}")
+        owner[space] = f"{k.pid} ({k.user})"
+        kernel_ports = _cluster_ports(k, fam)[k.pid]
+        assert not kernel_ports - _before_ports[k.pid], (
+            f"kernel {k.pid} ({k.user}) opened TCP ports {kernel_ports} for its cluster")
+    print(f"{len(owner)} distinct network namespaces over the 8 clusters")
 
     # close every cluster at once: only the kernels are left, nothing new on disk
     closed = execute_all(kernels, CLOSE, timeout=120)

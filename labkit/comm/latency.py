@@ -32,6 +32,7 @@ def times(ns=(2, 3, 4), small=SMALL_ELEMS, large=LARGE_BYTES, repeats=3, warmup=
     N ranks, for each N in `ns`. Rank 0 returns [{"N", "bytes", "times"}], the others None."""
     import torch
     import torch.distributed as dist
+    import labkit
     from labkit.comm import link as slow
     from labkit.comm.ring import naive_all_reduce
     from labkit.comm.ring_fast import ring_all_reduce
@@ -46,7 +47,7 @@ def times(ns=(2, 3, 4), small=SMALL_ELEMS, large=LARGE_BYTES, repeats=3, warmup=
             for s in (0, 1):
                 dist.barrier()
                 if me < n:
-                    x = torch.ones(sizes[n][s])
+                    x = torch.ones(sizes[n][s], device=labkit.device())
                     with (slow.throttled(**settings) if settings else _nothing()):
                         t0 = time.perf_counter()
                         fn(x, groups[n])

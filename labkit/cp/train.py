@@ -46,9 +46,9 @@ class Block(nn.Module):
         return self.head(x)
 
 
-def _data(batch, seq, vocab, seed=1):
+def _data(batch, seq, vocab, seed=1, device=None):
     g = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(0, vocab, (batch, seq + 1), generator=g)
+    tokens = torch.randint(0, vocab, (batch, seq + 1), generator=g).to(device)
     return tokens[:, :-1], tokens[:, 1:]                 # inputs, next-token labels
 
 
@@ -57,11 +57,13 @@ def cp_step_parity(seq=64, batch=2, vocab=32, hidden=32, heads=4, cp_reduce=True
     """This rank's max |diff| of every weight gradient (and the loss) against one process on
     the whole sequence, and the largest gradient entry (the scale the differences compare to).
     labels_layout: shard the labels in another layout than the tokens (the mistake to see)."""
-    inputs, labels = _data(batch, seq, vocab)
+    import labkit
+    dev = labkit.device()
+    inputs, labels = _data(batch, seq, vocab, device=dev)
     torch.manual_seed(0)
-    model = Block(vocab, seq, hidden, heads)
-    pos = torch.arange(seq).expand(batch, seq)
-    ref = Block(vocab, seq, hidden, heads)
+    model = Block(vocab, seq, hidden, heads).to(dev)
+    pos = torch.arange(seq, device=dev).expand(batch, seq)
+    ref = Block(vocab, seq, hidden, heads).to(dev)
     ref.load_state_dict(model.state_dict())
     logits = ref(inputs, pos, lambda q, k, v: reference(q, k, v, causal=True))
     loss_ref = F.cross_entropy(logits.reshape(-1, vocab), labels.reshape(-1))   # mean, all tokens

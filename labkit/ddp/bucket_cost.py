@@ -25,7 +25,9 @@ def call_sweep(numel: int = 1 << 18, caps_mb=CAPS_MB, repeats: int = 3, warmup: 
     rank) [{"cap_mb", "calls", "bytes", "times"}] with the slowest rank's seconds per repeat."""
     import torch
     import torch.distributed as dist
-    flat = torch.ones(numel)
+    import labkit
+    dev = labkit.device()
+    flat = torch.ones(numel, device=dev)
     nbytes = numel * 4
     out = {c: [] for c in caps_mb}
     for rep in range(warmup + repeats):
@@ -37,7 +39,7 @@ def call_sweep(numel: int = 1 << 18, caps_mb=CAPS_MB, repeats: int = 3, warmup: 
             works = [dist.all_reduce(b, async_op=True) for b in buckets]
             for w in works:
                 w.wait()
-            took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+            took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=dev)
             dist.all_reduce(took, op=dist.ReduceOp.MAX)
             if rep >= warmup:
                 out[cap].append(float(took))

@@ -18,7 +18,7 @@ from labkit.pipeline.model import mlp, split
 
 def _stepped(module, width):
     opt = torch.optim.Adam(module.parameters(), lr=1e-3)
-    module(torch.ones(2, width)).square().sum().backward()
+    module(torch.ones(2, width, device=next(module.parameters()).device)).square().sum().backward()
     opt.step()
     return measure(module, opt)
 

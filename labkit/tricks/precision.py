@@ -84,7 +84,8 @@ def matmul_seconds(n: int = 256, repeats: int = 5) -> dict:
     has only its generic loop (AVX2 CPUs, or ``ONEDNN_MAX_CPU_ISA=AVX2``)."""
     import time
     g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    # the CPU on purpose: the lesson is this CPU's bf16 kernels (a GPU's tensor cores are another story)
+    a, b = torch.randn(n, n, generator=g, device="cpu"), torch.randn(n, n, generator=g, device="cpu")
     pairs = {str(d).replace("torch.", ""): (a.to(d), b.to(d)) for d in (torch.float32, HALF)}
     out = {k: [] for k in pairs}
     for x, y in pairs.values():

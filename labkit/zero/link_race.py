@@ -39,7 +39,8 @@ def race(link=None, steps: int = 3, warmup: int = 1, n_layer: int = 2, n_embd: i
                 t0 = time.perf_counter()
                 lm_loss(model(x).float(), y).backward()
                 opt.step()
-                took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+                took = torch.tensor([time.perf_counter() - t0], dtype=torch.float64,
+                                    device=next(model.parameters()).device)
             opt.zero_grad()
             dist.all_reduce(took, op=dist.ReduceOp.MAX)
             if step >= warmup:
