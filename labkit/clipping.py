@@ -151,14 +151,54 @@ def parity_bounds(norm: float, numel: int, n_layer=2, n_embd=32, n_head=4, b=4, 
     - the clipped gradient g' c' against g c (c = max_norm / norm = 1/2 here): at most
       c' d + |g| |c' - c|, |g| <= SCALE, |c' - c| <= c rel / (1 - rel), plus a rounding of each:
       "clipped", absolute."""
-    import math
-    from labkit.numerics import chain_bound, reorder_bound, unit_roundoff
+    from labkit.numerics import chain_bound
     from labkit.tp.parity import SCALE, reduction_lengths
     d = chain_bound(reduction_lengths(n_layer, n_embd, n_head, b, s) + [dp + 1], SCALE)
+    return _norm_bounds(d, norm, numel, SCALE)
+
+
+def _norm_bounds(d: float, norm: float, numel: int, scale: float, c: float = 0.5) -> dict:
+    """From d, the most a gradient element may be off, the bounds of `parity_bounds`' docstring:
+    the norm relative to `norm` (numel elements), the clipped gradient at c = max_norm / norm
+    absolute (|g| <= scale)."""
+    import math
+    from labkit.numerics import reorder_bound, unit_roundoff
     rel = (d * math.sqrt(numel) + reorder_bound(numel, norm ** 2, "float64") / (2 * norm)) / norm
-    c = 0.5
-    clipped = c * (1 + rel) * d + SCALE * c * rel / (1 - rel) + 2 * unit_roundoff() * SCALE
+    clipped = c * (1 + rel) * d + scale * c * rel / (1 - rel) + 2 * unit_roundoff() * scale
     return {"gradient": d, "norm": rel, "clipped": clipped}
+
+
+def ep_bounds(norm: float, numel: int, scale: float, cp=1, seq=16, hidden=16, heads=2, experts=4, k=2,
+              world=4) -> dict:
+    """`parity_bounds` for `clip_parity_ep` (fp32, derived: labkit.numerics.chain_bound), the
+    gradient's reductions: the attention's forward (qkv over hidden, scores over head_dim, the
+    softmax and the output over seq + the ring's cp chunks, proj over hidden, the residual),
+    the MoE layer's chain as labkit.moe.parity.tolerance (router, softmax over experts, fc1,
+    fc2, the top-k sum, and their backward), the attention's backward (proj's and qkv's
+    transposes, dv, dP, the row term, dq and dk, the ring's cp + 1), each weight gradient's sum
+    over the (world / cp) x seq tokens, the all-reduce over `world` ranks and its division.
+    `scale`: the largest value one process computes (`clip_parity_ep`'s "largest value"; the
+    magnitudes do not depend on the CPU). `numel`: every element a norm adds (the dense ones
+    twice for the mistake that counts them on each EP rank)."""
+    from labkit.numerics import chain_bound
+    d_head, ffn, tokens = hidden // heads, 2 * hidden, (world // cp) * seq
+    lengths = ([hidden, d_head, seq + cp, seq, hidden, 2]
+               + [hidden, experts, hidden, ffn, k, k, hidden, ffn, experts, k + 2, 2 * experts]
+               + [hidden, 2, seq, d_head, d_head, seq, seq, cp + 1, 3 * hidden]
+               + [tokens, world + 1])
+    return _norm_bounds(chain_bound(lengths, scale), norm, numel, scale)
+
+
+def tied_bounds(norm: float, numel: int, scale: float, vocab=24, hidden=16, b=4, s=6) -> dict:
+    """`parity_bounds` for `tied_parity` (fp32, derived): forward l0 and l1 (hidden each), the
+    logits h E^T (hidden), the cross-entropy's log-sum-exp (vocab + 1), the loss's sum over the
+    b s tokens; backward the logits' transpose (vocab), l1's and l0's (hidden each), each weight
+    gradient's sum over b s tokens (E's from both uses: + 2), the embedding group's sum (2), the
+    DP all-reduce and its division (3). `scale`: the largest value one process computes
+    (`tied_parity`'s "largest value")."""
+    from labkit.numerics import chain_bound
+    lengths = [hidden, hidden, hidden, vocab + 1, b * s, vocab, hidden, hidden, b * s + 2, 2, 3]
+    return _norm_bounds(chain_bound(lengths, scale), norm, numel, scale)
 
 
 _GROUPS = {}
@@ -218,11 +258,15 @@ def clip_parity_ep(cp: int = 1, seq: int = 16, hidden: int = 16, heads: int = 2,
     moe_ref = build(hidden=hidden, ffn_hidden=2 * hidden, experts=experts, k=k)   # dropless
     g = torch.Generator().manual_seed(1)
     x, w = torch.randn(dp, seq, hidden, generator=g), torch.randn(dp, seq, hidden, generator=g)
-    y = moe_ref(attn_ref(x).reshape(-1, hidden))
+    xr = x.clone().requires_grad_()
+    h_ref = attn_ref(xr)
+    h_ref.retain_grad()
+    y = moe_ref(h_ref.reshape(-1, hidden))
     (y * w.reshape(-1, hidden)).sum().backward()            # one process: every token, summed
     ref = [*attn_ref.parameters(), *moe_ref.parameters()]
     for p in ref:
         p.grad /= world                                      # the mean over the 4 ranks' losses
+    largest = max(t.abs().max().item() for t in [x, w, h_ref, y, xr.grad, h_ref.grad] + [p.grad for p in ref])
 
     torch.manual_seed(0)
     attn = _Attention(hidden, heads)
@@ -262,9 +306,11 @@ def clip_parity_ep(cp: int = 1, seq: int = 16, hidden: int = 16, heads: int = 2,
     scale = min(1.0, max_norm / (norms["right"] + 1e-6))
     diff = max((p.grad * scale - q.grad).abs().max().item() for p, q in zip(got, want))
     return {"rank": me, "cp": cp, "norms": norms, "grad diff": grad_diff, "clipped grad diff": diff,
-            "dense norm": dense_norm,
+            "dense norm": dense_norm, "largest value": largest,
             "expert elements": int(sum(p.numel() for p in moe.experts.parameters())),
-            "dense elements": int(sum(p.numel() for p in dense))}
+            "dense elements": int(sum(p.numel() for p in dense)),
+            "bounds": ep_bounds(norms["one process"], sum(p.numel() for p in ref) + sum(p.numel() for p in dense),
+                                largest, cp, seq, hidden, heads, experts, k, world)}
 
 
 def tied_parity(vocab: int = 24, hidden: int = 16, b: int = 4, s: int = 6) -> dict:
@@ -290,8 +336,13 @@ def tied_parity(vocab: int = 24, hidden: int = 16, b: int = 4, s: int = 6) -> di
     def loss_of(h, t):
         return nn.functional.cross_entropy((h @ emb.weight.T).reshape(-1, vocab), t.reshape(-1), reduction="sum")
     ref = {"E": emb.weight, "l0": l0.weight, "l0b": l0.bias, "l1": l1.weight, "l1b": l1.bias}
-    (loss_of(l1(torch.tanh(l0(emb(tok)))), tgt) / 2).backward()    # the mean of the 2 DP ranks' losses
+    h0 = torch.tanh(l0(emb(tok)))
+    h0.retain_grad()
+    (loss_of(l1(h0), tgt) / 2).backward()            # the mean of the 2 DP ranks' losses
     want = {n: p.grad.clone() for n, p in ref.items()}
+    with torch.no_grad():                            # the largest value one process computes
+        logits = l1(h0) @ emb.weight.T
+    largest = max(t.abs().max().item() for t in [h0, h0.grad, logits, *want.values()])
     for p in ref.values():
         p.grad = None
     rows = slice(d * b // 2, (d + 1) * b // 2)
@@ -321,7 +372,9 @@ def tied_parity(vocab: int = 24, hidden: int = 16, b: int = 4, s: int = 6) -> di
              "tied embedding counted twice": global_grad_norm(grads, torch.ones_like(shared), groups).item()}
     return {"rank": me, "stage": stage, "norms": norms,
             "grad diff": max((p.grad - want[n]).abs().max().item() for n, p in mine.items()),
-            "tied norm": want["E"].double().norm().item()}
+            "tied norm": want["E"].double().norm().item(), "largest value": largest,
+            "bounds": tied_bounds(norms["one process"], sum(v.numel() for v in want.values()) + want["E"].numel(),
+                                  largest, vocab, hidden, b, s)}
 
 
 def norms_figure(results: dict, title: str = ""):

@@ -4,11 +4,11 @@ not, uneven lengths, several heads and grouped-query attention; bytes on the wir
 import pytest
 
 from labkit.cp import layout as L
-from labkit.cp.parity import SCALE, attention_parity, attention_tolerance, attention_traffic, attention_work
+from labkit.cp.parity import (SCALE, attention_parity, attention_tolerance, attention_traffic, attention_work,
+                              ulysses_tolerance)
 
 pytestmark = pytest.mark.cluster
 
-TOL = 1e-5          # Ulysses and the training step's loss only: NOT derived
 # (seq, heads, kv_heads): even, uneven, GQA with an uneven length
 SHAPES = [(16, 4, None), (19, 2, None), (23, 4, 2)]
 
@@ -38,14 +38,15 @@ def test_the_tolerances_scale_holds_on_one_process():
     import torch
     from labkit.cp.api import reference
     from labkit.cp.parity import qkv
-    for seq, heads, kv in SHAPES:
+    # attention_parity's shapes (head_dim 8), then Ulysses' (labkit.cp.ulysses.by_degree)
+    for seq, heads, kv, d in [s + (8,) for s in SHAPES] + [(32, 8, 4, 16), (64, 8, 4, 16)]:
         for causal in (False, True):
-            full = [t.clone().requires_grad_() for t in qkv(2, heads, kv, seq, 8)]
+            full = [t.clone().requires_grad_() for t in qkv(2, heads, kv, seq, d)]
             ref = reference(*full, causal=causal)
             dout = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1))
             ref.backward(dout)
             q, k = full[0].detach(), full[1].detach().repeat_interleave(heads // (kv or heads), dim=1)
-            terms = q.abs() @ k.abs().transpose(-1, -2) / 8 ** 0.5      # the scores' term sizes
+            terms = q.abs() @ k.abs().transpose(-1, -2) / d ** 0.5      # the scores' term sizes
             values = [ref, dout, terms] + [t.grad for t in full]
             assert max(v.abs().max().item() for v in values) <= SCALE
 
@@ -132,8 +133,9 @@ def test_training_step_under_cp_equals_one_process_only_with_the_cp_reduction(cl
     another permutation than the tokens, they do not."""
     from labkit.cp.train import cp_step_parity, tolerance, worst
     good = cluster4.run(cp_step_parity)
-    tol = tolerance(good)
-    assert worst(good) < tol and worst(good, params=False) < 1e-5, (worst(good), tol)
+    tol, loss_tol = tolerance(good), tolerance(good, params=False)      # derived: labkit.cp.train
+    assert worst(good) <= tol and worst(good, params=False) <= loss_tol, \
+        (worst(good), tol, worst(good, params=False), loss_tol)
     assert worst(cluster4.run(cp_step_parity, cp_reduce=False)) > 100 * tol
     assert worst(cluster4.run(cp_step_parity, labels_layout="contiguous")) > 100 * tol
 
@@ -144,7 +146,7 @@ def test_ulysses_equals_one_process_and_its_bytes_the_formula(cluster4):
     rows = cluster4.run(_ulysses_rows)[0]
     for r in rows:
         assert r["ulysses"] == r["ulysses formula"] and r["ring"] == r["ring formula"], r
-        assert r["max diff"] < TOL, r
+        assert r["max diff"] <= ulysses_tolerance(r["seq"]), (r, ulysses_tolerance(r["seq"]))
     two, four = rows
     pay = lambda r, k, m: r[k] - 144 * m                  # noqa: E731 - payload: headers off
     assert pay(four, "ulysses", 6) * 2 == pay(two, "ulysses", 2) * 3

@@ -9,26 +9,38 @@ DIFFER = "\x00"          # leads the problem "values differ by ...", which says 
 _CASES = [((4,), "float32"), ((3, 5), "float64"), ((7,), "float32"), ((1,), "float32")]
 
 
-def _close(a, b) -> bool:
+def _close(a, b, bound) -> bool:
     import torch
-    return a.shape == b.shape and bool(torch.allclose(a, b, rtol=1e-5, atol=1e-6))
+    return a.shape == b.shape and bool(torch.allclose(a, b, rtol=0, atol=bound))
 
 
-def _what_is_wrong(got, t, expected, biggest, n) -> str:
+def _bound(t, n) -> float:
+    """Derived (labkit.numerics), not tuned: n ranks' values summed in any order and divided by n
+    are within 2 gamma_(n+1) sum|t_i| / n <= 2 gamma_(n+1) max|t| of the mean, in t's dtype;
+    times n, so that the mistake `expected * n` (a sum, n times larger) is judged alike. A
+    collective: every rank calls it."""
+    import torch.distributed as dist
+    from labkit.numerics import reorder_bound
+    top = t.abs().max().reshape(1).clone()
+    dist.all_reduce(top, op=dist.ReduceOp.MAX)
+    return reorder_bound(n + 1, n * top.item(), t.dtype)
+
+
+def _what_is_wrong(got, t, expected, biggest, n, bound) -> str:
     """Name the mistake behind a wrong result (got) for input t, the mean `expected`."""
     import torch
-    if _close(got, t) and not _close(t, expected):
+    if _close(got, t, bound) and not _close(t, expected, bound):
         return tr("returned its own values unchanged: nothing was averaged (all-reduce the tensor "
                   "over the ranks, then divide by the world size)")
-    if _close(got, t / n) and not _close(t / n, expected):
+    if _close(got, t / n, bound) and not _close(t / n, expected, bound):
         return tr("returned its own values divided by {n}: they were never summed over the ranks "
                   "(dist.reduce leaves the sum on one rank; all_reduce gives it to every rank)", n=n)
-    if _close(got, expected * n):
+    if _close(got, expected * n, bound):
         return tr("the values are exactly {n} x the mean, the sum over ranks: divide by the "
                   "world size ({n})", n=n)
-    if _close(got, expected / n):
+    if _close(got, expected / n, bound):
         return tr("the values are the mean divided by {n} again: divide by the world size once", n=n)
-    if _close(got, biggest) and not _close(biggest, expected):
+    if _close(got, biggest, bound) and not _close(biggest, expected, bound):
         return tr("the values are the maximum over ranks: sum them (ReduceOp.SUM), then divide")
     nonzero = expected.abs() > 1e-3
     if nonzero.any():
@@ -58,6 +70,7 @@ def _drive_mean(fn, token):
         expected /= n
         biggest = t.clone()
         dist.all_reduce(biggest, op=dist.ReduceOp.MAX)
+        bound = _bound(t, n)
         got, caught = guard.attempt(fn, t.clone())
         if any(guard.settle(token, str(k), caught)):
             return {"raised": caught}
@@ -69,8 +82,8 @@ def _drive_mean(fn, token):
             rows.append((k, tr("shape {got}, expected {want}", got=tuple(got.shape), want=tuple(expected.shape)) +
                          (tr(": the mean over ranks is taken element by element, not over the "
                              "tensor's elements") if got.numel() == 1 and expected.numel() > 1 else "")))
-        elif not _close(got.to(expected.dtype), expected):
-            rows.append((k, _what_is_wrong(got.to(expected.dtype), t, expected, biggest, n)))
+        elif not _close(got.to(expected.dtype), expected, bound):
+            rows.append((k, _what_is_wrong(got.to(expected.dtype), t, expected, biggest, n, bound)))
         else:
             rows.append((k, None))
     return rows

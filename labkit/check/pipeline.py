@@ -103,7 +103,8 @@ def schedule_1f1b(fn, cluster, microbatches: int = 8, timeout: float = HANG_LIMI
     res = cluster.run(run_schedule, s, live=False, warmup=0, timeout=timeout)
     diff = max(r["grad_diff"] for r in res)
     missing = [n for r in res for n in r["grad_mismatch"]]
-    if missing or not diff <= 1e-5:
+    from labkit.pipeline.formulas import grad_tolerance   # derived: chain_bound, run_schedule's defaults
+    if missing or not diff <= grad_tolerance(microbatches):
         return False, tr("ran on {p} ranks but the gradients differ from one process's "
                          "(max |diff| {diff:.3g}, missing or extra: {missing})",
                          p=p, diff=diff, missing=missing[:3])

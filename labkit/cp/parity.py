@@ -47,6 +47,16 @@ def attention_tolerance(seq, heads=4, kv_heads=None, head_dim=8, n=4) -> float:
     return chain_bound([d, seq + n, seq, seq, group, d, d, seq, seq, group, n + 1], SCALE)
 
 
+def ulysses_tolerance(seq, head_dim=16) -> float:
+    """The most `labkit.cp.ulysses.ulysses_traffic`'s output may differ from one process's
+    (fp32): each rank runs the same attention on its heads over the whole sequence, blocked
+    differently for another number of heads (forward only): the scores (head_dim), the
+    softmax's max and sum over seq, the output's sum over seq. SCALE as above (checked on one
+    process for Ulysses' shapes too)."""
+    from labkit.numerics import chain_bound
+    return chain_bound([head_dim, seq, seq, seq], SCALE)
+
+
 def attention_parity(seq=16, causal=False, method="ring", layout="contiguous", batch=2, heads=4,
                      kv_heads=None, head_dim=8, group=None, merge_fn=B.merge) -> dict:
     """Max |diff| of this rank's output and of the full dq, dk, dv against one process."""

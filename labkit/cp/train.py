@@ -82,23 +82,50 @@ def cp_step_parity(seq=64, batch=2, vocab=32, hidden=32, heads=4, cp_reduce=True
         for p in model.parameters():
             dist.all_reduce(p.grad, group=group)         # the CP group's reduction
     ref_grads = dict(ref.named_parameters())
-    res = {"loss": abs(whole.item() - loss_ref.item()),
+    res = {"loss": abs(whole.item() - loss_ref.item()), "loss value": abs(loss_ref.item()),
            "largest gradient": max(p.grad.abs().max().item() for p in ref.parameters())}
     for name, p in model.named_parameters():
         res[name] = (p.grad - ref_grads[name].grad).abs().max().item()
     return res
 
 
-def tolerance(res: list, batch=2, seq=64) -> float:
-    """fp32 bound for a gradient entry: a sum over the batch x seq positions (then over the
-    ranks) of terms no larger than the largest gradient, each addition off by at most the unit
-    roundoff 2^-24: (batch x seq) x 2^-24 x the largest gradient entry."""
-    return batch * seq * 2.0 ** -24 * max(r["largest gradient"] for r in res)
+def reduction_lengths(batch=2, seq=64, vocab=32, hidden=32, heads=4, n=4, params=True) -> list:
+    """The reductions along `cp_step_parity`'s step, each summed in another order on the CP
+    ranks than on one process. Forward: embedding + position (2), ln1 (hidden), qkv (hidden),
+    the attention's chain as labkit.cp.parity.attention_tolerance (scores head_dim, softmax
+    over seq + the ring's n chunks, output over seq), proj (hidden) + residual (2), ln2 (hidden),
+    fc1 (hidden), fc2 (4 hidden) + residual (2), head (hidden), the cross-entropy's log-sum-exp
+    (vocab + 1), the loss's sum over batch x seq tokens and the all-reduce over n ranks (n + 1).
+    Backward (params): the head's, fc2's, fc1's, proj's and qkv's transposes (vocab, hidden,
+    4 hidden, hidden, 3 hidden), ln2's and ln1's row terms (hidden each), the attention's
+    backward (dv over seq, dP and the row term over head_dim, dq and dk over seq, the ring's
+    n + 1), the residual adds (2 each) and each weight gradient's sum over the batch x seq
+    positions plus the CP group's all-reduce (n)."""
+    d = hidden // heads
+    forward = [2, hidden, hidden, d, seq + n, seq, hidden, 2, hidden, hidden, 4 * hidden, 2,
+               hidden, vocab + 1, batch * seq + n + 1]
+    if not params:
+        return forward
+    return forward + [vocab, hidden, 4 * hidden, 2, hidden, hidden, 2, seq, d, d, seq, seq, n + 1,
+                      3 * hidden, hidden, 2, batch * seq + n]
+
+
+def tolerance(res: list, batch=2, seq=64, params=True, n=4) -> float:
+    """The most `cp_step_parity`'s differences may be on any CPU (fp32), derived, not tuned:
+    labkit.numerics.chain_bound over `reduction_lengths` (to first order the links' relative
+    errors add; each is at most 2 gamma_length for two summation orders). The scale is the
+    largest value compared, read off the one-process reference in `res` (magnitudes do not
+    depend on the CPU): the largest gradient entry (params) or the loss. batch 2, seq 64, 4 ranks:
+    1.6e-4 x the largest gradient (1367 terms); the loss: 7.5e-5 x the loss (632)."""
+    from labkit.numerics import chain_bound
+    key = "largest gradient" if params else "loss value"
+    scale = max(r[key] for r in res)
+    return chain_bound(reduction_lengths(batch, seq, n=n, params=params), scale)
 
 
 def worst(res: list, params=True) -> float:
     """The largest weight-gradient difference over ranks (params) or the loss difference."""
-    skip = {"loss", "largest gradient"}
+    skip = {"loss", "loss value", "largest gradient"}
     if not params:
         return max(r["loss"] for r in res)
     return max(v for r in res for k, v in r.items() if k not in skip)
