@@ -1,4 +1,9 @@
 """Small helpers shared by the runtime tests (test_runtime_*.py)."""
+import glob
+import os
+import subprocess
+import tempfile
+import threading
 import time
 
 
@@ -22,3 +27,30 @@ def gone(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except FileNotFoundError:
         return True
+
+
+def children() -> set:
+    """The pids (as strings) of this test process's children."""
+    out = subprocess.run(["pgrep", "-P", str(os.getpid())], capture_output=True, text=True).stdout
+    return set(out.split())
+
+
+def own_dirs() -> set:
+    """The cluster folders (/tmp/labkit-<pid>-*) this test process made."""
+    return {d for d in glob.glob(os.path.join(tempfile.gettempdir(), "labkit-*"))
+            if f"-{os.getpid()}-" in os.path.basename(d)}
+
+
+def accept_threads() -> int:
+    """Control servers' accept threads alive in this process (other clusters may be open)."""
+    return sum(t.name == "labkit-accept" for t in threading.enumerate())
+
+
+def nothing_left(kids, dirs, accepting, what: str = "") -> None:
+    """No process, accept thread or folder beyond those counted before (waits up to 5 s)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 5 and (children() - kids or accept_threads() > accepting):
+        time.sleep(0.05)
+    assert children() - kids == set(), f"processes left behind{what}"
+    assert accept_threads() == accepting, f"accept threads left behind{what}"
+    assert own_dirs() - dirs == set(), f"folders left behind{what}"

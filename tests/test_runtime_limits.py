@@ -1,17 +1,16 @@
 """The runtime at its limits: what the second reliability round found, one test per fault.
 
 Each test failed on the runtime before its fix (see the commit that added it)."""
-import glob
 import os
 import pathlib
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 import labkit
+from runtime_helpers import accept_threads, children, nothing_left, own_dirs
 from labkit.runtime import errors
 from labkit.runtime.local import procs, zygote
 
@@ -42,17 +41,6 @@ def test_a_notebook_with_more_than_1024_open_files_starts_a_cluster():
     assert "readable True" in p.stdout, p.stdout + p.stderr
 
 
-def _children() -> set:
-    out = subprocess.run(["pgrep", "-P", str(os.getpid())], capture_output=True, text=True).stdout
-    return set(out.split())
-
-
-def _own_dirs() -> set:
-    import tempfile
-    return {d for d in glob.glob(os.path.join(tempfile.gettempdir(), "labkit-*"))
-            if f"-{os.getpid()}-" in os.path.basename(d)}
-
-
 @pytest.mark.parametrize("bad", [0, -1, float("nan")])
 def test_a_start_timeout_that_makes_no_sense_is_refused_first(bad):
     t0 = time.monotonic()
@@ -64,21 +52,14 @@ def test_a_start_timeout_that_makes_no_sense_is_refused_first(bad):
 def test_a_failed_start_leaves_nothing_behind(monkeypatch):
     """Whatever stops a start (here the rendezvous store cannot listen), it raises the runtime's
     own StartError and leaves no zygote, worker, accept thread or folder."""
-    def accept_threads():
-        return sum(t.name == "labkit-accept" for t in threading.enumerate())   # other clusters may be open
-    kids, dirs, accepting = _children(), _own_dirs(), accept_threads()
+    kids, dirs, accepting = children(), own_dirs(), accept_threads()
     def no_store(folder):
         raise OSError("address already in use (a test)")
     monkeypatch.setattr(procs, "rendezvous_store", no_store)
     for _ in range(3):
         with pytest.raises(errors.StartError, match="could not start: OSError: address already"):
             labkit.Cluster(2, backend="gloo")
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 5 and (_children() - kids or accept_threads() > accepting):
-        time.sleep(0.1)
-    assert _children() - kids == set(), "processes left by failed starts"
-    assert accept_threads() == accepting, "accept threads left by failed starts"
-    assert _own_dirs() - dirs == set()
+    nothing_left(kids, dirs, accepting, " by failed starts")
 
 
 @pytest.fixture(scope="module")

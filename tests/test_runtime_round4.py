@@ -1,13 +1,11 @@
 """The runtime under abuse, round 4 (issue 39, sections 2-4): what still hung, leaked or blamed
 the wrong thing. One test per fault; each failed on the runtime before its fix (the commit that
 added it says how)."""
-import glob
 import os
 import pathlib
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -17,35 +15,12 @@ import labkit
 from labkit.runtime import errors, magic, output
 from labkit.runtime.local import pool as pool_mod
 from labkit.runtime.local import zygote
-from runtime_helpers import gone
+from runtime_helpers import accept_threads, children, gone, nothing_left, own_dirs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.timeout(120), pytest.mark.cluster]
 needs_zygote = pytest.mark.skipif(not zygote.ENABLED, reason="no zygote without fork, pidfd and "
                                   "prctl (LABKIT_PORTABLE=1, macOS)")
-
-
-def _children() -> set:
-    out = subprocess.run(["pgrep", "-P", str(os.getpid())], capture_output=True, text=True).stdout
-    return set(out.split())
-
-
-def _own_dirs() -> set:
-    return {d for d in glob.glob(os.path.join(tempfile.gettempdir(), "labkit-*"))
-            if f"-{os.getpid()}-" in os.path.basename(d)}
-
-
-def _accept_threads() -> int:
-    return sum(t.name == "labkit-accept" for t in threading.enumerate())
-
-
-def _nothing_left(kids, dirs, accepting) -> None:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 5 and (_children() - kids or _accept_threads() > accepting):
-        time.sleep(0.05)
-    assert _children() - kids == set(), "processes left behind"
-    assert _accept_threads() == accepting, "accept threads left behind"
-    assert _own_dirs() - dirs == set(), "folders left behind"
 
 
 @pytest.fixture(scope="module")
@@ -61,14 +36,14 @@ def _pid():
 # -- 2. hangs ----------------------------------------------------------------------------------
 @pytest.mark.timeout(60)
 def test_a_world_size_this_machine_cannot_hold_is_refused_at_once():
-    kids, dirs, accepting = _children(), _own_dirs(), _accept_threads()
+    kids, dirs, accepting = children(), own_dirs(), accept_threads()
     t0 = time.monotonic()
     with pytest.raises(ValueError, match=r"world_size=10000 is more ranks than this machine can "
                                          r"run: it has \d+ cores and [\d.]+ GB of memory") as exc:
         labkit.Cluster(world_size=10_000)
     assert time.monotonic() - t0 < 5
     assert "ranks per core" in str(exc.value) and "MB per process" in str(exc.value)
-    _nothing_left(kids, dirs, accepting)
+    nothing_left(kids, dirs, accepting)
 
 
 SMALL_SOCKETS = r"""
@@ -256,11 +231,11 @@ def test_ctrl_c_during_restart_or_wait_for_ranks_stops_the_new_ranks(c, what):
 @pytest.mark.parametrize("env", [{"A=B": "1"}, {"A": "x\0y"}, {"": "1"}, "A=1"],
                          ids=["equals-in-name", "nul-in-value", "empty-name", "not-a-dict"])
 def test_an_env_the_system_refuses_fails_before_anything_exists(env):
-    kids, dirs, accepting = _children(), _own_dirs(), _accept_threads()
+    kids, dirs, accepting = children(), own_dirs(), accept_threads()
     for _ in range(3):
         with pytest.raises((ValueError, TypeError), match="env="):
             labkit.Cluster(2, backend="gloo", env=env)
-    _nothing_left(kids, dirs, accepting)
+    nothing_left(kids, dirs, accepting)
 
 
 def _start_escapees():
@@ -380,13 +355,13 @@ def test_an_on_event_callback_that_exits_keeps_the_ranks(c, capfd, raise_):
     ({"backend": "mpi"}, "backend"),
 ])
 def test_every_argument_of_cluster_is_checked_up_front(kwargs, name):
-    kids = _children()
+    kids = children()
     t0 = time.monotonic()
     with pytest.raises((ValueError, TypeError), match=name) as exc:
         labkit.Cluster(2, **kwargs)
     assert time.monotonic() - t0 < 5
     assert repr(next(iter(kwargs.values()))) in str(exc.value), str(exc.value)
-    assert _children() - kids == set()
+    assert children() - kids == set()
 
 
 def test_output_limits_set_later_are_checked(cluster2):
