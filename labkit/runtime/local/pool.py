@@ -92,14 +92,19 @@ class WorkerPool:
                 with self.cond:
                     self.spawning -= 1
             with self.cond:
-                if self.closed:
-                    w.kill()
-                    continue
-                self.workers[w.pid] = w
-                early = self._early.pop(w.pid, None)
-                if early is not None:
-                    self._attach(w, *early)
-                self.cond.notify_all()
+                self._adopt(w)
+
+    def _adopt(self, w) -> None:
+        """List a new worker (call with self.cond held): killed if the pool closed meanwhile;
+        a hello that beat it here is attached now."""
+        if self.closed:
+            w.kill()
+            return
+        self.workers[w.pid] = w
+        early = self._early.pop(w.pid, None)
+        if early is not None:
+            self._attach(w, *early)
+        self.cond.notify_all()
 
     def check_zygote(self) -> None:
         """A stopped zygote forks nothing: notice it (zygote.check_stopped) and spawn instead."""
@@ -112,14 +117,7 @@ class WorkerPool:
         with self.cond:
             self.forking -= 1
             self.forked += 1
-            if self.closed:
-                w.kill()
-                return
-            self.workers[w.pid] = w
-            early = self._early.pop(w.pid, None)
-            if early is not None:
-                self._attach(w, *early)
-            self.cond.notify_all()
+            self._adopt(w)
 
     def _on_zygote_lost(self, lost: int) -> None:
         """The zygote died; `lost` forks it never answered are spawned instead."""
