@@ -28,6 +28,17 @@ def _run(experts, rows, counts):
     return torch.cat([ex(p) for ex, p in zip(experts, torch.split(rows, counts.tolist()))])
 
 
+def _exchange_rest(xs, gate, experts, recv, send, got, group):
+    """The rest of a right answer once the counts are known: dispatch, the experts in expert
+    order, back to arrival order, combine, gate (each wrong answer below makes its own mistake
+    before this point)."""
+    arrived = all_to_all(xs, got, send, group)
+    order = _regroup(recv)
+    out = _run(experts, arrived[order], recv.sum(0))
+    back = torch.empty_like(out).index_copy(0, order, out)
+    return gate[:, None] * all_to_all(back, send, got, group)
+
+
 def right(xs, expert, gate, experts, group=None):
     n_experts = len(experts) * dist.get_world_size(group)
     recv, send, got = _splits(expert, n_experts, group)
@@ -170,11 +181,7 @@ def bincount_no_minlength(xs, expert, gate, experts, group=None):
     dist.all_to_all_single(recv, per_expert, group=group)
     recv = recv.view(n, -1)
     send, got = per_expert.view(n, -1).sum(1).tolist(), recv.sum(1).tolist()
-    arrived = all_to_all(xs, got, send, group)
-    order = _regroup(recv)
-    out = _run(experts, arrived[order], recv.sum(0))
-    back = torch.empty_like(out).index_copy(0, order, out)
-    return gate[:, None] * all_to_all(back, send, got, group)
+    return _exchange_rest(xs, gate, experts, recv, send, got, group)
 
 
 def splits_per_expert_list(xs, expert, gate, experts, group=None):
@@ -195,11 +202,7 @@ def world_size_without_group(xs, expert, gate, experts, group=None):
     dist.all_to_all_single(recv, per_expert, group=group)
     recv = recv.view(n, -1)
     send, got = per_expert.view(n, -1).sum(1).tolist(), recv.sum(1).tolist()
-    arrived = all_to_all(xs, got, send, group)
-    order = _regroup(recv)
-    out = _run(experts, arrived[order], recv.sum(0))
-    back = torch.empty_like(out).index_copy(0, order, out)
-    return gate[:, None] * all_to_all(back, send, got, group)
+    return _exchange_rest(xs, gate, experts, recv, send, got, group)
 
 
 def four_ranks_written_in(xs, expert, gate, experts, group=None):
