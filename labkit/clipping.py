@@ -201,19 +201,15 @@ def tied_bounds(norm: float, numel: int, scale: float, vocab=24, hidden=16, b=4,
     return _norm_bounds(chain_bound(lengths, scale), norm, numel, scale)
 
 
-_GROUPS = {}
-
-
 def _ep_groups(cp: int):
     """(ep, expert-dp, cp) groups of this rank on 4 ranks: EP groups {0,1} {2,3} (adjacent),
     experts replicated over {0,2} {1,3}; CP groups {0,1} {2,3} when cp = 2 (sequence split over
     the same pairs), else None. Built once per cluster (every rank calls new_group alike)."""
-    if cp not in _GROUPS:
-        n = dist.get_world_size()
-        pairs = [dist.new_group([i, i + 1]) for i in range(0, n, 2)]
-        edps = [dist.new_group(list(range(j, n, 2))) for j in range(2)]
-        _GROUPS[cp] = (pairs, edps)
-    pairs, edps = _GROUPS[cp]
+    from labkit.comm.groups import once
+    n = dist.get_world_size()
+    pairs, edps = once(("clipping.ep", n), lambda: (
+        [dist.new_group([i, i + 1]) for i in range(0, n, 2)],
+        [dist.new_group(list(range(j, n, 2))) for j in range(2)]))
     me = dist.get_rank()
     return pairs[me // 2], edps[me % 2], (pairs[me // 2] if cp == 2 else None)
 
@@ -323,10 +319,9 @@ def tied_parity(vocab: int = 24, hidden: int = 16, b: int = 4, s: int = 6) -> di
     if world != 4:
         raise ValueError(tr("tied_parity on rank {rank}: it runs on 4 ranks (DP 2 x PP 2), not {n}: "
                             "start labkit.Cluster(4)", rank=me, n=world))
-    if "tied" not in _GROUPS:
-        _GROUPS["tied"] = ([dist.new_group([0, 1]), dist.new_group([2, 3])],
-                           [dist.new_group([0, 2]), dist.new_group([1, 3])])
-    pipes, dps = _GROUPS["tied"]
+    from labkit.comm.groups import once
+    pipes, dps = once("clipping.tied", lambda: ([dist.new_group([0, 1]), dist.new_group([2, 3])],
+                                                [dist.new_group([0, 2]), dist.new_group([1, 3])]))
     pp_group, dp_group, stage, d = pipes[me // 2], dps[me % 2], me % 2, me // 2
     torch.manual_seed(0)
     emb, l0, l1 = nn.Embedding(vocab, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, hidden)

@@ -79,7 +79,6 @@ class _Splits:
 
     def _call(self, output, input, output_split_sizes=None, input_split_sizes=None, group=None, **kw):
         import sys
-        import torch.distributed as dist
         from labkit.check.guard import _store
         caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
         if "/labkit/" not in caller and getattr(input, "requires_grad", False):
@@ -188,18 +187,12 @@ def _second_groups():
     per rank, or on single ranks when n/2 is not a whole group of 2 or more. Made once per
     process, every rank creating every group in order."""
     import torch.distributed as dist
+    from labkit.comm.groups import once
     n, r = dist.get_world_size(), dist.get_rank()
-    if _GROUPS.get("world") is not dist.group.WORLD:         # the process group was rebuilt: new groups
-        _GROUPS.clear()
-        _GROUPS["world"] = dist.group.WORLD
-    if n not in _GROUPS:
-        k = n // 2 if n >= 4 and n % 2 == 0 else 1
-        parts = [list(range(i, i + k)) for i in range(0, n, k)]
-        _GROUPS[n] = [(dist.new_group(p), p) for p in parts]
-    return next((g, p, 3) for g, p in _GROUPS[n] if r in p)
-
-
-_GROUPS = {}
+    k = n // 2 if n >= 4 and n % 2 == 0 else 1
+    parts = [list(range(i, i + k)) for i in range(0, n, k)]
+    made = once(("check.moe", n), lambda: [(dist.new_group(p), p) for p in parts])
+    return next((g, p, 3) for g, p in made if r in p)
 
 
 def _case(fn, token):
@@ -207,7 +200,7 @@ def _case(fn, token):
     was right) groups of ranks with 3. The second case's result carries "group"."""
     import torch.distributed as dist
     from labkit.check.guard import settle
-    n, r = dist.get_world_size(), dist.get_rank()
+    n = dist.get_world_size()
     res = _one(fn, token, None, list(range(n)), 2, "call")
     why = diagnose(res) if "raised" not in res and res.get("problem") is None and "out" in res else ""
     flags = settle(token, "first", why or (None if "out" in res and not res.get("problem") else "x"))

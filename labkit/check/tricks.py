@@ -130,20 +130,12 @@ def _groups(n):
     """This rank's group for the second case, another world size (n - 1 ranks and 1 rank, or 1
     and 1 on two ranks): made once per process, every rank creating every group in order."""
     import torch.distributed as dist
-    if _GROUP_CACHE.get("world") is not dist.group.WORLD:   # the process group was rebuilt: new groups
-        _GROUP_CACHE.clear()
-        _GROUP_CACHE["world"] = dist.group.WORLD
-    key = (n, dist.get_rank())
-    if key not in _GROUP_CACHE:
-        cut = n - 1 if n > 2 else 1
-        parts = [list(range(cut)), list(range(cut, n))]
-        made = [dist.new_group(ranks) for ranks in parts]
-        mine = 0 if dist.get_rank() < cut else 1
-        _GROUP_CACHE[key] = (made[mine], parts[mine])
-    return _GROUP_CACHE[key]
-
-
-_GROUP_CACHE = {}
+    from labkit.comm.groups import once
+    cut = n - 1 if n > 2 else 1
+    parts = [list(range(cut)), list(range(cut, n))]
+    made = once(("check.tricks", n), lambda: [dist.new_group(ranks) for ranks in parts])
+    mine = 0 if dist.get_rank() < cut else 1
+    return made[mine], parts[mine]
 
 
 class _AsWorld:
@@ -243,7 +235,7 @@ def _drive(fn, token, micro: int = 3, per_rank: int = 6):
         return out
     # the second case: the same function on another world size (a group of the ranks as the world)
     group, ranks = _groups(n)
-    k, g = len(ranks), ranks.index(r)
+    k = len(ranks)
     model = AwkwardNet()
     model.load_state_dict(state)
     rows = torch.cat([torch.arange(q * per_rank, (q + 1) * per_rank) for q in ranks])
@@ -276,7 +268,6 @@ def _scale(got, want):
 
 def _other_size(got, want, n, k, r):
     """The diagnosis of the second case (a world of k ranks), None when right."""
-    import torch
     if _match(got, want):
         return None
     c = _scale(got, want)

@@ -20,7 +20,7 @@ _LAZY = {  # name -> submodule that defines it
     "chunk_bounds": "formulas", "record": "recorder",
 }
 _SUBMODULES = {"formulas", "traffic", "draw", "runs", "busbw", "recorder", "ring", "ring_fast", "compat",
-               "objects"}
+               "objects", "groups"}
 
 __all__ = ["ring_all_reduce", "ring_all_reduce_simple", "ring_reduce_scatter", "ring_all_gather",
            "naive_all_reduce", "chunk_bounds", "record", "traffic", "formulas"]

@@ -18,9 +18,6 @@ from labkit.moe import formulas
 from labkit.moe.layer import MoE
 from labkit.moe.parallel import expert_parallel, reduce_gradients
 
-_GROUPS = {}
-
-
 def build(hidden=16, ffn_hidden=32, experts=4, k=2, capacity_factor=None, seed=0) -> MoE:
     torch.manual_seed(seed)
     moe = MoE(hidden, ffn_hidden, experts, k=k, capacity_factor=capacity_factor)
@@ -124,11 +121,10 @@ def ep_parity(k=2, capacity_factor=None, tokens=None, experts=4, hidden=16, ffn_
 def _groups(ep_size):
     """(ep group, dp group) of this rank; expert-parallel ranks adjacent (EP inside DP)."""
     n, me = dist.get_world_size(), dist.get_rank()
-    if (n, ep_size) not in _GROUPS:
-        eps = [dist.new_group(list(range(i, i + ep_size))) for i in range(0, n, ep_size)]
-        dps = [dist.new_group(list(range(j, n, ep_size))) for j in range(ep_size)]
-        _GROUPS[n, ep_size] = (eps, dps)
-    eps, dps = _GROUPS[n, ep_size]
+    from labkit.comm.groups import once
+    eps, dps = once(("moe.parity", n, ep_size), lambda: (
+        [dist.new_group(list(range(i, i + ep_size))) for i in range(0, n, ep_size)],
+        [dist.new_group(list(range(j, n, ep_size))) for j in range(ep_size)]))
     return eps[me // ep_size], dps[me % ep_size]
 
 
