@@ -22,6 +22,7 @@ import weakref
 
 from labkit.i18n.lang import lang as i18n_lang
 from labkit.runtime import errors, interrupts, protocol, shm, wire
+from labkit.runtime.gpus import check_backend
 from labkit.runtime.collect import Event, collect, wait_joined
 from labkit.runtime.context import EVENT_LIMITS
 from labkit.runtime.local.source import LocalRanks
@@ -84,8 +85,7 @@ class Cluster:
         self.env = check_env(env)
         count(spares, "spares", none_ok=True, what="a whole number of standby workers",
               none_means="as many as world_size")
-        if backend not in ("auto", "nccl", "gloo"):
-            raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {backend!r}")
+        check_backend(backend)
         self.output_lines, self.output_bytes = output_lines, output_bytes
         self.max_events, self.max_event_bytes = max_events, max_event_bytes
         self.events = []                          # Event(rank, time, data) of the last run

@@ -54,6 +54,13 @@ def _given(cvd: str | None) -> str:
     return f" ({VAR}={cvd or repr(cvd)})" if cvd is not None else ""
 
 
+def check_backend(backend) -> str:
+    """'auto', 'gloo' or 'nccl', else ValueError (before anything starts)."""
+    if backend not in ("auto", "nccl", "gloo"):
+        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {backend!r}")
+    return backend
+
+
 def choose_backend(requested: str, world_size: int, visible: int, cvd: str | None = None) -> Choice:
     """The backend of `world_size` ranks on this node, where `visible` GPUs are visible to them
     (`cvd`: the ``CUDA_VISIBLE_DEVICES`` they inherit, None if unset; only worded in messages).
@@ -62,8 +69,7 @@ def choose_backend(requested: str, world_size: int, visible: int, cvd: str | Non
     GPUs were given but fewer than ranks, or a spawner hid them all, the note says so; a machine
     without GPUs (a laptop) gets no note. "nccl" with too few GPUs raises ValueError, saying
     what to change."""
-    if requested not in ("auto", "nccl", "gloo"):
-        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {requested!r}")
+    check_backend(requested)
     enough = visible >= world_size
     if requested == "nccl" and not enough:
         raise ValueError(

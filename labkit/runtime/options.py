@@ -14,8 +14,7 @@ def decide_backend(backend: str, world_size: int, env: dict = None):
     ``CUDA_VISIBLE_DEVICES`` a spawner set), or those named by ``env={"CUDA_VISIBLE_DEVICES": ...}``."""
     import os
     from labkit.runtime import gpus
-    if backend not in ("auto", "nccl", "gloo"):
-        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {backend!r}")
+    gpus.check_backend(backend)
     import torch
     mine = os.environ.get(gpus.VAR)
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
