@@ -92,10 +92,14 @@ def launch(server, stack_dir: str, threads: int, extra_env: dict = None,
     return LocalRank(proc)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the system has one)."""
+    return len(os.sched_getaffinity(0)) if portable.AFFINITY else os.cpu_count() or 1
+
+
 def fair_threads(world_size: int) -> int:
     """Cores available to this process divided among the ranks, at least one each."""
-    cores = len(os.sched_getaffinity(0)) if portable.AFFINITY else os.cpu_count() or 1
-    return max(1, cores // world_size)
+    return max(1, usable_cores() // world_size)
 
 
 RANKS_PER_CORE = 32        # more than this per core: the ranks would do nothing but switch
@@ -121,7 +125,7 @@ def available_memory():
 def check_capacity(world_size: int, spares: int) -> None:
     """A ValueError, before any process starts, for more ranks than this machine can run."""
     from labkit.i18n.messages import tr
-    cores = len(os.sched_getaffinity(0)) if portable.AFFINITY else os.cpu_count() or 1
+    cores = usable_cores()
     memory = available_memory()
     processes = world_size + spares
     need = processes * PROCESS_BYTES
