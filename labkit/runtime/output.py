@@ -100,21 +100,22 @@ class RankOutput:
         self._drawn = None         # text it shows
         self._drawn_at = 0.0
 
-    def _over(self, text: str) -> bool:
-        if self.max_lines is not None and self.lines >= self.max_lines:
+    def _over(self, text: str, lines: int = None, nbytes: int = None) -> bool:
+        """Would `text` pass the budget after `lines` lines and `nbytes` bytes (the learner's
+        shown output by default)?"""
+        lines = self.lines if lines is None else lines
+        nbytes = self.bytes if nbytes is None else nbytes
+        if self.max_lines is not None and lines >= self.max_lines:
             return True
-        n = len(text.encode()) + 1
-        return self.max_bytes is not None and self.bytes + n > self.max_bytes
+        return self.max_bytes is not None and nbytes + len(text.encode()) + 1 > self.max_bytes
 
     def _finish_line(self, text: str) -> None:
         text = overwrite(text)
         if NATIVE.match(text):                   # kept within a budget like the learner's own
             self.native_count += 1
-            n = len(text.encode()) + 1
-            if ((self.max_lines is None or len(self.native) < self.max_lines)
-                    and (self.max_bytes is None or self._native_bytes + n <= self.max_bytes)):
+            if not self._over(text, len(self.native), self._native_bytes):
                 self.native.append(text)
-                self._native_bytes += n
+                self._native_bytes += len(text.encode()) + 1
             return
         if self.hidden or self._over(text):
             self.hidden += 1
