@@ -20,7 +20,12 @@ of `fc_out`) is still alive while the next gradient (64 KiB) is computed; gloo f
 collective on its own thread and drops its references when it is done, so whether the two
 overlap depends on thread timing, not on the choice. gc.disable() does not change it (not
 garbage collection). The verdict names the larger of the ranks' peaks; a difference of 16 kB
-matters only for a choice that much within the budget.
+matters only for a choice that much within the budget. A second cause of the same kind is
+closed: gloo dropped its references to a collective's tensors on its worker thread after the
+call returned, so wrap='block', strategy='full', bf16 with offload peaked at 561,156 B or
+620,452 B (59 kB of temporaries) and a right answer failed one run in a few; the logged
+collectives of labkit.fsdp.apply now return once gloo has let go (0 of 64 runs high since; that
+choice still peaks at 561,156 B or 562,820 B, 1,664 B apart).
 """
 from labkit.check.core import checker
 from labkit.i18n import tr
