@@ -1,53 +1,93 @@
 """python -m labkit.i18n ...
 
-    skeleton notebooks/00_cluster.ipynb --lang zh   print a translation file to start from: every
-                                                    markdown cell (and every commented code cell)
-                                                    with its marker, still in English
-    check notebooks/00_cluster.ipynb --lang zh      what is wrong with its translation (exit 1 if any)
-    hash notebooks/00_cluster.ipynb CELL_ID         the en= of one cell (after editing the English)
+    update [--lang zh]        extract the templates (labkit/locale/labkit.pot with Babel, one
+                              i18n/templates/<folder>/<stem>.pot per notebook and deck) and merge
+                              them into every .po of the language: new entries untranslated,
+                              changed ones fuzzy with their previous English, removed ones #~
+    check [--lang zh]         what is wrong with the translations (exit 1 if any): stale or fuzzy
+                              cells, code cells whose code changed, untranslated markdown cells,
+                              messages untranslated or fuzzy
+    convert [--lang zh] [--delete]
+                              carry the old store (labkit/i18n/zh*.py, i18n/zh/*/*.md), where a
+                              merged branch still has it, into the .po files (labkit.i18n.convert)
 """
 import argparse
-import pathlib
 import sys
 
-import nbformat
 
-from labkit.i18n.cells import en_hash, problems, render
-from labkit.i18n.notebooks import read_entries, translation_path
+def update(lang: str, verbose=True) -> list:
+    """Write the templates and merge them into the .po files of `lang`; returns lines to print."""
+    import nbformat
+    from labkit.i18n import po as P
+    lines = []
+    pot = P.extract_messages()
+    P.write_catalog(pot, P.MESSAGES_POT)
+    path = P.messages_po(lang)
+    if path.exists():
+        cat = P.read_catalog(path, lang)
+        before = {m.id for m in cat if m.id}
+        cat.update(pot, no_fuzzy_matching=False, update_header_comment=False, keep_user_comments=True,
+                   update_creation_date=False)
+        fuzzy = sum(1 for m in cat if m.id and m.fuzzy)
+        P.write_catalog(cat, path)
+        lines.append(f"{path.relative_to(P.ROOT)}: {len(pot)} messages, {len({m.id for m in cat if m.id} - before)}"
+                     f" new, {fuzzy} fuzzy, {len(cat.obsolete)} obsolete")
+    for folder in P.FOLDERS:
+        for nb_path in sorted((P.ROOT / folder).glob("*.ipynb")):
+            nb = nbformat.read(nb_path, as_version=4)
+            where = f"{folder}/{nb_path.stem}"
+            tpl = P.cells_template(nb, where)
+            P.save(tpl, P.cells_pot(nb_path))
+            path = P.cells_po(nb_path, lang)
+            if not path.exists():
+                lines.append(f"{where}: no {lang} translation yet (start one: pybabel init -D {nb_path.stem} "
+                             f"-i {P.cells_pot(nb_path).relative_to(P.ROOT)} -o {path.relative_to(P.ROOT)} -l {lang})")
+                continue
+            po = P.read(path)
+            counts = P.update_cells(po, tpl, [c.get("id") for c in nb.cells])
+            P.save(po, path)
+            if any(counts.values()):
+                lines.append(f"{path.relative_to(P.ROOT)}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    return lines
+
+
+def check(lang: str) -> list:
+    import nbformat
+    from labkit.i18n import po as P
+    from labkit.i18n.cells import parse, problems
+    out = []
+    for folder in P.FOLDERS:
+        for nb_path in sorted((P.ROOT / folder).glob("*.ipynb")):
+            path = P.cells_po(nb_path, lang)
+            if path.exists():
+                nb = nbformat.read(nb_path, as_version=4)
+                out += [f"{folder}/{nb_path.name} {p}" for p in problems(nb, parse(str(path), lang, str(path)))]
+    path = P.messages_po(lang)
+    for e in P.read(path) if path.exists() else []:
+        if not e.obsolete and (not e.translated() or "fuzzy" in e.flags):
+            out.append(f"{path.relative_to(P.ROOT)}: {'fuzzy' if 'fuzzy' in e.flags else 'untranslated'}: "
+                       f"{e.msgid[:70]!r}")
+    return out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m labkit.i18n")
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name in ("skeleton", "check"):
+    for name in ("update", "check", "convert"):
         s = sub.add_parser(name)
-        s.add_argument("notebook", type=pathlib.Path)
         s.add_argument("--lang", default="zh")
-    h = sub.add_parser("hash")
-    h.add_argument("notebook", type=pathlib.Path)
-    h.add_argument("cell")
+        if name == "convert":
+            s.add_argument("--delete", action="store_true", help="remove the old store once imported")
     args = p.parse_args(argv)
-    nb = nbformat.read(args.notebook, as_version=4)
-    if args.cmd == "hash":
-        cell = next((c for c in nb.cells if c.get("id") == args.cell), None)
-        if cell is None:
-            print(f"{args.notebook}: no cell has id {args.cell}", file=sys.stderr)
-            return 1
-        print(en_hash(cell.source))
+    if args.cmd == "convert":
+        from labkit.i18n.convert import convert
+        print("\n".join(convert(args.lang, delete=args.delete)))
         return 0
-    if args.cmd == "skeleton":
-        cells = [c for c in nb.cells if c.cell_type == "markdown" or
-                 (c.cell_type == "code" and "#" in c.source)]
-        sys.stdout.write(render([(c.id, en_hash(c.source), c.source) for c in cells], args.lang))
+    if args.cmd == "update":
+        print("\n".join(update(args.lang)))
         return 0
-    entries = read_entries(args.notebook, args.lang)
-    if entries is None:
-        print(f"{translation_path(args.notebook, args.lang)}: no such file")
-        return 1
-    found = problems(nb, entries)
-    for pr in found:
-        print(f"{args.notebook} {pr}")
-    print(f"{len(entries)} entries, {len(found)} problems")
+    found = check(args.lang)
+    print("\n".join(found + [f"{len(found)} problems"]))
     return 1 if found else 0
 
 

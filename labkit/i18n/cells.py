@@ -1,24 +1,19 @@
-"""Translations of notebook cells: the file format, the checks, and applying one (pure: no torch).
+"""Translations of notebook cells: reading one, the checks, and applying it (pure: no torch).
 
-One file per notebook or deck, ``i18n/<lang>/notebooks/<stem>.md`` or ``i18n/<lang>/slides/<stem>.md``:
-a sequence of entries, each a marker line followed by the translated cell source::
-
-    <!-- labkit-zh cell=<cell id> en=<first 12 hex of sha256 of the English cell source> -->
-    ...the cell as it should read in Chinese...
-
-The English source is ``"".join(cell["source"])`` of the committed notebook, hashed as UTF-8.
-Trailing whitespace of an entry is not part of it. Every markdown cell has an entry; a code
-cell has one only where its comments are translated, and its code without comments must equal
-the English cell's token for token (`code_tokens`).
+One gettext file per notebook or deck, ``i18n/<lang>/notebooks/<stem>.po`` or
+``i18n/<lang>/slides/<stem>.po`` (labkit.i18n.po): one entry per cell, msgctxt = the cell's
+nbformat id, msgid = the English cell source (``"".join(cell["source"])``), msgstr = the cell
+as it should read in that language. Trailing whitespace of a translation is not part of it.
+Every markdown cell has an entry; a code cell has one where it has comments (translator comment
+"code cell: only comments may change"), and its code without comments must equal the English
+cell's token for token (`code_tokens`). An entry whose msgid is not the cell's English today,
+or that is marked fuzzy (its English changed: `python -m labkit.i18n update` keeps the English
+it translated as ``#| msgid``), is stale: the cell stays in English until a translator checks it.
 """
-import hashlib
 import io
 import re
 import tokenize
 from dataclasses import dataclass
-
-MARKER = re.compile(r"^<!-- labkit-(?P<lang>[a-z]+) cell=(?P<cell>\S+) en=(?P<en>[0-9a-f]{12}) -->[ \t]*$",
-                    re.MULTILINE)
 
 
 class TranslationError(ValueError):
@@ -27,47 +22,48 @@ class TranslationError(ValueError):
 
 @dataclass
 class Entry:
-    cell: str            # the cell's nbformat id
-    en: str              # first 12 hex digits of sha256 of the English source it translates
-    text: str            # the translated source
-    line: int            # line of its marker in the file (1-based)
+    cell: str            # the cell's nbformat id (msgctxt)
+    en: str              # the English source it translates (msgid)
+    text: str            # the translated source (msgstr, trailing whitespace stripped)
+    line: int            # line of the entry in the file (1-based)
+    fuzzy: bool = False  # marked fuzzy: its English changed since it was translated
 
 
-def en_hash(source: str) -> str:
-    """The `en=` of an entry: the first 12 hex digits of sha256 of the English source."""
-    return hashlib.sha256(source.encode("utf-8")).hexdigest()[:12]
-
-
-def parse(text: str, lang: str, where: str = "translation") -> dict:
-    """cell id -> Entry, in file order. Raises TranslationError on text before the first marker,
-    a marker of another language, or a cell translated twice."""
-    entries, marks = {}, list(MARKER.finditer(text))
-    head = text[: marks[0].start()] if marks else text
-    if head.strip():
-        raise TranslationError(f"{where}: text before the first '<!-- labkit-{lang} cell=... -->' "
-                               "marker line (every line belongs to an entry)")
-    for i, m in enumerate(marks):
-        line = text.count("\n", 0, m.start()) + 1
-        if m["lang"] != lang:
-            raise TranslationError(f"{where}, line {line}: a labkit-{m['lang']} marker in the "
-                                   f"{lang} translation")
-        if m["cell"] in entries:
-            raise TranslationError(f"{where}, line {line}: cell {m['cell']} is translated twice "
-                                   f"(first at line {entries[m['cell']].line})")
-        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
-        body = text[m.end():end]
-        body = body[1:] if body.startswith("\n") else body
-        entries[m["cell"]] = Entry(m["cell"], m["en"], body.rstrip(), line)
+def parse(text: str, lang: str = None, where: str = "translation") -> dict:
+    """cell id -> Entry of a .po file's text (or path), in file order: the translated entries,
+    not obsolete. Raises TranslationError on a file polib cannot read, an entry without a cell
+    id (msgctxt), or a cell translated twice."""
+    import polib
+    try:
+        po = polib.pofile(text, wrapwidth=0)
+    except (OSError, ValueError) as exc:
+        raise TranslationError(f"{where}: not a .po file polib can read: {exc}") from None
+    if lang and po.metadata.get("Language", lang).split("_")[0] != lang.split("_")[0]:
+        raise TranslationError(f"{where}: a Language: {po.metadata['Language']} file in the {lang} "
+                               "translation")
+    entries = {}
+    for e in po:
+        if e.obsolete or not e.msgstr:
+            continue
+        if not e.msgctxt:
+            raise TranslationError(f"{where}, line {e.linenum}: an entry without msgctxt (the cell id)")
+        if e.msgctxt in entries:
+            raise TranslationError(f"{where}, line {e.linenum}: cell {e.msgctxt} is translated twice "
+                                   f"(first at line {entries[e.msgctxt].line})")
+        entries[e.msgctxt] = Entry(e.msgctxt, e.msgid, e.msgstr.rstrip(), e.linenum, "fuzzy" in e.flags)
     return entries
 
 
 def render(entries, lang: str) -> str:
-    """The file text of entries (Entry or (cell, en, text)), one blank line between them."""
-    out = []
+    """The .po text of entries (Entry or (cell, English, text)), for tests and new files."""
+    import polib
+    from labkit.i18n import po as P
+    po = P.new_po(lang, "cells")
     for e in entries:
-        cell, en, text = (e.cell, e.en, e.text) if isinstance(e, Entry) else e
-        out.append(f"<!-- labkit-{lang} cell={cell} en={en} -->\n{text.rstrip()}\n")
-    return "\n".join(out)
+        cell, en, text, fuzzy = (e.cell, e.en, e.text, e.fuzzy) if isinstance(e, Entry) else (*e, False)
+        po.append(polib.POEntry(msgctxt=cell, msgid=en, msgstr=P.fit_ends(en, text),
+                                flags=["fuzzy"] if fuzzy else []))
+    return str(po) + "\n"
 
 
 _MAGIC = re.compile(r"^([ \t]*)([%!].*)$")
@@ -135,9 +131,11 @@ def problems(nb, entries: dict) -> list:
         if cell is None:
             out.append(Problem(e.cell, "unknown cell", f"no cell has this id (entry at line {e.line})"))
             continue
-        if e.en != en_hash(cell.source):
-            out.append(Problem(e.cell, "stale", f"translation is stale: update it (the English cell "
-                               f"now begins '{first_line(cell.source)}'; en={en_hash(cell.source)})"))
+        if e.en != cell.source or e.fuzzy:
+            why = "marked fuzzy" if e.en == cell.source else "its msgid is not the English cell"
+            out.append(Problem(e.cell, "stale", f"translation is stale ({why}): update it (the "
+                               f"English cell now begins '{first_line(cell.source)}'; `python -m "
+                               "labkit.i18n update`, then translate and remove the fuzzy flag)"))
         elif cell.cell_type == "code":
             diff = code_difference(cell.source, e.text)
             if diff:

@@ -1,33 +1,105 @@
-"""`tr`: a message in the current language (pure).
+"""`tr`: a message in the current language (pure: reads the .po file, starts no process).
 
     tr("failed on rank {rank}: {error}", rank=2, error=msg)
+    trn("{n} rank is waiting", "{n} ranks are waiting", n)       # plural forms
+    trc("graph", "node")                                          # a short text with its context
+    N_("per rank")                                                # a text translated later
 
-The English text with its format fields is the key; a language's catalog (``zh.py``:
-``MESSAGES``) maps it to the same text with the same fields. A key that a catalog lacks is
-printed in English. Words that programs read are never translated: ``pass``, ``FAIL``, ``ok:``,
-``MISS:`` and a checker's name stay as they are in every language (labkit.verdict).
+The English text with its format fields is the key (gettext's msgid); a language's catalog
+``labkit/locale/<lang>/LC_MESSAGES/labkit.po`` maps it to the same text with the same fields.
+A key the catalog lacks (or has only as a fuzzy or empty entry) is printed in English. Words
+that programs read are never translated: ``pass``, ``FAIL``, ``ok:``, ``MISS:`` and a checker's
+name stay as they are in every language (labkit.verdict). Keys are string literals only, never
+built from pieces or computed, so that `pybabel extract` (labkit.i18n.po.KEYWORDS) finds them.
 """
-import importlib
-import string
+import gettext
 
 from labkit.i18n.lang import lang
+from labkit.i18n.po import fields_of, messages_po  # noqa: F401  (fields_of: part of the API)
 
 _catalogs = {}
 
 
-def catalog(code: str) -> dict:
-    """English text -> text in `code` (empty for English)."""
+class Catalog(dict):
+    """(context or None, English) -> translation (str, or a list for a plural entry), and the
+    language's plural rule."""
+
+    def __init__(self, entries=(), plural="nplurals=2; plural=(n != 1);"):
+        super().__init__(entries)
+        self.plural = gettext.c2py(plural.split("plural=", 1)[1].rstrip(";").strip()) \
+            if "plural=" in plural else (lambda n: int(n != 1))
+
+    def get_text(self, text, context=None):
+        return super().get((context, text), text)
+
+
+def load(code: str, path=None) -> Catalog:
+    """The catalog of `code` from its .po file (empty when there is none)."""
+    import polib
+    path = path or messages_po(code)
+    if not path.exists():
+        return Catalog()
+    po = polib.pofile(str(path))
+    out = Catalog(plural=po.metadata.get("Plural-Forms", ""))
+    for e in po:
+        if e.obsolete or "fuzzy" in e.flags:
+            continue
+        if e.msgid_plural:
+            forms = [e.msgstr_plural[k] for k in sorted(e.msgstr_plural)]
+            if all(forms):
+                out[(e.msgctxt, e.msgid)] = forms
+        elif e.msgstr:
+            out[(e.msgctxt, e.msgid)] = e.msgstr
+    return out
+
+
+def catalog(code: str) -> Catalog:
+    """(context, English text) -> text in `code` (empty for English)."""
     if code == "en":
-        return {}
+        return Catalog()
     if code not in _catalogs:
-        _catalogs[code] = importlib.import_module(f"labkit.i18n.{code}").MESSAGES
+        _catalogs[code] = load(code)
     return _catalogs[code]
+
+
+def messages(code: str) -> dict:
+    """English text -> text in `code`, for the messages without a context and plural."""
+    return {en: t for (ctx, en), t in catalog(code).items() if ctx is None and isinstance(t, str)}
+
+
+def _format(out: str, fields: dict) -> str:
+    return out.format(**fields) if fields else out
 
 
 def tr(text: str, /, **fields) -> str:
     """`text` in the current language, formatted with `fields` (no fields: no formatting)."""
-    out = catalog(lang()).get(text, text)
-    return out.format(**fields) if fields else out
+    out = catalog(lang()).get((None, text), text)
+    return _format(out if isinstance(out, str) else text, fields)
+
+
+def trc(context: str, text: str, /, **fields) -> str:
+    """`tr` of a short text that means different things in different places: the translator
+    sees `context` (gettext's msgctxt), e.g. trc("graph", "node") and trc("cluster", "node")."""
+    out = catalog(lang()).get((context, text), text)
+    return _format(out if isinstance(out, str) else text, fields)
+
+
+def trn(singular: str, plural: str, n: int, /, **fields) -> str:
+    """The singular or plural of a message for the number `n` (formatted with n= and `fields`),
+    by the language's plural rule (Chinese has one form: ``nplurals=1``)."""
+    cat = catalog(lang())
+    forms = cat.get((None, singular))
+    if isinstance(forms, list):
+        out = forms[min(cat.plural(n), len(forms) - 1)]
+    else:
+        out = singular if n == 1 else plural
+    return out.format(n=n, **fields)
+
+
+def N_(text: str) -> str:
+    """`text` unchanged: marks a key that is translated later, where it is shown (a table's
+    header, a widget's choice, a value in a dict of labels), so that extraction finds it."""
+    return text
 
 
 def tr_fig(text: str, /, **fields) -> str:
@@ -37,8 +109,3 @@ def tr_fig(text: str, /, **fields) -> str:
         from labkit.i18n.fonts import use_cjk
         use_cjk()
     return tr(text, **fields)
-
-
-def fields_of(text: str) -> list:
-    """The format fields of a message, in order (``"{rank} of {n:,}"`` -> ["rank", "n"])."""
-    return [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]

@@ -1,6 +1,6 @@
 """A notebook or deck in another language: its translation file, read, checked and applied.
 
-    i18n/<lang>/<folder>/<stem>.md     beside notebooks/ and slides/ (folder: notebooks or slides)
+    i18n/<lang>/<folder>/<stem>.po     beside notebooks/ and slides/ (folder: notebooks or slides)
 
 A notebook without a translation file yet is kept in English (the note says so), so a
 partly translated course is usable. A translated copy starts with one code cell that sets the
@@ -10,6 +10,7 @@ import copy
 import pathlib
 
 from labkit.i18n.cells import parse, translate, TranslationError
+from labkit.i18n.po import cells_po
 
 NAMES = {"zh": "Chinese"}
 LANG_CELL_ID = "labkit-lang"
@@ -18,8 +19,7 @@ _LANG_CELL = {"zh": 'import labkit\nlabkit.set_lang("zh")   # labkit 打印的�
 
 def translation_path(nb_path: pathlib.Path, lang: str) -> pathlib.Path:
     """Where the translation of notebooks/<stem>.ipynb (or slides/...) lives."""
-    nb_path = pathlib.Path(nb_path).resolve()
-    return nb_path.parent.parent / "i18n" / lang / nb_path.parent.name / f"{nb_path.stem}.md"
+    return cells_po(nb_path, lang)
 
 
 def read_entries(nb_path: pathlib.Path, lang: str):
