@@ -24,7 +24,7 @@ class Table(str):
     (format numbers before passing them, e.g. f"{x:.4f}")."""
 
     def __new__(cls, header, rows, *, align: str = "", title: str = "", notes=()):
-        header = [tr(str(h)) for h in header]
+        header = [tr(h) for h in map(str, header)]
         title, notes = tr(title) if title else title, [tr(n) for n in notes]
         rows = [[_cell(v) for v in row] for row in rows]
         for i, row in enumerate(rows):

@@ -73,8 +73,8 @@ def describe_hang(stuck: dict, returned=()) -> str:
     """'hung: rank r stuck in recv() at Cell In[5], line 7 ...' for the first stuck rank."""
     r, where = sorted(stuck.items())[0]
     at = _learner_frame(where)
-    text = tr("hung: rank {rank} stuck {where}", rank=r, where=stuck_in(where)) + (
-        tr(" at {at}", at=at) if at else "")
+    text = (tr("hung: rank {rank} stuck {where} at {at}", rank=r, where=stuck_in(where), at=at) if at
+            else tr("hung: rank {rank} stuck {where}", rank=r, where=stuck_in(where)))
     if returned:
         text += tr(", while {ranks} had returned from your function (every rank must make "
                    "the same collective calls, in the same order)",
@@ -93,8 +93,10 @@ def describe_failure(exc: BaseException) -> str:
     if isinstance(exc, RankError):
         r, f = first_failure(exc.failures)
         last = [ln.strip() for ln in f.traceback.splitlines() if ln.strip().startswith(("Cell", "<", "/"))]
-        at = tr(" at {at}", at=last[-1]) if last else ""
-        return tr("failed on rank {rank}: {error}", rank=r, error=f"{f.type}: {_first_line(f.message)}") + at
+        error = f"{f.type}: {_first_line(f.message)}"
+        if last:
+            return tr("failed on rank {rank}: {error} at {at}", rank=r, error=error, at=last[-1])
+        return tr("failed on rank {rank}: {error}", rank=r, error=error)
     return tr("failed: {error}", error=f"{type(exc).__name__}: {_first_line(str(exc))}")
 
 

@@ -65,12 +65,13 @@ class Caught:
 
     def describe(self) -> str:
         from labkit.i18n import tr
-        at = ""
+        hint = f" - {self.hint}" if self.hint else ""
+        error = f"{self.type}: {self.first_line}"
         if self.frame:
             from labkit.runtime.stacks import where
-            at = tr(" at {at}", at=where(self.frame[0], self.frame[1])) + (f": {self.frame[2]}" if self.frame[2] else "")
-        hint = f" - {self.hint}" if self.hint else ""
-        return tr("failed on rank {rank}: {error}", rank=self.rank, error=f"{self.type}: {self.first_line}") + at + hint
+            at = where(self.frame[0], self.frame[1]) + (f": {self.frame[2]}" if self.frame[2] else "")
+            return tr("failed on rank {rank}: {error} at {at}", rank=self.rank, error=error, at=at) + hint
+        return tr("failed on rank {rank}: {error}", rank=self.rank, error=error) + hint
 
 
 def attempt(fn, *args, **kwargs):
@@ -128,12 +129,13 @@ class OutOfTime(BaseException):
 
     def describe(self) -> str:
         from labkit.i18n import tr
-        where = ""
         if self.at:
             from labkit.runtime.stacks import where as _where
-            where = tr(" at {at}", at=_where(self.at[0], self.at[1])) + (f": {self.at[2]}" if self.at[2] else "")
-        return tr("hung: your function had not returned after {s:g} s{where} (a loop that never "
-                  "ends? check its condition and what each pass changes)", s=self.seconds, where=where)
+            at = _where(self.at[0], self.at[1]) + (f": {self.at[2]}" if self.at[2] else "")
+            return tr("hung: your function had not returned after {s:g} s at {at} (a loop that never "
+                      "ends? check its condition and what each pass changes)", s=self.seconds, at=at)
+        return tr("hung: your function had not returned after {s:g} s (a loop that never "
+                  "ends? check its condition and what each pass changes)", s=self.seconds)
 
 
 def _learner_at(frame):

@@ -72,8 +72,9 @@ def draw_frame(frame: dict, ax, n: int) -> None:
     ax.set_yticks([r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)], fontsize=_fs(8))
     ax.tick_params(length=0)
     ms = max(frame["seconds"].values()) * 1e3 if frame["seconds"] else None
+    own = frame["title"] if not frame.get("phase") else None     # a key marked N_() where it is made
     title = tr_fig("{phase} step {step}", phase=frame["phase"], step=frame["step"]) \
-        if frame.get("phase") else tr_fig(frame["title"])
+        if own is None else tr_fig(own)
     ax.set_title(title + (tr_fig("\n(slowest rank {ms:.2f} ms)", ms=ms) if ms is not None else "\n"),
                  fontsize=_fs(9))
 
@@ -168,8 +169,8 @@ def draw_bytes_vs_n(rows: list, ax=None):
     grid = [x / 10 for x in range(int(min(ns) * 10), int(max(ns) * 10) + 1)]
     slide = _on_slide()                              # larger text: short labels, legend outside
     ax.plot(grid, [2 * (x - 1) / x for x in grid], color="#2a9d5c", label=tr_fig("ring formula 2(N-1)/N"))
-    ax.plot(grid, [x - 1 for x in grid], color="#c0392b", label=tr_fig("naive root N-1" if slide else "naive root formula N-1"))
-    ax.axhline(1, color="#7f8c8d", ls=":", label=tr_fig("naive others 1" if slide else "naive non-root formula 1"))
+    ax.plot(grid, [x - 1 for x in grid], color="#c0392b", label=tr_fig("naive root N-1") if slide else tr_fig("naive root formula N-1"))
+    ax.axhline(1, color="#7f8c8d", ls=":", label=tr_fig("naive others 1") if slide else tr_fig("naive non-root formula 1"))
     ax.axhline(2, color="#2a9d5c", ls="--", lw=0.8, label=tr_fig("ring limit 2 (N large)"))
     for op, colour, marker, dx in (("ring_all_reduce", "#2a9d5c", "o", -0.12), ("naive_all_reduce", "#c0392b", "s", 0),
                                    ("torch_all_reduce", "#34495e", "x", 0.12)):

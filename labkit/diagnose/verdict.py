@@ -23,7 +23,7 @@ separate it with a barrier just before the all-reduce, so that communication mea
 """
 from dataclasses import dataclass, fields
 
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 
 BUSY_LOW = 0.60        # compute share below this: the device idles (step 1; the notes give no number)
 COMM_SHARE = 0.30      # the notes' 30 % (step 2)
@@ -127,6 +127,9 @@ def diagnose(ranks, peak_bytes: float = None, budget_bytes: float = None) -> lis
     return out
 
 
+CAUSES = {c: c for c in (N_("data"), N_("communication"), N_("imbalance"), N_("memory"), N_("none"))}
+
+
 def bottleneck(findings) -> str:
     """The first flagged check's cause in the notes' order ("data", "communication",
     "imbalance", "memory"), or "none" when nothing fires."""
@@ -139,7 +142,7 @@ def bottleneck(findings) -> str:
 def report(findings, title: str = "") -> str:
     """The verdict list as text, the bottleneck last."""
     lines = ([title] if title else []) + [str(f) for f in findings]
-    return "\n".join(lines + [tr("bottleneck: {cause}", cause=tr(bottleneck(findings)))])
+    return "\n".join(lines + [tr("bottleneck: {cause}", cause=tr(CAUSES[bottleneck(findings)]))])
 
 
 def breakdown_table(ranks) -> list:

@@ -1,7 +1,7 @@
 """Notebook 05's pictures (layer 4): the wrapping trade-off and the prefetch timeline."""
 import matplotlib.pyplot as plt
 from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
-from labkit.i18n import tr_fig
+from labkit.i18n import N_, tr_fig
 
 
 def _font():
@@ -14,6 +14,8 @@ def _font():
 
 
 COLORS = {"all_gather": "#4c72b0", "reduce_scatter": "#dd8452", "forward": "#55a868", "backward": "#c44e52"}
+NAMES = {"all_gather": N_("all-gather"), "reduce_scatter": N_("reduce-scatter"), "forward": N_("forward"),
+         "backward": N_("backward")}
 
 
 def wrap_tradeoff(reports: dict):
@@ -30,7 +32,7 @@ def wrap_tradeoff(reports: dict):
     a.set_title(tr_fig("coarse: a high peak"))
     for k, kind in enumerate(("all_gather", "reduce_scatter")):
         b.bar([i + 0.4 * k for i in range(len(wraps))], [reports[w]["calls"][kind] for w in wraps], 0.4,
-              color=COLORS[kind], label=tr_fig(kind.replace("_", "-") + "s"))
+              color=COLORS[kind], label=tr_fig("all-gathers") if kind == "all_gather" else tr_fig("reduce-scatters"))
     b.set_xticks([i + 0.2 for i in range(len(wraps))], wraps)
     b.set_ylabel(tr_fig("calls per training step"))
     b.set_xlabel(tr_fig("wrap (one FSDP unit per ...)"))
@@ -60,7 +62,7 @@ def timeline(runs: dict):
     axes[-1].set_xlabel(tr_fig("ms since the step started (rank 0; numbers: block index, where the "
                                "bar has room)"))
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-    fig.legend(handles, [tr_fig(k.replace("_", "-")) for k in COLORS], loc="upper right", ncol=4, fontsize=_fs(8))
+    fig.legend(handles, [tr_fig(NAMES[k]) for k in COLORS], loc="upper right", ncol=4, fontsize=_fs(8))
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig
 

@@ -160,17 +160,67 @@ def save(po: polib.POFile, path) -> None:
 
 
 # -- messages: extraction and update with Babel ------------------------------------------------
-def extract_messages(package: pathlib.Path = PKG):
-    """The messages of the package as Babel's extraction finds them: a Babel Catalog (the .pot),
-    and the calls it could not read (a key that is not a string literal): [(file, line, call)]."""
+UNEXTRACTED = ROOT / "i18n" / "unextracted.txt"
+FRAGMENTS = ROOT / "i18n" / "fragments.txt"
+UNEXTRACTED_COMMENT = ("not found by extraction: it reaches tr() through a variable; mark it with N_() "
+                       "where it is written (i18n/unextracted.txt)")
+
+
+def listed(path) -> list:
+    """The messages of a list file (i18n/unextracted.txt, i18n/fragments.txt): one a line, as a
+    Python string literal; lines starting with # are comments."""
+    import ast
+    path = pathlib.Path(path)
+    if not path.exists():
+        return []
+    return [ast.literal_eval(ln) for ln in path.read_text(encoding="utf-8").splitlines()
+            if ln.strip() and not ln.startswith("#")]
+
+
+def _notebook_sources(root: pathlib.Path):
+    """(where, code) of every code cell of the notebooks and decks, IPython lines blanked."""
+    import json
+    for folder in FOLDERS:
+        for path in sorted((root / folder).glob("*.ipynb")):
+            for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+                if cell["cell_type"] == "code":
+                    src = "".join(cell["source"])
+                    code = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln
+                                      for ln in src.splitlines())
+                    yield f"{folder}/{path.name}", code
+
+
+def extract_messages(package: pathlib.Path = PKG, root: pathlib.Path = ROOT, listed_too: bool = True):
+    """The messages template as Babel's extraction finds them in the package and in the code
+    cells of the notebooks and decks (KEYWORDS), plus, with listed_too, those of
+    i18n/unextracted.txt (not visible to extraction yet, so not to be marked obsolete)."""
+    import io
     from babel.messages.catalog import Catalog
-    from babel.messages.extract import extract_from_dir
+    from babel.messages.extract import extract_from_dir, extract_python
     cat = Catalog(project=DOMAIN, charset="utf-8", fuzzy=False)
     for filename, lineno, message, comments, context in extract_from_dir(
             str(package), method_map=[("**/i18n/**.py", "ignore"), ("**.py", "python")],
             keywords=KEYWORDS, comment_tags=("i18n:",), strip_comment_tags=True):
         cat.add(message, None, [(f"labkit/{filename}", lineno)], auto_comments=comments,
                 context=context)
+    for where, code in _notebook_sources(root):
+        try:
+            found = list(extract_python(io.BytesIO(code.encode("utf-8")), KEYWORDS, ("i18n:",),
+                                        {"encoding": "utf-8"}))
+        except SyntaxError:
+            continue
+        from babel.messages.extract import _match_messages_against_spec
+        for lineno, funcname, messages, comments in found:
+            spec = KEYWORDS[funcname] or (1,)
+            if not isinstance(messages, (list, tuple)):
+                messages = [messages]
+            m = _match_messages_against_spec(lineno, list(messages), comments, io.BytesIO(), spec)
+            if m:
+                cat.add(m[1], None, [(where, 0)], auto_comments=comments, context=m[3])
+    if listed_too:
+        for key in listed(UNEXTRACTED):
+            if key not in cat:
+                cat.add(key, None, [], auto_comments=[UNEXTRACTED_COMMENT])
     return cat
 
 
@@ -199,8 +249,9 @@ def read_catalog(path, lang=None):
 
 
 def computed_keys(package: pathlib.Path = PKG) -> list:
-    """Calls of tr, tr_fig, trn, trc or N_ whose key is not a string literal, so extraction
-    cannot see it: [(file, line, source text)]."""
+    """Calls of tr, tr_fig, trn, trc or N_ whose key is computed (an expression, a call, an
+    f-string: neither a string literal nor a variable), so no extraction can see it:
+    [(file, line, source text)]."""
     import ast
     out = []
     for path in sorted(package.rglob("*.py")):
@@ -216,8 +267,19 @@ def computed_keys(package: pathlib.Path = PKG) -> list:
             spec = KEYWORDS[name] or (1,)
             idx = [i[0] if isinstance(i, tuple) else i for i in spec]
             args = node.args
-            if any(len(args) < i or not (isinstance(args[i - 1], ast.Constant)
-                                           and isinstance(args[i - 1].value, str)) for i in idx):
+            # a literal, or a variable holding one that is marked N_() where it is written;
+            # anything else (an expression, a call, an f-string) computes the key
+            if any(len(args) < i or isinstance(args[i - 1], ast.Constant) and not isinstance(args[i - 1].value, str)
+                   or not isinstance(args[i - 1], (ast.Constant, ast.Name, ast.Attribute, ast.Subscript))
+                   for i in idx):
                 out.append((str(path.relative_to(package.parent)), node.lineno,
                             ast.get_source_segment(src, node) or name))
     return out
+
+
+def is_fragment(msgid: str) -> bool:
+    """A piece of a sentence: begins or ends with whitespace, or begins with a punctuation mark
+    (", while ...", " at {at}", "; ..."), or opens a bracket it does not close."""
+    import re
+    return (msgid != msgid.strip() or bool(re.match(r"^[,;:.)（]", msgid))
+            or (msgid[:1] == "(" and msgid[-1:] != ")"))
