@@ -5,7 +5,7 @@
     python -m labkit.exercises build notebooks build/learner-zh --lang zh              # in Chinese
     python -m labkit.exercises build notebooks notebooks-zh --lang zh --solutions      # solutions kept
 
-`--lang zh` applies the translations in ``i18n/zh/notebooks/`` first (`labkit.i18n.notebooks`:
+`--lang zh` applies the translations in ``i18n/zh/notebooks/<stem>.po`` first (`labkit.i18n.notebooks`:
 markdown cells, and code cells whose comments are translated); a notebook without a translation
 yet is copied in English with one line on stderr saying so. `--solutions` copies the notebooks
 with their solutions (for a translated copy of the course as committed).

@@ -176,7 +176,8 @@ def test_dispatch_diagnoses_in_chinese(zh):
 def test_words_looked_up_through_a_table_have_their_chinese():
     """Messages that reach tr()/tr_fig() through a dict, not as literals (test_i18n cannot see
     them): every one has its Chinese."""
-    from labkit.i18n.zh import MESSAGES
+    from labkit.i18n.messages import messages
+    MESSAGES = messages("zh")
     from labkit.pipeline.draw import LABELS
     from labkit.pipeline.schedules import NAMES
     from labkit.tricks.formulas import WORDS

@@ -6,7 +6,7 @@ ok:, checker names) stay English.
 """
 import pytest
 
-from labkit.i18n import zh
+
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ PURE = [
     "labkit.comm.busbw",
     "labkit.comm.link", "labkit.comm.latency",
     "labkit.tables",
-    "labkit.i18n", "labkit.i18n.cells", "labkit.i18n.lang", "labkit.i18n.messages", "labkit.i18n.zh",
+    "labkit.i18n", "labkit.i18n.cells", "labkit.i18n.lang", "labkit.i18n.messages", "labkit.i18n.po",
     "labkit.i18n.notebooks",
     "labkit.parallel_dims",
     "labkit.plan",

@@ -140,8 +140,12 @@ class Importer:
         where = str(path.relative_to(P.ROOT))
         for en, text in old.items():
             m = cat.get(en)
-            have = (en, m.string) if m is not None and m.string and not m.fuzzy else None
+            gone = cat.obsolete.get(en)           # obsolete since: comes back only if changed
+            have = (en, m.string) if m is not None and m.string and not m.fuzzy else \
+                (en, gone.string) if gone is not None else None
             if self.take(where, _h(en), have, (en, text)):
+                if gone is not None:
+                    del cat.obsolete[en]
                 if m is None:
                     cat.add(en, text)
                 else:

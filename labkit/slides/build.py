@@ -5,8 +5,9 @@ not in a cell tagged `raises-exception` (naming the deck and the cell), and writ
 `<dst>/<deck>.slides.html` plus `<dst>/<deck>.build.json` (the errors, the time, a key). The
 key hashes the deck, this package and (when executed) the rest of labkit, so the tests and the
 browser checks reuse an executed build instead of running a deck twice (`cached`).
-With ``lang="zh"`` the deck is built in Chinese: its translation (i18n/zh/slides/<deck>.md,
-`labkit.i18n.notebooks`) applied first, and the key hashes that file too.
+With ``lang="zh"`` the deck is built in Chinese: its translation (i18n/zh/slides/<deck>.po,
+`labkit.i18n.notebooks`) applied first, and the key hashes that file and labkit's messages
+(labkit/locale/zh/LC_MESSAGES/labkit.po) too.
 """
 import copy
 import dataclasses
@@ -49,6 +50,9 @@ def key(path: pathlib.Path, execute: bool, lang: str = "en") -> str:
         from labkit.i18n.notebooks import translation_path
         tr_file = translation_path(path, lang)
         h.update(lang.encode() + (tr_file.read_bytes() if tr_file.exists() else b"none"))
+        from labkit.i18n.po import messages_po
+        if execute and messages_po(lang).exists():
+            h.update(messages_po(lang).read_bytes())
     return h.hexdigest()[:16]
 
 
