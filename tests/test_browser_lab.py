@@ -237,13 +237,25 @@ def test_memory_explorer_slider_redraws_the_figure(page):
     verdict = ex.locator(".widget-html").first.inner_text()
     ex.scroll_into_view_if_needed()
     ex.screenshot(path=str(shot_path("lab_01_explorer_before.png")))
-    slider = ex.locator(".widget-slider", has_text="world size").locator(".noUi-handle").first
-    box = slider.bounding_box()
+    row = ex.locator(".widget-slider", has_text="world size")
+    readout = row.locator(".widget-readout").first.inner_text()
+    slider = row.locator(".noUi-handle").first
+    slider.scroll_into_view_if_needed()
+    box = slider.bounding_box()          # taken right before the drag: the layout may have moved
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.mouse.down()
     page.mouse.move(box["x"] - 150, box["y"] + box["height"] / 2, steps=8)
     page.mouse.up()
-    page.wait_for_function("([e, b]) => e.src !== b", arg=[img.element_handle(), before], timeout=30_000)
+    moved = time.monotonic() + 10
+    while row.locator(".widget-readout").first.inner_text() == readout and time.monotonic() < moved:
+        page.wait_for_timeout(200)
+    assert row.locator(".widget-readout").first.inner_text() != readout, \
+        "the drag did not move the world-size slider (its readout is unchanged)"
+    # JupyterLab draws an updated display into a new <img> element: look up the cell's current
+    # picture each time (a handle on the old element would never see its src change).
+    page.wait_for_function("""([c, b]) => { const all = c.querySelectorAll('.jp-OutputArea img');
+        return all.length > 0 && all[all.length - 1].src !== b; }""",
+                           arg=[ex.element_handle(), before], timeout=60_000)
     last, deadline = None, time.monotonic() + 30
     while _png(img) != last and time.monotonic() < deadline:   # until the last redraw has landed
         last = _png(img)
