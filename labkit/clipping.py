@@ -28,11 +28,11 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from labkit.i18n import tr, tr_fig
+from labkit.i18n import N_, tr, tr_fig
 
-WRONG = ("no DP sum", "no TP sum", "no PP sum", "replicas counted t times")
-WRONG_EP = ("no EP sum", "dense counted on every EP rank", "summed over CP")
-WRONG_TIED = ("tied embedding counted twice",)
+WRONG = (N_("no DP sum"), N_("no TP sum"), N_("no PP sum"), N_("replicas counted t times"))
+WRONG_EP = (N_("no EP sum"), N_("dense counted on every EP rank"), N_("summed over CP"))
+WRONG_TIED = (N_("tied embedding counted twice"),)
 SUMMED = ("dp", "tp", "pp", "ep")          # never "cp": CP ranks hold replicas once reduced
 
 

@@ -19,7 +19,7 @@ gradients must match one process within labkit.cp.parity.attention_tolerance (de
 """
 from labkit.check.core import checker, run_exercise
 from labkit.check.guard import HANG_LIMIT_S, time_limit
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 
 __all__ = ["online_softmax_merge"]
 
@@ -124,15 +124,15 @@ def _mistakes():
 
 _LSE_MISTAKES = {
     "max": (lambda la, lb, torch: torch.maximum(la, lb),
-            "lse = max(lse_a, lse_b) forgets the smaller block's sum: lse = log(exp(lse_a) + exp(lse_b)) "
-            "(torch.logaddexp)"),
+            N_("lse = max(lse_a, lse_b) forgets the smaller block's sum: lse = log(exp(lse_a) + exp(lse_b)) "
+            "(torch.logaddexp)")),
     "sum": (lambda la, lb, torch: la + lb,
-            "lse = lse_a + lse_b multiplies the two sums; they add: lse = log(exp(lse_a) + exp(lse_b))"),
+            N_("lse = lse_a + lse_b multiplies the two sums; they add: lse = log(exp(lse_a) + exp(lse_b))")),
     "first": (lambda la, lb, torch: la,
-              "lse is not updated (lse_a returned): the next block merged gets the wrong weight; "
-              "return log(exp(lse_a) + exp(lse_b))"),
+              N_("lse is not updated (lse_a returned): the next block merged gets the wrong weight; "
+              "return log(exp(lse_a) + exp(lse_b))")),
     "mean": (lambda la, lb, torch: (la + lb) / 2,
-             "lse = mean of the two: lse = log(exp(lse_a) + exp(lse_b)) (torch.logaddexp)"),
+             N_("lse = mean of the two: lse = log(exp(lse_a) + exp(lse_b)) (torch.logaddexp)")),
 }
 
 

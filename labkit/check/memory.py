@@ -2,11 +2,11 @@
 import random
 
 from labkit.check.core import NOT_IMPLEMENTED_HOW, report
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 
 __all__ = ["mixed_adam_bytes"]
 
-CATEGORIES = ("params", "grads", "master", "momentum", "variance")
+CATEGORIES = (N_("params"), N_("grads"), N_("master"), N_("momentum"), N_("variance"))
 # sizes from one parameter up to a trillion: GPT-2 small, TinyGPT, 7B, 70B, GPT-3, 1T, odd ones
 SIZES = [1, 7, 1000, 124_439_808, 29_545_472, 7e9, 70e9, 175e9, 1e12] + \
     [random.Random(k).randrange(1, 10 ** 12) for k in range(16)]
@@ -14,11 +14,11 @@ SIZES = [1, 7, 1000, 124_439_808, 29_545_472, 7e9, 70e9, 175e9, 1e12] + \
 
 
 # bytes per parameter of each category in mixed precision (bf16/fp16 working copy, fp32 rest)
-_WHY = {"params": "the working copy of the weights is fp16/bf16 in mixed precision: 2 bytes",
-        "grads": "gradients are computed in fp16/bf16, like the weights they belong to: 2 bytes",
-        "master": "the optimizer's master copy of the weights is fp32: 4 bytes",
-        "momentum": "Adam's first moment is kept in fp32: 4 bytes",
-        "variance": "Adam's second moment is kept in fp32: 4 bytes"}
+_WHY = {"params": N_("the working copy of the weights is fp16/bf16 in mixed precision: 2 bytes"),
+        "grads": N_("gradients are computed in fp16/bf16, like the weights they belong to: 2 bytes"),
+        "master": N_("the optimizer's master copy of the weights is fp32: 4 bytes"),
+        "momentum": N_("Adam's first moment is kept in fp32: 4 bytes"),
+        "variance": N_("Adam's second moment is kept in fp32: 4 bytes")}
 
 
 def _wrong(c, value, want, n) -> str:

@@ -13,17 +13,17 @@ here: no GPU). The command line is `python -m labkit.bench collectives`.
 """
 import statistics
 from labkit.figtext import figsize as _figsize, size as _fs
-from labkit.i18n import tr, tr_fig
+from labkit.i18n import N_, tr, tr_fig
 
 OPS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "ring_all_reduce", "naive_all_reduce"]
 FACTOR_OP = {"ring_all_reduce": "all_reduce", "naive_all_reduce": "all_reduce"}
 DEFAULT_SIZES = [1 << k for k in range(12, 27, 2)]      # 4 KiB .. 64 MiB, x4
 # what each op is, for legends and tables: the library's collectives against labkit's
-LABELS = {"all_reduce": "torch all_reduce ({backend}'s own)",
-          "reduce_scatter": "torch reduce_scatter", "all_gather": "torch all_gather",
-          "broadcast": "torch broadcast",
-          "ring_all_reduce": "labkit ring_all_reduce (send/recv)",
-          "naive_all_reduce": "labkit naive_all_reduce (via rank 0)"}
+LABELS = {"all_reduce": N_("torch all_reduce ({backend}'s own)"),
+          "reduce_scatter": N_("torch reduce_scatter"), "all_gather": N_("torch all_gather"),
+          "broadcast": N_("torch broadcast"),
+          "ring_all_reduce": N_("labkit ring_all_reduce (send/recv)"),
+          "naive_all_reduce": N_("labkit naive_all_reduce (via rank 0)")}
 
 
 def human(nbytes: float) -> str:

@@ -8,7 +8,7 @@
 import matplotlib.pyplot as plt
 from matplotlib.colors import LinearSegmentedColormap
 from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
-from labkit.i18n import tr, tr_fig                 # figure text in the learner's language
+from labkit.i18n import N_, tr, tr_fig  # figure text in the learner's language
 
 _CMAP = LinearSegmentedColormap.from_list("partial", ["#f3f0e7", "#f6c76b", "#e07b39", "#2a9d5c"])
 
@@ -20,7 +20,7 @@ def ring_frames(events: list, n: int) -> list:
     Each frame: {"title", "state", "moves": [(src, dst, chunk)], "seconds": {rank: t1 - t0}}.
     Reduce-scatter adds what arrives (set union); all-gather overwrites it (a copy)."""
     state = [[frozenset([r]) for _ in range(n)] for r in range(n)]
-    frames = [{"title": "start: own data only", "state": state, "moves": [], "seconds": {}}]
+    frames = [{"title": N_("start: own data only"), "state": state, "moves": [], "seconds": {}}]
     steps = sorted({(e["phase"], e["step"]) for e in events}, key=lambda k: (k[0] != "reduce-scatter", k[1]))
     for phase, step in steps:
         new = [row[:] for row in state]

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.cp import layout as L
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 
 _METHODS = ("ring", "allgather")
 
@@ -67,9 +67,9 @@ def gather_sequence(part: torch.Tensor, dim: int, *, group=None, layout: str = "
     return _Gather.apply(part, dim, group, layout)
 
 
-_FIELDS = ("batch", "query heads", "query positions", "head size",
-           "K batch", "K heads", "K positions", "K head size",
-           "V batch", "V heads", "V positions", "V head size", "causal", "method", "layout")
+_FIELDS = ("batch", N_("query heads"), N_("query positions"), N_("head size"),
+           N_("K batch"), N_("K heads"), N_("K positions"), N_("K head size"),
+           N_("V batch"), N_("V heads"), N_("V positions"), N_("V head size"), "causal", "method", "layout")
 
 
 def agree(q, k, v, *, group=None, causal: bool, method: str, layout: str) -> int:

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from labkit.comm.formulas import ring_bytes_per_rank
 from labkit.ddp.data_parallel import STRATEGIES, trainable
 from labkit.ddp.timeline import BENCH_GPT
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 
 # (label, kind, bucket_cap_mb, gradient_as_bucket_view). The configurations of a group live
 # together and take their steps in turn (A B C A B C ...), so a change in the machine's load
@@ -168,8 +168,8 @@ def table(res: dict, n: int) -> str:
     """The results as a Markdown table (display it with IPython.display.Markdown)."""
     grad = next(iter(res.values()))["grad_bytes"]
     ring = ring_bytes_per_rank(grad, n)
-    head = ["variant", "step ms", "vs torch DDP, same cap and view", "sent MB/step", "sent/formula",
-            "grad+bucket MB", "/ gradient"]
+    head = [N_("variant"), N_("step ms"), N_("vs torch DDP, same cap and view"), N_("sent MB/step"), N_("sent/formula"),
+            N_("grad+bucket MB"), N_("/ gradient")]
     rows = [tr("Gradient {grad:.1f} MB; ring all-reduce formula 2(N-1)/N x gradient = {ring:.1f} MB per "
                "rank per step (N={n}).", grad=grad / 1e6, ring=ring / 1e6, n=n), "",
             "| " + " | ".join(tr(h) for h in head) + " |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]

@@ -2,7 +2,7 @@
 import matplotlib.pyplot as plt
 
 from labkit import figtext
-from labkit.i18n import tr_fig
+from labkit.i18n import N_, tr_fig
 from labkit.diagnose.verdict import COMM_SHARE
 
 # communication first, so that its bar starts at 0 and reads against the 30 % line
@@ -11,8 +11,8 @@ ORDER = ("comm", "wait", "data", "forward", "backward", "optimizer")
 COLOURS = {"data": "#e6a23c", "forward": "#4c8bf5", "backward": "#2c5aa0", "wait": "#bbbbbb",
            "comm": "#d9534f",
            "optimizer": "#6aa84f"}
-LABELS = {"data": "data wait", "forward": "forward", "backward": "backward",
-          "wait": "waiting for other ranks", "comm": "communication",
+LABELS = {"data": N_("data wait"), "forward": "forward", "backward": "backward",
+          "wait": N_("waiting for other ranks"), "comm": "communication",
           "optimizer": "optimizer"}
 
 

@@ -14,9 +14,9 @@ import torch
 import torch.distributed as dist
 
 from labkit.doctor import pitfalls
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 
-ITEMS = ("single-rank sanity", "gradient norm", "learning-rate rule", "seeds in sync")
+ITEMS = (N_("single-rank sanity"), "gradient norm", N_("learning-rate rule"), N_("seeds in sync"))
 
 
 def _single_rank_sanity(steps: int = 40, lr: float = 0.05, batch: int = 16, shuffled_labels: bool = False,

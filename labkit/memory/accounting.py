@@ -13,13 +13,13 @@ These are the same categories as `model_states`, so formula and measurement subt
 """
 import torch
 
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 from labkit.memory.breakdown import Breakdown
 
 # optimizer.state keys -> category (torch.optim, and bitsandbytes' 8-bit optimizers)
 STATE_KEYS = {
-    "exp_avg": "momentum", "momentum_buffer": "momentum", "state1": "momentum",
-    "exp_avg_sq": "variance", "state2": "variance",
+    "exp_avg": N_("momentum"), "momentum_buffer": N_("momentum"), "state1": N_("momentum"),
+    "exp_avg_sq": N_("variance"), "state2": N_("variance"),
 }
 
 

@@ -5,14 +5,15 @@ the notebook can put them side by side and subtract them. Bytes are exact intege
 measured and may be fractional when a formula divides by the world size.
 """
 from dataclasses import dataclass, fields, replace
+from labkit.i18n import N_
 
 GB = 1e9            # bytes; the notes and the ZeRO paper count in decimal GB (70B x 2 B = 140 GB)
 GiB = 2 ** 30       # bytes; what nvidia-smi and DeepSpeed's estimator print
 
 # Categories in drawing order (bottom of a stacked bar first).
-MODEL_STATE = ("params", "grads", "master", "momentum", "variance", "other")
+MODEL_STATE = (N_("params"), N_("grads"), N_("master"), N_("momentum"), N_("variance"), N_("other"))
 CATEGORIES = MODEL_STATE + ("buffers", "activations", "temporary")
-OPTIMIZER = ("master", "momentum", "variance", "other")
+OPTIMIZER = (N_("master"), N_("momentum"), N_("variance"), N_("other"))
 
 _WHAT = {
     "params": "parameters (the copy used in forward and backward)",

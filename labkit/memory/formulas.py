@@ -13,6 +13,7 @@ The notes' 7B table is ZeRO-0: 14 + 14 + 28 + 28 + 28 = 112 GB.
 import math
 
 from labkit.memory.breakdown import GB, Breakdown
+from labkit.i18n import N_
 
 # bytes per parameter: (params, grads, fp32 master copy, each optimizer state value)
 PRECISIONS = {
@@ -25,9 +26,9 @@ PRECISIONS = {
 OPTIMIZERS = {
     "sgd": ((), None),
     "momentum": (("momentum",), None),                # SGD with momentum: one buffer
-    "adam": (("momentum", "variance"), None),         # m and v
-    "adamw": (("momentum", "variance"), None),        # same state as Adam
-    "adam8bit": (("momentum", "variance"), 1),        # bitsandbytes: m, v in 1 byte (its per-block
+    "adam": ((N_("momentum"), N_("variance")), None),         # m and v
+    "adamw": ((N_("momentum"), N_("variance")), None),        # same state as Adam
+    "adam8bit": ((N_("momentum"), N_("variance")), 1),        # bitsandbytes: m, v in 1 byte (its per-block
                                                       # fp32 scales, a few % at most, not counted)
 }
 ZERO_STAGES = (0, 1, 2, 3)

@@ -20,9 +20,9 @@ import weakref
 
 from labkit.livefig import LiveFigure
 from labkit.figtext import figsize as _figsize, size as _fs
-from labkit.i18n import tr_fig                 # figure text in the learner's language
+from labkit.i18n import N_, tr_fig  # figure text in the learner's language
 
-CATEGORIES = ("params", "grads", "master", "moments", "gathered", "activations")
+CATEGORIES = (N_("params"), N_("grads"), N_("master"), N_("moments"), N_("gathered"), N_("activations"))
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "moments": "#c44e52",
           "gathered": "#8172b3", "activations": "#937860"}
 

@@ -12,7 +12,7 @@ from labkit.memory.activations import activations, fits, gpt_shape
 from labkit.memory.breakdown import CATEGORIES, GB, Breakdown
 from labkit.memory.formulas import model_states
 from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
-from labkit.i18n import tr_fig                 # figure text in the learner's language
+from labkit.i18n import N_, tr_fig  # figure text in the learner's language
 
 COLORS = {"params": "#4C72B0", "grads": "#DD8452", "master": "#55A868", "momentum": "#8172B3",
           "variance": "#937860", "other": "#DA8BC3", "buffers": "#8C8C8C",
@@ -121,8 +121,8 @@ def _gpu_line(ax, gpu_gb: float, div: float) -> None:
 
 # the log view's groups: category names -> one bar
 GROUPS = {"parameters": ("params",), "gradients": ("grads",),
-          "optimizer state": ("master", "momentum", "variance", "other"),
-          "activations": ("activations", "temporary")}
+          "optimizer state": (N_("master"), N_("momentum"), N_("variance"), N_("other")),
+          "activations": (N_("activations"), N_("temporary"))}
 GROUP_COLORS = {"parameters": COLORS["params"], "gradients": COLORS["grads"],
                 "optimizer state": COLORS["master"], "activations": COLORS["activations"]}
 

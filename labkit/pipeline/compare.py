@@ -7,7 +7,7 @@ half, I) and `weight` (W); a fused B costs I + W. Schedules with two chunks per 
 chunk of a V in half those times; DualPipe's chunks are whole stages (a rank holds two, twice
 the weights). Activations are counted in one micro-batch through 1/p of the model.
 """
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 from labkit.pipeline.formulas import WEIGHT_COPIES, first_stage_activations, idle_per_rank
 from labkit.pipeline.schedules import build
 from labkit.pipeline.simulate import held_in_order, simulate
@@ -49,8 +49,8 @@ def compare_schedules(stages: int = 4, microbatches: int = 8, forward: float = 1
                   "bubble in own span", "rank 0 holds, counted", "rank 0 holds, formula", "weights per rank"],
                  rows, title=tr("p={p} ranks, m={m} micro-batches; per rank's layers F={f:g}, I={i:g}, "
                                 "W={w:g} (a chunk of a V: half)", p=p, m=microbatches, f=f, i=i, w=w),
-                 notes=["idle formulas: 1F1B and GPipe (p-1)(F+B), interleaved (p-1)(F+B)/v, ZB-H1 (p-1)(F+B-2W), "
+                 notes=[N_("idle formulas: 1F1B and GPipe (p-1)(F+B), interleaved (p-1)(F+B)/v, ZB-H1 (p-1)(F+B-2W), "
                         "DualPipeV (p-1)(F&B+B-3W) with F&B = F+B and F, B, W per chunk (DeepSeek-V3, Table 2), "
-                        "DualPipe (p/2-1)(F&B+B-3W) per stage; ZB-V: 0 in its own span when F = I = W (Qi et al. 2024)",
-                        "holds: activations at the peak, in units of one micro-batch through 1/p of the model (a "
-                        "1F1B stage); weights: parameters per rank against 1F1B's 1/p of the model"])
+                        "DualPipe (p/2-1)(F&B+B-3W) per stage; ZB-V: 0 in its own span when F = I = W (Qi et al. 2024)"),
+                        N_("holds: activations at the peak, in units of one micro-batch through 1/p of the model (a "
+                        "1F1B stage); weights: parameters per rank against 1F1B's 1/p of the model")])

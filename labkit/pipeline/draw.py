@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
 from labkit import figtext
-from labkit.i18n import tr_fig
+from labkit.i18n import N_, tr_fig
 from labkit.livefig import LiveFigure
 from labkit.pipeline.formulas import bubble_ratio
 from labkit.pipeline.simulate import Timeline, bubble_of, held_in_order, peak_in_flight
@@ -22,7 +22,7 @@ __all__ = ["COLOURS", "gantt", "gantts", "side_by_side", "live_gantt", "bubble_v
            "held_plot"]
 
 COLOURS = {"F": "#4c78a8", "B": "#54a24b", "I": "#f58518", "W": "#b279a2", "idle": "#eeeeee"}
-LABELS = {"F": "forward", "B": "backward", "I": "input grad (I)", "W": "weight grad (W)", "idle": "idle"}
+LABELS = {"F": "forward", "B": "backward", "I": N_("input grad (I)"), "W": N_("weight grad (W)"), "idle": "idle"}
 
 
 def _gantt_size(stages: int) -> tuple:

@@ -14,16 +14,16 @@ With v chunks per rank (interleaved 1F1B) rank r holds virtual stages r, p+r, 2p
 """
 from dataclasses import dataclass, field
 
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 
 __all__ = ["Action", "Schedule", "LAYOUTS", "vstage_of", "F", "B", "I", "W", "gpipe", "one_f_one_b", "interleaved_1f1b",
            "zb_h1", "SCHEDULES", "build", "with_comms", "compute_only"]
 
 COMPUTE = ("F", "B", "I", "W")
 COMMS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
-NAMES = {"F": "forward", "B": "backward", "I": "input-gradient backward", "W": "weight-gradient backward",
-         "SEND_F": "send of activations", "RECV_F": "receive of activations",
-         "SEND_B": "send of gradients", "RECV_B": "receive of gradients"}
+NAMES = {"F": "forward", "B": "backward", "I": N_("input-gradient backward"), "W": N_("weight-gradient backward"),
+         "SEND_F": N_("send of activations"), "RECV_F": N_("receive of activations"),
+         "SEND_B": N_("send of gradients"), "RECV_B": N_("receive of gradients")}
 
 
 LAYOUTS = ("loop", "v", "dual")

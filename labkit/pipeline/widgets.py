@@ -8,7 +8,7 @@ simulated one for a static copy.
 """
 import matplotlib.pyplot as plt
 
-from labkit.i18n import tr, tr_fig
+from labkit.i18n import N_, tr, tr_fig
 from labkit.pipeline.draw import gantt, side_by_side
 from labkit.pipeline.formulas import bubble_over_ideal, bubble_ratio
 from labkit.pipeline.schedules import build
@@ -16,7 +16,7 @@ from labkit.pipeline.simulate import held_in_order, simulate
 
 __all__ = ["schedule_explorer", "Explorer"]
 
-CHOICES = [("GPipe", "gpipe"), ("1F1B", "1f1b"), ("interleaved 1F1B", "interleaved"), ("ZB-H1", "zb-h1")]
+CHOICES = [("GPipe", "gpipe"), ("1F1B", "1f1b"), (N_("interleaved 1F1B"), "interleaved"), ("ZB-H1", "zb-h1")]
 
 
 class Explorer:

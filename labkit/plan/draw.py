@@ -3,10 +3,10 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import FancyBboxPatch, Rectangle
 
 from labkit import figtext
-from labkit.i18n import tr_fig
+from labkit.i18n import N_, tr_fig
 from labkit.parallel_dims import Layout
 
-_TITLES = {"tp": "TP groups", "pp": "PP groups (pipelines)", "dp": "DP groups (replicas)"}
+_TITLES = {"tp": N_("TP groups"), "pp": N_("PP groups (pipelines)"), "dp": N_("DP groups (replicas)")}
 
 
 def draw_layout(layout: Layout, dims=("tp", "pp", "dp"), cols: int = 4):

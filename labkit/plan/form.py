@@ -5,7 +5,7 @@
 """
 import html
 
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 from labkit.memory import GB
 from labkit.plan.flops import GPUS
 from labkit.plan.models import MODELS, Hardware, Model
@@ -24,14 +24,14 @@ def render(model: Model, hw: Hardware) -> str:
     if c is None:
         return out + tr("<p><b>Nothing fits</b> on this hardware: add GPUs or memory.</p>")
     cells = [("layout", f"TP {c.tp} x PP {c.pp} x DP {c.dp}"), ("sharding", tr(c.sharding)),
-             ("checkpointing", tr(c.checkpointing)), ("micro-batch x count", f"{c.micro_batch} x {c.micro_batches}"),
-             ("memory / GPU", tr("{gb:.1f} GB (state {state:.1f}, activations {act:.1f}, gathered "
+             ("checkpointing", tr(c.checkpointing)), (N_("micro-batch x count"), f"{c.micro_batch} x {c.micro_batches}"),
+             (N_("memory / GPU"), tr("{gb:.1f} GB (state {state:.1f}, activations {act:.1f}, gathered "
                                  "{gathered:.1f}) of {cap:g}", gb=c.memory / GB, state=c.model_state / GB,
                                  act=c.activations / GB, gathered=c.working / GB, cap=hw.gpu_gb)),
-             ("traffic / GPU / step", f"TP {c.traffic.tp / GB:.1f} GB, PP {c.traffic.pp / GB:.2f} GB, "
+             (N_("traffic / GPU / step"), f"TP {c.traffic.tp / GB:.1f} GB, PP {c.traffic.pp / GB:.2f} GB, "
                                       f"DP {c.traffic.dp / GB:.1f} GB"),
              ("bubble", f"{c.bubble:.1%}"),
-             ("step time", tr("{s:.2f} s per global batch of {batch:,} x {seq:,} tokens", s=c.step_seconds,
+             (N_("step time"), tr("{s:.2f} s per global batch of {batch:,} x {seq:,} tokens", s=c.step_seconds,
                               batch=p.model.global_batch, seq=p.model.seq)), ("MFU", f"{c.mfu:.0%}")]
     body = "".join(f"<tr><td style='text-align:left'>{tr(k)}</td><td style='text-align:left'>{html.escape(v)}</td></tr>"
                    for k, v in cells)

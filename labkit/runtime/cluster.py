@@ -29,6 +29,7 @@ from labkit.runtime.local.source import LocalRanks
 from labkit.i18n.messages import tr
 from labkit.runtime.options import Count, check_env, check_remote, check_world_size, count, seconds
 from labkit.runtime.output import Outputs
+from labkit.i18n import N_
 
 _current = None        # weakref to the newest open Cluster, for %%ranks
 _open = weakref.WeakSet()   # every open Cluster of this process, for close_all()
@@ -51,10 +52,10 @@ def close_all() -> int:
 class Cluster:
     """A pool of `world_size` ranks. See the module docstring; docs/architecture.md has how a run flows."""
     # checked when set, in the constructor and later (``cluster.output_lines = 100``)
-    output_lines = Count(minimum=0, none_ok=True, what="a whole number of lines")
-    output_bytes = Count(minimum=0, none_ok=True, what="a whole number of bytes")
-    max_events = Count(minimum=0, what="a whole number of events")
-    max_event_bytes = Count(minimum=0, what="a whole number of bytes")
+    output_lines = Count(minimum=0, none_ok=True, what=N_("a whole number of lines"))
+    output_bytes = Count(minimum=0, none_ok=True, what=N_("a whole number of bytes"))
+    max_events = Count(minimum=0, what=N_("a whole number of events"))
+    max_event_bytes = Count(minimum=0, what=N_("a whole number of bytes"))
 
     def __init__(self, world_size: int = 4, backend: str = "auto", *, timeout: float = 120.0,
                  spares: int = None, start_timeout: float = 120.0, env: dict = None,
@@ -83,7 +84,7 @@ class Cluster:
         pg_timeout = seconds(pg_timeout, "pg_timeout")
         self.pg_timeout = pg_timeout if pg_timeout else max(600.0, 2 * self.timeout)
         self.env = check_env(env)
-        count(spares, "spares", none_ok=True, what="a whole number of standby workers",
+        count(spares, "spares", none_ok=True, what=N_("a whole number of standby workers"),
               none_means="as many as world_size")
         check_backend(backend)
         self.output_lines, self.output_bytes = output_lines, output_bytes

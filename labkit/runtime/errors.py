@@ -9,7 +9,7 @@ says why ranks could not start. Every failure is worded here: raised, hung, died
 from dataclasses import dataclass
 from typing import Optional
 
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 from labkit.runtime.stacks import format_frames, is_runtime
 
 
@@ -56,12 +56,12 @@ class StartTimeout(StartError, TimeoutError):
 
 
 # -- how a process ended: one wording for ranks, spares and the zygote, local or remote ----------
-_SIGNALS = {"SIGKILL": "killed (SIGKILL: out of memory, or killed from outside)",
-            "SIGSEGV": "crashed with a segmentation fault (SIGSEGV)",
-            "SIGABRT": "aborted (SIGABRT: a C++ assertion or abort())",
-            "SIGBUS": "crashed with a bus error (SIGBUS)",
-            "SIGFPE": "crashed with a floating-point exception (SIGFPE)",
-            "SIGTERM": "terminated (SIGTERM)"}
+_SIGNALS = {"SIGKILL": N_("killed (SIGKILL: out of memory, or killed from outside)"),
+            "SIGSEGV": N_("crashed with a segmentation fault (SIGSEGV)"),
+            "SIGABRT": N_("aborted (SIGABRT: a C++ assertion or abort())"),
+            "SIGBUS": N_("crashed with a bus error (SIGBUS)"),
+            "SIGFPE": N_("crashed with a floating-point exception (SIGFPE)"),
+            "SIGTERM": N_("terminated (SIGTERM)")}
 
 
 UNKNOWN = "unknown"   # an exit status nobody could read (torchrun reaped the rank first)

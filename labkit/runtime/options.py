@@ -1,5 +1,6 @@
 """Checking what a Cluster is asked for, before any process starts."""
 import math
+from labkit.i18n import N_
 
 
 def check_world_size(world_size) -> int:
@@ -102,9 +103,9 @@ def check_remote(*, listen, nnodes, nproc_per_node, advertise, rdzv_endpoint, jo
     if not isinstance(listen, str):
         raise ValueError(tr("listen= takes 'HOST:PORT' (e.g. '0.0.0.0:29500'), got {value!r}",
                             value=listen))
-    count(nnodes, "nnodes", 1, what="a whole number of machines")
-    count(nproc_per_node, "nproc_per_node", 1, what="a whole number of ranks per machine")
-    count(max_restarts, "max_restarts", 0, what="a whole number of restarts")
+    count(nnodes, "nnodes", 1, what=N_("a whole number of machines"))
+    count(nproc_per_node, "nproc_per_node", 1, what=N_("a whole number of ranks per machine"))
+    count(max_restarts, "max_restarts", 0, what=N_("a whole number of restarts"))
     for name, value in (("advertise", advertise), ("rdzv_endpoint", rdzv_endpoint),
                         ("join_file", join_file)):
         if value is not None and not isinstance(value, str):

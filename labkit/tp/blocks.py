@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 from labkit.models import Block
 from labkit.tp.layers import ColumnParallelLinear, RowParallelLinear, shard_rows
 
@@ -28,8 +28,8 @@ class TPMLP(nn.Module):
                  impl: str = "ring"):
         super().__init__()
         kw = dict(group=group, sequence_parallel=sequence_parallel, impl=impl)
-        self.fc = ColumnParallelLinear(fc, name="MLP hidden size (fc)", **kw)
-        self.fc_out = RowParallelLinear(fc_out, name="MLP hidden size (fc_out)", **kw)
+        self.fc = ColumnParallelLinear(fc, name=N_("MLP hidden size (fc)"), **kw)
+        self.fc_out = RowParallelLinear(fc_out, name=N_("MLP hidden size (fc_out)"), **kw)
 
     def forward(self, x):
         return self.fc_out(F.gelu(self.fc(x)))
@@ -50,8 +50,8 @@ class TPAttention(nn.Module):
         self.local_heads = n_head // t
         self.head_dim = qkv.in_features // n_head
         kw = dict(group=group, sequence_parallel=sequence_parallel, impl=impl)
-        self.qkv = ColumnParallelLinear(qkv, parts=3, name="attention width (qkv)", **kw)
-        self.proj = RowParallelLinear(proj, name="attention width (proj)", **kw)
+        self.qkv = ColumnParallelLinear(qkv, parts=3, name=N_("attention width (qkv)"), **kw)
+        self.proj = RowParallelLinear(proj, name=N_("attention width (proj)"), **kw)
 
     def forward(self, x):
         q, k, v = self.qkv(x).chunk(3, dim=-1)

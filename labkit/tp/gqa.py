@@ -20,7 +20,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 from labkit.tp import comms
 from labkit.tp.layers import RowParallelLinear, shard_rows
 
@@ -80,7 +80,7 @@ class TPGQAttention(nn.Module):
         self.wq = nn.Parameter(ref.q.weight.detach()[rows_q].clone())
         self.wk = nn.Parameter(ref.k.weight.detach()[self.kv_rows].clone())
         self.wv = nn.Parameter(ref.v.weight.detach()[self.kv_rows].clone())
-        self.proj = RowParallelLinear(ref.proj, group, name="attention width (proj)")
+        self.proj = RowParallelLinear(ref.proj, group, name=N_("attention width (proj)"))
         self.rows_q = rows_q
         self.kv_group = None
         if self.replicas > 1:                 # every rank builds every replica group, in order

@@ -9,7 +9,7 @@
 """
 from dataclasses import dataclass
 
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 from labkit.tables import Table
 from labkit.tricks.formulas import NOTES_PRIORITY, NOTES_PRIORITY_EN, WORDS, Config, Shape, predict
 
@@ -94,10 +94,10 @@ def _mb(v: float) -> str:
 
 
 # table()'s columns by key; a ratio column shown without its value column is named for it
-COLUMNS = {"code": "code", "tricks": "tricks", "peak": "peak per rank on the device (MB)",
-           "peak_ratio": "vs baseline", "activations": "stored activations: measured / formula (MB)",
-           "step": "step (ms): median (fastest-slowest), slowest rank", "step_ratio": "vs baseline"}
-ALONE = {"peak_ratio": ("peak", "peak vs baseline"), "step_ratio": ("step", "step vs baseline")}
+COLUMNS = {"code": N_("code"), "tricks": N_("tricks"), "peak": N_("peak per rank on the device (MB)"),
+           "peak_ratio": N_("vs baseline"), "activations": N_("stored activations: measured / formula (MB)"),
+           "step": N_("step (ms): median (fastest-slowest), slowest rank"), "step_ratio": N_("vs baseline")}
+ALONE = {"peak_ratio": ("peak", N_("peak vs baseline")), "step_ratio": ("step", N_("step vs baseline"))}
 
 
 def _pick(names: dict, header: list, rows: list, align: str, columns) -> tuple:
@@ -182,8 +182,8 @@ def conclusion(results: list) -> str:
     return out + tr("; {tricks} keep their place.", tricks=tr(" and ").join(same))
 
 
-PRIORITY_COLUMNS = {"rank": "notes' rank", "notes": "the notes", "measured_as": "measured as",
-                    "saved": "saved per rank", "order": "measured rank by memory saved"}
+PRIORITY_COLUMNS = {"rank": N_("notes' rank"), "notes": N_("the notes"), "measured_as": N_("measured as"),
+                    "saved": N_("saved per rank"), "order": N_("measured rank by memory saved")}
 
 
 def priority(results: list, english: bool = False, columns=None, title: str = None) -> Table:

@@ -9,7 +9,7 @@ dropout, as TinyGPT has none). Offload moves the optimizer state into `on_host`.
 import itertools
 from dataclasses import dataclass, field, replace
 
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 from labkit.memory.activations import activations
 from labkit.memory.breakdown import Breakdown
 from labkit.memory.formulas import model_states
@@ -21,11 +21,11 @@ OPTIMIZERS = ("adam", "adam8bit")
 # one letter per trick, for labels on the summary figure
 LETTERS = {"mixed": "M", "autocast": "a", "fp16": "H", "full": "C", "selective": "S", "accumulate": "A",
            "adam8bit": "8", "offload": "O", "zero": "Z"}
-WORDS = {"M": "mixed precision (bf16 + fp32 masters)", "a": "bf16 autocast",
-         "H": "fp16 mixed precision (fp32 masters, loss scaled)",
-         "C": "full checkpointing", "S": "selective checkpointing (attention core)",
-         "A": "gradient accumulation", "8": "8-bit Adam", "O": "optimizer offload",
-         "Z": "ZeRO-1 (optimizer state sharded)"}
+WORDS = {"M": N_("mixed precision (bf16 + fp32 masters)"), "a": N_("bf16 autocast"),
+         "H": N_("fp16 mixed precision (fp32 masters, loss scaled)"),
+         "C": N_("full checkpointing"), "S": N_("selective checkpointing (attention core)"),
+         "A": N_("gradient accumulation"), "8": N_("8-bit Adam"), "O": N_("optimizer offload"),
+         "Z": N_("ZeRO-1 (optimizer state sharded)")}
 # the notes' priority list (显存优化手段优先级), in their order; module 09 measures all but 3
 NOTES_PRIORITY = (("mixed", "混合精度 → 直接砍一半激活"),
                   ("checkpointing", "梯度检查点 → 用算力换激活显存"),

@@ -26,8 +26,9 @@ import time
 import torch
 
 from labkit.zero.optim import InnerOptimizer
+from labkit.i18n import N_
 
-HOST_CATEGORIES = ("master", "momentum", "variance", "other")
+HOST_CATEGORIES = (N_("master"), N_("momentum"), N_("variance"), N_("other"))
 
 
 def _sync(device) -> None:

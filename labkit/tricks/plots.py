@@ -1,13 +1,13 @@
 """Pictures of module 09 (layer 4): memory against step time, and a live version of it."""
 import unicodedata
 
-from labkit.i18n import lang, tr_fig
+from labkit.i18n import N_, lang, tr_fig
 from labkit.i18n.fonts import use_cjk
 from labkit.livefig import LiveFigure
 
-SHORT = {"M": "mixed precision", "a": "bf16 autocast", "C": "full checkpointing",
-         "S": "selective checkpointing", "A": "accumulation", "8": "8-bit Adam", "O": "offload",
-         "Z": "ZeRO-1"}
+SHORT = {"M": N_("mixed precision"), "a": N_("bf16 autocast"), "C": N_("full checkpointing"),
+         "S": N_("selective checkpointing"), "A": N_("accumulation"), "8": N_("8-bit Adam"), "O": N_("offload"),
+         "Z": N_("ZeRO-1")}
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]   # by number of tricks
 
 

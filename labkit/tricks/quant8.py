@@ -18,6 +18,7 @@ import math
 import torch
 
 from labkit.tricks import quant8_math as Q
+from labkit.i18n import N_
 
 
 def _codebook(signed: bool) -> tuple:
@@ -106,8 +107,8 @@ class Adam8bit(torch.optim.Optimizer):
         for state in self.state.values():
             for key, t in state.items():
                 if isinstance(t, torch.Tensor):
-                    cat = {"state1": "momentum", "exp_avg": "momentum", "state2": "variance",
-                           "exp_avg_sq": "variance"}.get(key, "other")
+                    cat = {"state1": N_("momentum"), "exp_avg": N_("momentum"), "state2": N_("variance"),
+                           "exp_avg_sq": N_("variance")}.get(key, "other")
                     out[cat] += t.untyped_storage().nbytes()
         return out
 

@@ -13,6 +13,7 @@ Bytes per parameter (one moment): 1 + 4 / block. Adam's two: 2 + 8 / block = 2.0
 optimizer state goes from 4 + 8 = 12 to 4 + 2.03 = 6.03 bytes per parameter: 2x, not 4x.
 """
 import math
+from labkit.i18n import N_
 
 BLOCK = 256             # values per scale (bitsandbytes' block size for 8-bit optimizer states)
 MIN_8BIT_SIZE = 4096    # tensors with fewer values keep fp32 moments (bitsandbytes' default)
@@ -75,7 +76,7 @@ def adam8bit_state_bytes(sizes, block: int = BLOCK, min_size: int = MIN_8BIT_SIZ
     out = {"momentum": 0, "variance": 0, "other": 0}
     for n in sizes:
         one = moment_bytes(n, block, min_size)
-        for moment in ("momentum", "variance"):
+        for moment in (N_("momentum"), N_("variance")):
             out[moment] += one["codes"] + one["fp32"]
             out["other"] += one["scales"]
     return out

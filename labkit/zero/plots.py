@@ -4,9 +4,9 @@ import matplotlib.pyplot as plt
 
 from labkit.memory.formulas import world_size_for_savings, zero_savings, zero_savings_limit
 from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
-from labkit.i18n import tr_fig                 # figure text in the learner's language
+from labkit.i18n import N_, tr_fig  # figure text in the learner's language
 
-CATS = ("params", "grads", "master", "momentum", "variance", "other")
+CATS = (N_("params"), N_("grads"), N_("master"), N_("momentum"), N_("variance"), N_("other"))
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "master": "#55a868", "momentum": "#c44e52",
           "variance": "#e377c2", "other": "#7f7f7f"}
 
