@@ -341,3 +341,19 @@ def test_build_in_chinese_keeps_stripping_and_falls_back_to_english(tmp_path, ca
     build(src, tmp_path / "solutions-zh", lang="zh", solutions=True, notes=[])
     s = nbformat.read(tmp_path / "solutions-zh" / "01_a.ipynb", as_version=4)
     assert "return t" in s.cells[2].source and "# 答案" in s.cells[2].source
+
+
+@pytest.mark.parametrize("lang,want", [
+    ("en", "hung: rank 1 stuck in recv() at Cell In[5], line 7, in ring (a send without a recv, or a "
+           "collective not every rank called?)"),
+    ("zh", "卡住了：rank 1 停在 in recv()，位置 Cell In[5], line 7, in ring（是不是有 send 没有对应的 recv，"
+           "或者某个集合通信不是每个 rank 都调用了？）"),
+])
+def test_a_rejoined_fragment_prints_what_the_two_pieces_printed(monkeypatch, lang, want):
+    # " at {at}" was a fragment added to four messages; each is one whole message now, and the
+    # text is the old store's, piece for piece (scripts/i18n-compare 416c0d4: the same)
+    from labkit.check.core import describe_hang
+    monkeypatch.setenv("LABKIT_LANG", lang)
+    where = ("in recv() (most recent call last):\n  Cell In[5], line 7, in ring\n    dist.recv(t, src)\n"
+             "  torch/distributed/c10d.py, line 9, in recv\n")
+    assert describe_hang({1: where}) == want
