@@ -357,3 +357,14 @@ def test_a_rejoined_fragment_prints_what_the_two_pieces_printed(monkeypatch, lan
     where = ("in recv() (most recent call last):\n  Cell In[5], line 7, in ring\n    dist.recv(t, src)\n"
              "  torch/distributed/c10d.py, line 9, in recv\n")
     assert describe_hang({1: where}) == want
+
+
+def test_the_catalogs_plural_entry(monkeypatch):
+    from labkit.i18n.messages import trn
+    one, many = "deadlock: {n} stage can never move: {waits}{hint}", "deadlock: {n} stages can never move: {waits}{hint}"
+    monkeypatch.setenv("LABKIT_LANG", "zh")
+    assert trn(one, many, 1, waits="w", hint="") == "死锁：1 个 stage 永远无法推进：w"
+    assert trn(one, many, 3, waits="w", hint="") == "死锁：3 个 stage 永远无法推进：w"
+    monkeypatch.setenv("LABKIT_LANG", "en")
+    assert trn(one, many, 1, waits="w", hint="") == "deadlock: 1 stage can never move: w"
+    assert trn(one, many, 3, waits="w", hint="") == "deadlock: 3 stages can never move: w"

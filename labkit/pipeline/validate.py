@@ -10,7 +10,7 @@ until the peer reaches the matching RECV, which is how two gloo ranks that both 
 deadlock. When no rank can move and some have work left, that is a deadlock, and each stuck
 stage is named with what it waits for.
 """
-from labkit.i18n import tr
+from labkit.i18n import tr, trn
 from labkit.pipeline.schedules import COMMS, COMPUTE, Action, Schedule
 
 __all__ = ["validate", "ensure_valid", "ScheduleError", "play", "as_schedule"]
@@ -243,9 +243,8 @@ def _deadlock(s: Schedule, stuck: dict) -> list:
     if any(a.kind.startswith("SEND") for _, a, _ in stuck.values()):
         hint = tr(" (a blocking send waits for its receive: post each send together with the receive "
                   "it pairs with, isend/irecv or batch_isend_irecv)")
-    head = (tr("deadlock: {n} stages can never move: ", n=n) if n > 1 else
-            tr("deadlock: {n} stage can never move: ", n=n))
-    return [head + tr("; ").join(lines) + hint]
+    return [trn("deadlock: {n} stage can never move: {waits}{hint}",
+                "deadlock: {n} stages can never move: {waits}{hint}", n, waits=tr("; ").join(lines), hint=hint)]
 
 
 def validate(schedule, blocking_sends: bool = False) -> list:
