@@ -28,6 +28,15 @@ def update(lang: str, verbose=True) -> list:
         before = {m.id for m in cat if m.id}
         cat.update(pot, no_fuzzy_matching=False, update_header_comment=False, keep_user_comments=True,
                    update_creation_date=False)
+        # fuzzy means "the English of this translation changed": a new message matched to one
+        # that is still in use is a guess, not a change, so it comes in untranslated instead
+        live = {m.id if isinstance(m.id, str) else m.id[0] for m in pot if m.id}
+        for m in cat:
+            prev = m.previous_id[0] if m.previous_id else None
+            if m.id and m.fuzzy and prev in live:
+                m.string = ("",) * len(m.string) if isinstance(m.string, tuple) else ""
+                m.flags.discard("fuzzy")
+                m.previous_id = []
         fuzzy = sum(1 for m in cat if m.id and m.fuzzy)
         P.write_catalog(cat, path)
         lines.append(f"{path.relative_to(P.ROOT)}: {len(pot)} messages, {len({m.id for m in cat if m.id} - before)}"

@@ -190,9 +190,44 @@ def _notebook_sources(root: pathlib.Path):
                     yield f"{folder}/{path.name}", code
 
 
-def extract_messages(package: pathlib.Path = PKG, root: pathlib.Path = ROOT, listed_too: bool = True):
+# Calls whose arguments labkit translates where it shows them (labkit.tables.Table: the header,
+# title= and notes=), so their string literals are messages as tr()'s are
+TABLE_CALLS = ("Table", "table")
+
+
+def table_texts(code: str) -> list:
+    """[(line, text)]: the literal header names, title= and notes= of the TABLE_CALLS in `code`."""
+    import ast
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    out = []
+
+    def strings(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node]
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [e for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        return []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) in TABLE_CALLS:
+            found = strings(node.args[0]) if node.args and isinstance(node.args[0], (ast.List, ast.Tuple)) else []
+            for kw in node.keywords:
+                if kw.arg in ("title", "notes"):
+                    found += strings(kw.value)
+            out += [(n.lineno, n.value) for n in found if n.value.strip()]
+    return out
+
+
+TABLE_COMMENT = "a table's header, title or note (labkit.tables.Table translates it where it is shown)"
+
+
+def extract_messages(package: pathlib.Path = PKG, root: pathlib.Path = ROOT, listed_too: bool = True,
+                     tables: bool = True):
     """The messages template as Babel's extraction finds them in the package and in the code
-    cells of the notebooks and decks (KEYWORDS), plus, with listed_too, those of
+    cells of the notebooks and decks (KEYWORDS; and the literal headers, titles and notes of
+    tables, TABLE_CALLS), plus, with listed_too, those of
     i18n/unextracted.txt (not visible to extraction yet, so not to be marked obsolete)."""
     import io
     from babel.messages.catalog import Catalog
@@ -203,7 +238,13 @@ def extract_messages(package: pathlib.Path = PKG, root: pathlib.Path = ROOT, lis
             keywords=KEYWORDS, comment_tags=("i18n:",), strip_comment_tags=True):
         cat.add(message, None, [(f"labkit/{filename}", lineno)], auto_comments=comments,
                 context=context)
+    for path in sorted(package.rglob("*.py")) if tables else ():
+        if "/i18n/" not in str(path):
+            for lineno, text in table_texts(path.read_text(encoding="utf-8")):
+                _add_table_text(cat, text, str(path.relative_to(package.parent)), lineno)
     for where, code in _notebook_sources(root):
+        for lineno, text in table_texts(code) if tables else ():
+            _add_table_text(cat, text, where, lineno)
         try:
             found = list(extract_python(io.BytesIO(code.encode("utf-8")), KEYWORDS, ("i18n:",),
                                         {"encoding": "utf-8"}))
@@ -222,6 +263,14 @@ def extract_messages(package: pathlib.Path = PKG, root: pathlib.Path = ROOT, lis
             if key not in cat:
                 cat.add(key, None, [], auto_comments=[UNEXTRACTED_COMMENT])
     return cat
+
+
+def _add_table_text(cat, text, where, lineno):
+    m = cat.get(text)
+    if m is None:
+        cat.add(text, None, [(where, lineno)], auto_comments=[TABLE_COMMENT])
+    else:
+        m.locations.append((where, lineno))
 
 
 def write_catalog(cat, path, omit_header=False) -> None:
