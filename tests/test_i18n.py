@@ -201,7 +201,9 @@ def test_a_changed_message_becomes_fuzzy_with_its_previous_english(tmp_path, mon
     pot = Catalog(project="labkit")
     pot.add("rank {rank} has died")
     pot.add("hello")
-    cat.update(pot, no_fuzzy_matching=False)                   # what python -m labkit.i18n update does
+    pot.add("hello there")                                     # new, close to one still in use
+    P.merge_messages(cat, pot)                                 # what python -m labkit.i18n update does
+    assert cat.get("hello there").string == "" and not cat.get("hello there").fuzzy   # no guess
     P.write_catalog(cat, tmp_path / "labkit.po")
     text = (tmp_path / "labkit.po").read_text(encoding="utf-8")
     assert '#, fuzzy, python-brace-format\n#| msgid "rank {rank} died"\nmsgid "rank {rank} has died"' in text

@@ -21,22 +21,16 @@ def update(lang: str, verbose=True) -> list:
     from labkit.i18n import po as P
     lines = []
     pot = P.extract_messages()
+    if P.MESSAGES_POT.exists():                    # the template's date moves only with its messages
+        before = P.read_catalog(P.MESSAGES_POT)
+        if {(m.context, m.id) for m in before if m.id} == {(m.context, m.id) for m in pot if m.id}:
+            pot.creation_date = before.creation_date
     P.write_catalog(pot, P.MESSAGES_POT)
     path = P.messages_po(lang)
     if path.exists():
         cat = P.read_catalog(path, lang)
         before = {m.id for m in cat if m.id}
-        cat.update(pot, no_fuzzy_matching=False, update_header_comment=False, keep_user_comments=True,
-                   update_creation_date=False)
-        # fuzzy means "the English of this translation changed": a new message matched to one
-        # that is still in use is a guess, not a change, so it comes in untranslated instead
-        live = {m.id if isinstance(m.id, str) else m.id[0] for m in pot if m.id}
-        for m in cat:
-            prev = m.previous_id[0] if m.previous_id else None
-            if m.id and m.fuzzy and prev in live:
-                m.string = ("",) * len(m.string) if isinstance(m.string, tuple) else ""
-                m.flags.discard("fuzzy")
-                m.previous_id = []
+        P.merge_messages(cat, pot)
         fuzzy = sum(1 for m in cat if m.id and m.fuzzy)
         P.write_catalog(cat, path)
         lines.append(f"{path.relative_to(P.ROOT)}: {len(pot)} messages, {len({m.id for m in cat if m.id} - before)}"

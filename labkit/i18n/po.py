@@ -265,6 +265,23 @@ def extract_messages(package: pathlib.Path = PKG, root: pathlib.Path = ROOT, lis
     return cat
 
 
+def merge_messages(cat, pot) -> None:
+    """Babel's update of a language's catalog from the template, as msgmerge --previous: a
+    message whose English changed becomes fuzzy with its previous English (``#| msgid``), a new
+    one comes in untranslated, a removed one obsolete (``#~``). Fuzzy means "the English of this
+    translation changed": a new message that Babel matched to one still in use is a guess, not a
+    change, so it comes in untranslated instead."""
+    cat.update(pot, no_fuzzy_matching=False, update_header_comment=False, keep_user_comments=True,
+               update_creation_date=False)
+    live = {m.id if isinstance(m.id, str) else m.id[0] for m in pot if m.id}
+    for m in cat:
+        prev = m.previous_id[0] if m.previous_id else None
+        if m.id and m.fuzzy and prev in live:
+            m.string = ("",) * len(m.string) if isinstance(m.string, tuple) else ""
+            m.flags.discard("fuzzy")
+            m.previous_id = []
+
+
 def _add_table_text(cat, text, where, lineno):
     m = cat.get(text)
     if m is None:
