@@ -144,8 +144,12 @@ class Importer:
             have = (en, m.string) if m is not None and m.string and not m.fuzzy else \
                 (en, gone.string) if gone is not None else None
             if self.take(where, _h(en), have, (en, text)):
-                if gone is not None:
-                    del cat.obsolete[en]
+                if gone is not None and m is None:     # its message was rewritten or removed here
+                    gone.string = text
+                    self.lines.append(f"{where}: {en!r} changed in the old store, but it is obsolete "
+                                      f"here (#~; its message was rewritten or removed): carry {text!r} "
+                                      "into the message that replaced it by hand")
+                    continue
                 if m is None:
                     cat.add(en, text)
                 else:
