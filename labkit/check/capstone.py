@@ -25,7 +25,7 @@ from labkit.check.core import NOT_IMPLEMENTED_HOW, report
 from labkit.check.guard import HANG_LIMIT_S, OutOfTime, time_limit
 from labkit.i18n import tr
 
-__all__ = ["capstone_groups", "judge_grid", "judge_rule", "RULE", "KINDS"]
+__all__ = ["capstone_groups"]
 
 NAME = "capstone_groups"
 DIMS = ("dp", "pp", "tp", "cp")
