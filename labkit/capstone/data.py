@@ -1,30 +1,32 @@
-"""The capstone's data: byte-level tokens of the Python standard library's own source files
-(every machine with Python has them, no download; the same bytes for one Python release).
+"""The capstone's text: the bytes of a standard-library source file, tokens 0..255.
 
-    tokens = corpus()                  # 1-D uint8-valued int64 tensor
-    x, y = batch(cfg, step)            # (cfg.batch, cfg.seq) inputs and next-byte targets
+Every Python has `textwrap.py`; no download. Step k's global batch is the same on every rank
+and in the one-process reference: `batch` windows of `seq + 1` bytes at offsets fixed by k.
 """
 import functools
 
 import torch
 
-FILES = ("textwrap", "heapq", "bisect", "fnmatch", "shlex", "colorsys")   # small, stable modules
+__all__ = ["text_bytes", "global_batch"]
 
 
-@functools.lru_cache(maxsize=1)
-def corpus() -> torch.Tensor:
+@functools.lru_cache(maxsize=4)
+def text_bytes(module: str = "textwrap") -> torch.Tensor:
+    """The source file of a standard-library module as a 1-D tensor of byte values (int64)."""
     import importlib
     import inspect
-    text = "".join(inspect.getsource(importlib.import_module(m)) for m in FILES)
-    return torch.tensor(list(text.encode("utf-8")), dtype=torch.int64)
+    path = inspect.getsourcefile(importlib.import_module(module))
+    with open(path, "rb") as f:
+        data = f.read()
+    return torch.tensor(list(data), dtype=torch.long)
 
 
-def batch(cfg, step: int):
-    """The global batch of optimizer step `step`: cfg.batch windows of cfg.seq + 1 bytes at
-    offsets drawn from a CPU generator seeded by (data_seed, step): every rank and the one
-    process read the same windows, whatever the layout."""
-    data = corpus()
-    g = torch.Generator().manual_seed(cfg.data_seed * 100003 + step)
-    starts = torch.randint(0, len(data) - cfg.seq - 1, (cfg.batch,), generator=g)
-    win = torch.stack([data[s:s + cfg.seq + 1] for s in starts.tolist()])
-    return win[:, :-1].contiguous(), win[:, 1:].contiguous()
+def global_batch(step: int, batch: int, seq: int, module: str = "textwrap"):
+    """(inputs, targets), each (batch, seq): step `step`'s windows, next-byte prediction.
+    Window i of step k starts at ((k * batch + i) * 7919 * seq) mod (len - seq - 1): spread over
+    the file, deterministic."""
+    data = text_bytes(module)
+    room = len(data) - seq - 1
+    starts = [((step * batch + i) * 7919 * seq) % room for i in range(batch)]
+    rows = torch.stack([data[s:s + seq + 1] for s in starts])
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
