@@ -1,63 +1,72 @@
-"""How far a capstone run's loss may be from one process's at each step, derived from fp32's
-rounding and the reduction lengths (labkit.numerics), never tuned (layer 1: pure).
+"""How far the capstone's losses may be from one process's, per step, derived (labkit.numerics),
+never tuned. Every scale is read off the one-process reference (`labkit.capstone.reference`:
+magnitudes do not depend on the CPU, only the rounding does).
 
-A layout computes the same sums in other orders: the batch split over DP and micro-batches,
-the sequence over CP (the ring's online-softmax merge adds cp + 1 terms), TP's partial sums
-added by an all-reduce, the gradient averaged over DP x CP. So:
-
-1. Gradient error (per element): `chain_bound` over the forward and backward reduction lengths
-   (`lengths`), scale = the largest |gradient| entry of the reference.
-2. Clipping by the global norm: the norm of numel squares is off by gamma_(numel + tp + pp)
-   relatively plus sqrt(numel) d / ||g|| from the gradients' own error d; the clipped gradient
-   c g (c <= 1) is then off by c (d + |g| delta_c) <= d + G delta_c.
-3. Parameters after t SGD steps: `sgd_bound` of that error (|p| below the reference's largest).
-4. The loss at step t: the forward chain's reordering (scale: the loss) plus, to first order,
-   the parameter error times the reference gradient's L1 norm (|dL| <= sum |g_i| |dp_i|).
+- Gradient: every element is a chain of reductions (labkit.tp.parity.reduction_lengths for the
+  blocks, then the head (n_embd), the cross-entropy's log-sum-exp (vocab + 1), the head's
+  transpose (vocab), and the sum over the global batch's tokens with the m micro-batches and
+  the dp replicas added in another order), summed in another order on the ranks: within
+  d = chain_bound(lengths, the largest |grad| of that tensor).
+- Norm: | ||g'|| - ||g|| | <= ||g' - g|| <= sqrt(sum over tensors of numel d^2), plus the sum of numel squares in another order
+  (fp32 on one process: reorder_bound / (2 norm)): relative `rel`.
+- Clipped gradient (coefficient c = min(1, max_norm / norm)): c (1 + rel) d + |g| c rel / (1 - rel)
+  + 2 u |g| (labkit.clipping's parity_bounds, the same argument).
+- Parameters after k SGD steps: the sum of lr times those errors, plus each step's rounding of
+  the parameter (2 u (|p| + lr |step|)), element by element (labkit.numerics.sgd_bound's terms).
+- Loss at step k: the forward's chain_bound (scale: the largest |activation| or loss) plus, to
+  first order, |grad_k|_1 times the parameters' bound after k steps (|dL| <= sum |dL/dp| |dp|).
 """
-from labkit.numerics import chain_bound, gamma, sgd_bound
+import math
+
+from labkit.numerics import chain_bound, reorder_bound, unit_roundoff
+
+__all__ = ["loss_bounds", "ratios", "gradient_lengths", "forward_lengths"]
 
 
-def lengths(cfg, layout: dict, backward: bool = True) -> list:
-    """The reductions along one step's chain. Per block forward: ln1 (d), qkv (d), the scores
-    (head_dim), the softmax (seq + the CP ring's cp + 1 merges), the weighted values (seq), proj
-    (d, + tp for TP's all-reduce), the residual (2), ln2 (d), fc (d), fc_out (4 d + tp), the
-    residual (2); then ln_f (d), the head (d), the log-sum-exp (vocab + 1) and the mean over
-    the batch's tokens with the micro-batch and DP x CP sums (batch x seq + m + dp x cp).
-    Backward: the same lengths transposed (qkv's and fc's input gradients over 3 d and 4 d +
-    tp) and every weight gradient's sum over the batch's positions, micro-batches and DP x CP."""
-    d, s, V = cfg.n_embd, cfg.seq, cfg.vocab
-    tp, cp, dp = layout.get("tp", 1), layout.get("cp", 1), layout.get("dp", 1)
-    m = cfg.microbatches if layout.get("pp", 1) > 1 else 1
-    hd = d // cfg.n_head
-    tokens = cfg.batch * s + m + dp * cp
-    block = [d, d, hd, s + cp + 1, s, d + tp, 2, d, d, 4 * d + tp, 2]
-    fwd = block * cfg.n_layer + [d, d, V + 1, tokens]
-    if not backward:
-        return fwd
-    bblock = [d, 4 * d + tp, d, d, 2, s, hd, s + cp + 1, s, 3 * d + tp, d, 2]
-    return fwd + [V, d] + bblock * cfg.n_layer + [tokens]
+def _tail(cfg, dp: int) -> list:
+    return [cfg.batch * cfg.seq + cfg.microbatches + dp + 1]
 
 
-def loss_bounds(cfg, layout: dict, ref: dict, dtype="float32") -> list:
-    """The bound on |loss(layout) - loss(one process)| at each step of `ref` (reference())."""
-    tp, pp = layout.get("tp", 1), layout.get("pp", 1)
-    G = max(ref["grad_max"])
-    d = chain_bound(lengths(cfg, layout), G, dtype)
-    if cfg.max_norm is not None:
-        n = ref["numel"]
-        delta_c = gamma(n + tp + pp, dtype) + n ** 0.5 * d / min(ref["norms"])
-        d = d + G * delta_c
-    P = max(ref["param_max"]) + cfg.lr * G
+def gradient_lengths(cfg, dp: int = 2) -> list:
+    from labkit.tp.parity import reduction_lengths
+    blocks = reduction_lengths(cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.batch, cfg.seq)[:-1]
+    return blocks + [cfg.n_embd, cfg.vocab + 1, cfg.vocab] + _tail(cfg, dp)
+
+
+def forward_lengths(cfg, dp: int = 2) -> list:
+    from labkit.tp.parity import reduction_lengths
+    forward = reduction_lengths(1, cfg.n_embd, cfg.n_head, cfg.batch, cfg.seq)[0]
+    return [2] + [forward] * cfg.n_layer + [cfg.n_embd, cfg.vocab + 1] + _tail(cfg, dp)
+
+
+def loss_bounds(cfg, ref: dict, dp: int = 2, pp: int = 2, tp: int = 2) -> list:
+    """Per step, the most a dp x pp x tp run's loss may differ from `ref`'s (fp32). pp and tp
+    change the order of sums already counted in the lengths (TP's all-reduce of t partial sums
+    is a split of the same reduction), so the bound depends on dp through the tail only.
+    Element by element: each tensor's gradient within chain_bound(lengths, its largest |grad|)
+    (labkit.numerics.one_step_over_bound's scale), the clipped step and the parameters' drift
+    per element, and the loss's first-order change sum_i |g_k,i| |dp_k,i|."""
+    import torch
+    u = unit_roundoff()
+    lengths = gradient_lengths(cfg, dp)
+    drift = [torch.zeros_like(g) for g in ref["grads"][0]]       # |p' - p| per element, bound
+    loss_scale = max(ref["activation"], max(ref["losses"]))
+    first = chain_bound(forward_lengths(cfg, dp), loss_scale)
     out = []
-    for t, loss in enumerate(ref["losses"]):
-        fwd = chain_bound(lengths(cfg, layout, backward=False), abs(loss), dtype)
-        dp_err = sgd_bound(d, cfg.lr, t, param_scale=P, dtype=dtype) if t else 0.0
-        out.append(fwd + ref["grad_l1"][t] * dp_err)
+    for k, (grads, params, norm) in enumerate(zip(ref["grads"], ref["params"], ref["norms"])):
+        out.append(first + sum(float((g.abs() * e).sum()) for g, e in zip(grads, drift)))
+        d = [chain_bound(lengths, float(g.abs().max())) for g in grads]
+        numel = sum(g.numel() for g in grads)
+        err = math.sqrt(sum(g.numel() * x * x for g, x in zip(grads, d)))
+        rel = (err + reorder_bound(numel, norm ** 2) / (2 * norm)) / norm
+        c = min(1.0, cfg.max_norm / norm)
+        for e, g, x, p in zip(drift, grads, d, params):
+            a = g.abs()
+            step = c * rel / (1 - rel) * a + c * (1 + rel) * x + 2 * u * a
+            e += cfg.lr * step + 2 * u * (p + cfg.lr * c * a)
     return out
 
 
-def worst_ratio(got: list, want: list, bounds: list) -> float:
-    """max over steps of |got - want| / bound (<= 1: equal to one process)."""
-    if len(got) != len(want):
-        raise ValueError(f"{len(got)} losses against {len(want)} reference losses")
-    return max(abs(g - w) / b for g, w, b in zip(got, want, bounds))
+def ratios(observed: list, bounds: list) -> list:
+    """|observed difference| / bound per step (<= 1 passes)."""
+    return [o / b for o, b in zip(observed, bounds)]

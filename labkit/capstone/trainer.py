@@ -136,7 +136,8 @@ def train(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2, steps: 
 
 def reference(cfg: Config = Config(), steps: int = 3) -> dict:
     """The same steps on one process, the whole batch: {"losses", "norms" (before clipping),
-    "grad_l1" (|grad|_1 per step), and the scales the bounds need, read off this run:
+    "grad_l1" (|grad|_1 per step), "grads" (each step's gradients, before clipping), "params"
+    (each step's |parameters| before its update), and the scales the bounds need, read off this run:
     "activation" (largest |output| of any module), "gradient" (largest |grad|), "param"}."""
     model = build(cfg)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -146,7 +147,7 @@ def reference(cfg: Config = Config(), steps: int = 3) -> dict:
         if torch.is_tensor(out):
             biggest[0] = max(biggest[0], float(out.detach().abs().max()))
     handles = [mod.register_forward_hook(hook) for mod in model.modules()]
-    losses, norms, l1, gmax, pmax = [], [], [], 0.0, 0.0
+    losses, norms, l1, gmax, pmax, grads, pabs = [], [], [], 0.0, 0.0, [], []
     for step in range(steps):
         x, y = global_batch(step, cfg.batch, cfg.seq)
         model.zero_grad(set_to_none=True)
@@ -154,13 +155,16 @@ def reference(cfg: Config = Config(), steps: int = 3) -> dict:
         loss.backward()
         l1.append(sum(float(p.grad.abs().sum()) for p in params))
         gmax = max(gmax, max(float(p.grad.abs().max()) for p in params))
+        grads.append([p.grad.detach().clone() for p in params])
+        pabs.append([p.detach().abs() for p in params])
         norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.max_norm)))
         with torch.no_grad():
             for p in params:
                 p -= cfg.lr * p.grad
         pmax = max(pmax, max(float(p.detach().abs().max()) for p in params))
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     for h in handles:
         h.remove()
     return {"losses": losses, "norms": norms, "grad_l1": l1, "activation": biggest[0],
-            "gradient": gmax, "param": pmax, "numel": sum(p.numel() for p in params)}
+            "gradient": gmax, "param": pmax, "numel": sum(p.numel() for p in params),
+            "grads": grads, "params": pabs}
