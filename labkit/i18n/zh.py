@@ -181,6 +181,7 @@ PARTS = (
     "zh_m1213",      # notebooks 12 (context parallelism) and 13 (expert parallelism)
     "zh_machine",    # the learner's machine (labkit/machine.py) and notebook 09's bf16 speed verdict
     "zh_runtime",    # the runtime's hangs, leaks and argument checks (issue 39)
+    "zh_m14",        # notebook 14: the capstone's grid and gradient-reduction checker
 )
 
 
