@@ -79,7 +79,11 @@ class Recorder:
         try:
             yield
         finally:
-            self.spans.append((name, t0, self.clock.now(), tags))
+            self.add_span(name, t0, self.clock.now(), tags)
+
+    def add_span(self, name: str, t0, t1, tags: dict) -> None:
+        """Where every span lands (a technique's recorder may keep them in its own form)."""
+        self.spans.append((name, t0, t1, tags))
 
     def count(self, key: str, nbytes: int) -> None:
         self.bytes[key] = self.bytes.get(key, 0) + nbytes
@@ -118,6 +122,18 @@ def active():
 def span(name: str, **tags):
     """A span of the active recorder; with none active, one shared empty context."""
     return _active[-1].span(name, **tags) if _active else _NOTHING
+
+
+def stamp():
+    """Now on the active recorder's clock, or None with none on."""
+    return _active[-1].clock.now() if _active else None
+
+
+def add(name: str, start, end=None, **tags) -> None:
+    """A span from `start` (a stamp() taken earlier; None: nothing) to `end` (default now)."""
+    if _active and start is not None:
+        rec = _active[-1]
+        rec.add_span(name, start, rec.clock.now() if end is None else end, tags)
 
 
 def count(key: str, nbytes: int) -> None:
