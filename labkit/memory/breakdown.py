@@ -4,7 +4,7 @@ A formula (`model_states`) and a measurement (`measure`, `peak`) both return a B
 the notebook can put them side by side and subtract them. Bytes are exact integers when
 measured and may be fractional when a formula divides by the world size.
 """
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 GB = 1e9            # bytes; the notes and the ZeRO paper count in decimal GB (70B x 2 B = 140 GB)
 GiB = 2 ** 30       # bytes; what nvidia-smi and DeepSpeed's estimator print
@@ -109,10 +109,6 @@ class Breakdown:
 def category_help() -> dict:
     """What each category holds, in words (for legends and tables)."""
     return dict(_WHAT)
-
-
-def field_names() -> tuple:
-    return tuple(f.name for f in fields(Breakdown))
 
 
 def fmt_bytes(n: float) -> str:
