@@ -125,6 +125,19 @@ def test_code_entries_may_change_only_comments(code):
     assert [(p.cell, p.kind) for p in found] == [("c1", "code differs")]
 
 
+def test_marked_lines_may_translate_their_string_literals_only():
+    en = "%%ranks\nprint(f'rank {r}: {n:,} B')\nverdict(ok, 'held')"
+    assert code_difference(en, "%%ranks\nprint(f'rank {r}：{n:,} 字节')  # 译文\nverdict(ok, 'held')") is None
+    assert code_difference(en, "%%ranks\nprint(f'{n:,} 字节，rank {r}')  # 译文\nverdict(ok, '守住')  # 译文") is None
+    for zh in ["%%ranks\nprint(f'rank {r}：{n:,} 字节')\nverdict(ok, 'held')",       # not marked
+               "%%ranks\nprint(f'rank {r}：字节')  # 译文\nverdict(ok, 'held')",       # a field lost
+               "%%ranks\nprint(f'rank {r}：{n} 字节')  # 译文\nverdict(ok, 'held')",   # a field changed
+               "%%ranks\nprint('rank {r}：{n:,} 字节')  # 译文\nverdict(ok, 'held')",  # no longer an f-string
+               "%%ranks\nprint(f'rank {r}：{n:,} 字节')  # 译文\nverdict(ok, 'held')\nx",  # code added
+               "%%ranks\nprint(f'rank {r}：{n:,} 字节')\nverdict(ok, '守住')  # 译文x"]:  # another comment
+        assert code_difference(en, zh), zh
+
+
 def test_missing_markdown_and_unknown_cells_are_named():
     nb = _nb(("md", MD), ("code", CODE), ("md", "## Second\n"))
     text = _file() + "\n" + render([("zz", "0" * 12, "没有")], "zh")
