@@ -214,3 +214,14 @@ def test_a_message_in_two_parts_of_the_catalog_says_the_same_thing():
                 clash.append(f"{k!r}: {seen[k][0]} says {seen[k][1]!r}, {part} says {v!r}")
             seen.setdefault(k, (part, v))
     assert not clash, "one English message, two Chinese texts:\n" + "\n".join(clash)
+
+
+def test_verdict_text_goes_through_the_catalog_but_its_program_word_does_not(capsys, monkeypatch):
+    from labkit.verdict import verdict
+    monkeypatch.setenv("LABKIT_LANG", "en")
+    verdict(True, "all_reduce (sum)")
+    verdict(False, "rank {r} of {n}")                   # braces of an unformatted text stay
+    assert capsys.readouterr().out == "ok: all_reduce (sum)\nMISS: rank {r} of {n}\n"
+    monkeypatch.setenv("LABKIT_LANG", "zh")
+    verdict(False, "all_reduce (sum)")
+    assert capsys.readouterr().out == f"MISS: {zh.MESSAGES['all_reduce (sum)']}\n"
