@@ -110,7 +110,7 @@ def test_tricks_table_and_sentence_in_chinese(zh):
     c = Config(precision="mixed", checkpointing="full")
     assert c.describe() == "mixed precision (bf16 + fp32 masters) + full checkpointing"   # code cells' prints
     assert c.describe(local=True) == "混合精度（bf16 + FP32 主权重） + 完整梯度检查点"
-    assert _place(["A", "C", "M", "8"], "M", 4.88) == "第 3 / 4，step 耗时 4.88 倍"
+    assert _place(["A", "C", "M", "8"], "M", 4.88) == "4 项中第 3，step 耗时 4.88 倍"
 
 
 def test_tricks_conclusion_in_chinese(zh):
