@@ -60,4 +60,7 @@ MESSAGES = {
     "ZeRO savings per rank, {precision} Adam (ZeRO-3's is exactly N)":
         "ZeRO 每个 rank 省下的显存，{precision} Adam（ZeRO-3 恰好是 N）",
     "ms since the step started (rank 0)": "从这一步开始起的毫秒数（rank 0）",
+    # the log-scale memory plot's legend (labkit/memory/plots.py, _plot_groups_log)
+    "gradients": "梯度",
+    "optimizer state": "优化器状态",
 }
