@@ -125,6 +125,19 @@ def test_code_entries_may_change_only_comments(code):
     assert [(p.cell, p.kind) for p in found] == [("c1", "code differs")]
 
 
+def test_marked_lines_may_translate_their_string_literals_only():
+    en = "%%ranks\nprint(f'rank {r}: {n:,} B')\nverdict(ok, 'held')"
+    assert code_difference(en, "%%ranks\nprint(f'rank {r}：{n:,} 字节')  # 译文\nverdict(ok, 'held')") is None
+    assert code_difference(en, "%%ranks\nprint(f'{n:,} 字节，rank {r}')  # 译文\nverdict(ok, '守住')  # 译文") is None
+    for zh in ["%%ranks\nprint(f'rank {r}：{n:,} 字节')\nverdict(ok, 'held')",       # not marked
+               "%%ranks\nprint(f'rank {r}：字节')  # 译文\nverdict(ok, 'held')",       # a field lost
+               "%%ranks\nprint(f'rank {r}：{n} 字节')  # 译文\nverdict(ok, 'held')",   # a field changed
+               "%%ranks\nprint('rank {r}：{n:,} 字节')  # 译文\nverdict(ok, 'held')",  # no longer an f-string
+               "%%ranks\nprint(f'rank {r}：{n:,} 字节')  # 译文\nverdict(ok, 'held')\nx",  # code added
+               "%%ranks\nprint(f'rank {r}：{n:,} 字节')\nverdict(ok, '守住')  # 译文x"]:  # another comment
+        assert code_difference(en, zh), zh
+
+
 def test_missing_markdown_and_unknown_cells_are_named():
     nb = _nb(("md", MD), ("code", CODE), ("md", "## Second\n"))
     text = _file() + "\n" + render([("zz", "0" * 12, "没有")], "zh")
@@ -201,3 +214,14 @@ def test_a_message_in_two_parts_of_the_catalog_says_the_same_thing():
                 clash.append(f"{k!r}: {seen[k][0]} says {seen[k][1]!r}, {part} says {v!r}")
             seen.setdefault(k, (part, v))
     assert not clash, "one English message, two Chinese texts:\n" + "\n".join(clash)
+
+
+def test_verdict_text_goes_through_the_catalog_but_its_program_word_does_not(capsys, monkeypatch):
+    from labkit.verdict import verdict
+    monkeypatch.setenv("LABKIT_LANG", "en")
+    verdict(True, "all_reduce (sum)")
+    verdict(False, "rank {r} of {n}")                   # braces of an unformatted text stay
+    assert capsys.readouterr().out == "ok: all_reduce (sum)\nMISS: rank {r} of {n}\n"
+    monkeypatch.setenv("LABKIT_LANG", "zh")
+    verdict(False, "all_reduce (sum)")
+    assert capsys.readouterr().out == f"MISS: {zh.MESSAGES['all_reduce (sum)']}\n"

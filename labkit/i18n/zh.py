@@ -99,7 +99,7 @@ MESSAGES = {
     "closed its connection but is still running": "关闭了连接，但进程还在运行",
     "died: {how}": "死掉了：{how}",
     "killed by {signal}": "被 {signal} 杀死",
-    "killed (SIGKILL: out of memory, or killed from outside)": "被杀死（SIGKILL：内存不足，或被外部杀掉）",
+    "killed (SIGKILL: out of memory, or killed from outside)": "被杀掉（SIGKILL：内存不足，或被外部进程杀掉）",
     "crashed with a segmentation fault (SIGSEGV)": "因段错误崩溃（SIGSEGV）",
     "aborted (SIGABRT: a C++ assertion or abort())": "中止（SIGABRT：C++ 断言失败或 abort()）",
     "crashed with a bus error (SIGBUS)": "因总线错误崩溃（SIGBUS）",

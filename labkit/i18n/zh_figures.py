@@ -28,7 +28,7 @@ MESSAGES = {
     "bytes sent by a rank / S": "一个 rank 发送的字节 / S",
     "bytes per rank in one all-reduce of S bytes": "一次 S 字节 all-reduce 中每个 rank 的通信量",
     "traffic per rank in one all-reduce of S bytes (kernel TCP counters)":
-        "一次 S 字节 all-reduce 中每个 rank 的通信量（内核 TCP 计数器）",
+        "一次 S 字节 all-reduce 中每个 rank 的通信量（操作系统内核 TCP 计数器）",
 
     # -- notebook 03: DDP's step timeline (labkit/ddp/timeline.py) -----------------------------
     "{label}: {n} buckets, step {step:.0f} ms, overlap {mean:.0%} (mean over ranks)":
@@ -60,4 +60,7 @@ MESSAGES = {
     "ZeRO savings per rank, {precision} Adam (ZeRO-3's is exactly N)":
         "ZeRO 每个 rank 省下的显存，{precision} Adam（ZeRO-3 恰好是 N）",
     "ms since the step started (rank 0)": "从这一步开始起的毫秒数（rank 0）",
+    # the log-scale memory plot's legend (labkit/memory/plots.py, _plot_groups_log)
+    "gradients": "梯度",
+    "optimizer state": "优化器状态",
 }

@@ -88,12 +88,12 @@ MESSAGES = {
     "grads": "梯度",
     "master": "FP32 主权重",
     "moments": "优化器动量",
-    "gathered": "gather 来的参数",
+    "gathered": "all-gather 后的完整参数",
     "activations": "激活值",
 
     # -- notebooks 05a/05b: column headers of the tables (labkit.tables.Table translates them) ---
     "units": "单元数",
-    "gathered peak": "gather 峰值",
+    "gathered peak": "完整参数峰值",
     "/ whole model in bf16": "/ 整个模型（bf16）",
     "flat params on rank 0": "rank 0 上的 flat 参数",
     "max |params - one fp32 process|": "max |参数 - 单进程 fp32|",

@@ -21,7 +21,7 @@ MESSAGES = {
     "p={p}, m={m}: it runs, but its simulated bubble is {got:.1%}, "
     "1F1B's is (p-1)/(m+p-1) = {want:.1%}: some stage waits longer than it must":
         "p={p}, m={m}：能跑通，但模拟出的气泡比例是 {got:.1%}，而 1F1B 的是 (p-1)/(m+p-1) = {want:.1%}："
-        "有的 stage 等待的时间超过了必要",
+        "有的 stage 等待的时间超过了必要的时间",
     "p={p}, m={m}: {problem}": "p={p}, m={m}：{problem}",
     "valid with 1F1B's bubble and memory on {n} shapes":
         "在 {n} 种形状上都有效，气泡和显存都与 1F1B 一致",
@@ -110,7 +110,7 @@ MESSAGES = {
     "idle, formula": "空闲时间，公式",
     "bubble (idle / total)": "气泡（空闲 / 总时间）",
     "bubble in own span": "自身跨度内的气泡",
-    "rank 0 holds, counted": "rank 0 保留量，数出来的",
+    "rank 0 holds, counted": "rank 0 保留量（按调度计数）",
     "rank 0 holds, formula": "rank 0 保留量，公式",
     "weights per rank": "每个 rank 的权重",
     "p={p} ranks, m={m} micro-batches; per rank's layers F={f:g}, I={i:g}, "

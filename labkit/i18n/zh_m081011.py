@@ -56,7 +56,7 @@ MESSAGES = {
     # -- notebook 08: the planner (labkit/plan/planner.py, dims.py, traffic.py) ----------------
     "{layout} ({sharding}), checkpointing {ck}, micro-batch {mb}: {gb:.1f} GB/GPU, step {s:.2f} s, "
     "MFU {mfu:.0%}":
-        "{layout}（{sharding}），激活重计算 {ck}，micro-batch {mb}：每卡 {gb:.1f} GB，"
+        "{layout}（{sharding}），梯度检查点 {ck}，micro-batch {mb}：每卡 {gb:.1f} GB，"
         "每 step {s:.2f} s，MFU {mfu:.0%}",
     "hybrid sharding (ZeRO-3 in the node, replicas across nodes)": "混合分片（节点内 ZeRO-3，节点间保留副本）",
     "none": "无",
@@ -78,7 +78,7 @@ MESSAGES = {
     "8-bit optimizer": "8-bit 优化器",
     "2. data parallel": "2. 数据并行",
     "2. DP / ZeRO / FSDP": "2. DP / ZeRO / FSDP",
-    "3. checkpointing": "3. 激活重计算",
+    "3. checkpointing": "3. 梯度检查点",
     "4. TP inside the node": "4. 节点内 TP",
     "5. PP across nodes": "5. 跨节点 PP",
     "6. hybrid sharding": "6. 混合分片",
@@ -166,7 +166,7 @@ MESSAGES = {
         "<p>在这套硬件上<b>什么都装不下</b>：请加卡或加显存。</p>",
     "layout": "布局",
     "sharding": "分片",
-    "checkpointing": "激活重计算",
+    "checkpointing": "梯度检查点",
     "micro-batch x count": "micro-batch x 个数",
     "memory / GPU": "每卡显存",
     "{gb:.1f} GB (state {state:.1f}, activations {act:.1f}, gathered {gathered:.1f}) of {cap:g}":
@@ -203,7 +203,7 @@ MESSAGES = {
     "peak {peak:.1f} MiB of {budget:.1f} MiB = {frac:.0%} (near the limit above {near:.0%}: "
     "checkpointing, smaller micro-batch)":
         "峰值 {peak:.1f} MiB / {budget:.1f} MiB = {frac:.0%}（超过 {near:.0%} 就接近上限："
-        "激活重计算、更小的 micro-batch）",
+        "梯度检查点、更小的 micro-batch）",
     "data loader keeps up": "数据加载跟得上",
     "waiting for the next batch {data:.0%} of the step (starved above {line:.0%}: the workers are "
     "saturated, add workers or prefetch)":
@@ -251,7 +251,7 @@ MESSAGES = {
         "ZeRO-2/3 和 FSDP 每个 micro-batch 都要 reduce-scatter",
     "03 DDP (equal gradients, no_sync); 09 memory tricks (memory against step time)":
         "03 DDP（梯度相等、no_sync）；09 显存优化（显存与 step 时间的取舍）",
-    "activation checkpointing": "激活重计算",
+    "activation checkpointing": "梯度检查点",
     "trade compute for activation memory": "用计算换激活值显存",
     "about one extra forward per step for activations cut to layer inputs":
         "每 step 大约多一次前向，换来激活值只保留每层的输入",
@@ -479,7 +479,7 @@ MESSAGES = {
     "every ZeRO stage, same setting: {b:g}B params, {precision} {optimizer}, N={n},\nseq {seq} x "
     "batch {mb}, checkpointing {ck}":
         "同一设置下的各 ZeRO 级别：{b:g}B 参数，{precision} {optimizer}，N={n}，\n序列 {seq} x "
-        "batch {mb}，激活重计算 {ck}",
+        "batch {mb}，梯度检查点 {ck}",
     "bytes": "字节",
     "bytes ({unit})": "字节（{unit}）",
     # the categories of a Breakdown as labkit.memory.accounting.table heads its columns (params,

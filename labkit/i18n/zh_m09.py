@@ -105,7 +105,7 @@ MESSAGES = {
     "not measured here": "这里没有测量",
     "(not in the list)": "（不在清单中）",
     "the notes' priority list against the measurements": "讲义的优先级清单与实测对照",
-    "{k} of {n}": "第 {k} / {n}",
+    "{k} of {n}": "{n} 项中第 {k}",
     ", step {ratio:.2f}x": "，step 耗时 {ratio:.2f} 倍",
     "these gradients are fp16: dividing them by the scale in fp16 would "
     "underflow the small ones to zero again. Keep fp32 masters (labkit.zero."

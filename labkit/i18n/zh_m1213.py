@@ -41,7 +41,7 @@ MESSAGES = {
     "return a pair (o, lse); got {kind}": "应返回一对 (o, lse)；得到的是 {kind}",
     "two halves of one softmax": "同一个 softmax 的两半",
     "a block some queries cannot see (lse = -inf, o = 0)": "有些 query 完全看不到的块（lse = -inf，o = 0）",
-    "scores near 120 (exp overflows fp32)": "得分接近 120（exp 会让 fp32 溢出）",
+    "scores near 120 (exp overflows fp32)": "分数接近 120（exp 会让 fp32 溢出）",
     "return tensors (o, lse); got {o}, {lse}": "应返回张量 (o, lse)；得到的是 {o}、{lse}",
     "on {label}: o is {o} and lse {lse}; want {o_want} and {lse_want} (weights need "
     "[..., None] to scale the rows of o)":
@@ -49,7 +49,7 @@ MESSAGES = {
     "on {label}: inf or nan in the result: exp(lse_a) overflows when the "
     "scores are large; subtract the larger log-sum-exp first "
     "(exp(lse_a - lse) with lse = torch.logaddexp(lse_a, lse_b))":
-        "在“{label}”上：结果里有 inf 或 nan：得分很大时 exp(lse_a) 会溢出；先减去较大的 log-sum-exp"
+        "在“{label}”上：结果里有 inf 或 nan：分数很大时 exp(lse_a) 会溢出；先减去较大的 log-sum-exp"
         "（用 exp(lse_a - lse)，其中 lse = torch.logaddexp(lse_a, lse_b)）",
     "on {label}: inf or nan in the result: a row that sees no key of a block has "
     "lse = -inf; exp(lse_b - lse) = 0 handles it, (-inf) - (-inf) does not":
@@ -87,7 +87,7 @@ MESSAGES = {
     "{name}{causal}: K/V block held per step": "{name}{causal}：每一步持有的 K/V 块",
     "{layout}: measured": "{layout}：实测",
     "formula (labkit.cp.layout)": "公式（labkit.cp.layout）",
-    "score entries computed per rank": "每个 rank 计算的注意力得分个数",
+    "score entries computed per rank": "每个 rank 计算的注意力分数个数",
     "causal attention: work per rank": "因果注意力：每个 rank 的计算量",
     "milliseconds": "毫秒",
     "forward: attention on a block": "前向：在一个块上做注意力",
@@ -245,7 +245,7 @@ MESSAGES = {
     'log-sum-exps more than 88 apart (exp of their difference overflows fp32)':
         '相差超过 88 的两个 log-sum-exp（对它们的差取 exp 会让 fp32 溢出）',
     'scores near 750 (exp overflows float64 too)':
-        '得分接近 750（exp 连 float64 也会溢出）',
+        '分数接近 750（exp 连 float64 也会溢出）',
     'a block some queries cannot see, as block a':
         '一个有些 query 看不到的块，放在 a 的位置',
     'a query that sees no key of either block (lse_a = lse_b = -inf)':

@@ -96,4 +96,7 @@ MESSAGES = {
         "listen= 的格式是 'HOST:PORT'（例如 '0.0.0.0:29500'），收到的是 {value!r}",
     "tls must be True or False, got {value!r}": "tls 必须是 True 或 False，收到的是 {value!r}",
     "{name} must be a string or None, got {value!r}": "{name} 必须是字符串或 None，收到的是 {value!r}",
+    # -- where a rank is (stacks.py) --------------------------------------------------------------
+    "in {name}() (most recent call last):": "{name}() 里（最近的调用在最后）：",
+    "idle (waiting for work)": "空闲（等待任务）",
 }
