@@ -24,8 +24,12 @@ _FAILING = re.compile(rf"^{_RANK}(?:[\w.]+: {FAIL}(?: \(|$)|{re.escape(MISS)} )"
 
 def verdict(ok: bool, text: str) -> bool:
     """Print one line, ``ok: text`` or ``MISS: text``, and return ok. For a measurement set
-    against the formula it tests: say both numbers and the tolerance in `text`."""
-    print(f"{OK if ok else MISS} {text}")
+    against the formula it tests: say both numbers and the tolerance in `text`. `text` is
+    looked up in the learner's catalog as it is (a notebook's f-string is translated in the
+    notebook's translation instead, on a line marked ``# 译文``); ``ok:``/``MISS:`` never are."""
+    from labkit.i18n.messages import catalog
+    from labkit.i18n.lang import lang
+    print(f"{OK if ok else MISS} {catalog(lang()).get(text, text)}")
     return bool(ok)
 
 

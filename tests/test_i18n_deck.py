@@ -6,7 +6,7 @@ marks each cell `id="cell-id=<id>"`), against the English deck:
   translation entry are in the rendered text, and no English phrase of four words or more of
   the English cell is left (a cell the translation missed shows its English);
 - every code cell is there with the English deck's code (comments may be translated:
-  `labkit.i18n.cells.code_tokens` of the shown code equals the English cell's);
+  `labkit.i18n.cells.same_code`: the shown code is the English cell's);
 - the page is marked `<html lang="zh-Hans">`, so a browser picks a Simplified Chinese font.
 The decks are built into build/slides-zh (tests/deck_build.chinese; a deck unchanged since
 its last build is reused, and the browser test opens deck 00 from there). The English deck 00
@@ -20,7 +20,7 @@ import re
 import nbformat
 import pytest
 
-from labkit.i18n.cells import code_tokens, first_line
+from labkit.i18n.cells import first_line, same_code
 from labkit.i18n.notebooks import read_entries
 from labkit.slides.build import slide_type
 
@@ -94,7 +94,7 @@ def deck_problems(deck: pathlib.Path, page: str) -> list:
         if shown is None:
             out.append(f"{where}: not in the page")
         elif cell.cell_type == "code":
-            if code_tokens(shown["text"]) != code_tokens(cell.source):
+            if not same_code(cell.source, shown["text"]):
                 out.append(f"{where}: its code differs from the English deck's ('{first_line(shown['text'])}')")
         else:
             entry, text = entries.get(cell.id), " ".join(shown["text"].split())

@@ -110,7 +110,7 @@ def test_tricks_table_and_sentence_in_chinese(zh):
     c = Config(precision="mixed", checkpointing="full")
     assert c.describe() == "mixed precision (bf16 + fp32 masters) + full checkpointing"   # code cells' prints
     assert c.describe(local=True) == "混合精度（bf16 + FP32 主权重） + 完整梯度检查点"
-    assert _place(["A", "C", "M", "8"], "M", 4.88) == "第 3 / 4，step 耗时 4.88 倍"
+    assert _place(["A", "C", "M", "8"], "M", 4.88) == "4 项中第 3，step 耗时 4.88 倍"
 
 
 def test_tricks_conclusion_in_chinese(zh):
@@ -135,8 +135,8 @@ def test_merge_diagnoses_in_chinese(zh, capsys):
     expect = {
         "no rescale": "online_softmax_merge: FAIL (在“同一个 softmax 的两半”上：o_a + o_b：每个部分输出都是按它自己那个块的和归一化的",
         "lse = max": "online_softmax_merge: FAIL (o 是对的，但 lse = max(lse_a, lse_b) 漏掉了较小那个块的和",
-        "max not subtracted": "online_softmax_merge: FAIL (在“得分接近 120（exp 会让 fp32 溢出）”上：把两个 log-sum-exp 一起平移到 0 附近就对了",
-        "naive wrapped in nan_to_num": "online_softmax_merge: FAIL (在“得分接近 120（exp 会让 fp32 溢出）”上：把两个 log-sum-exp 一起平移到 0 附近就对了",
+        "max not subtracted": "online_softmax_merge: FAIL (在“分数接近 120（exp 会让 fp32 溢出）”上：把两个 log-sum-exp 一起平移到 0 附近就对了",
+        "naive wrapped in nan_to_num": "online_softmax_merge: FAIL (在“分数接近 120（exp 会让 fp32 溢出）”上：把两个 log-sum-exp 一起平移到 0 附近就对了",
         "textbook logaddexp: nan when both blocks are masked":
             "online_softmax_merge: FAIL (在“一个两个块里都看不到任何 key 的 query（lse_a = lse_b = -inf）”上：结果里有 inf 或 nan：这样的行 lse 也是 -inf",
         "first block only": "online_softmax_merge: FAIL (在“同一个 softmax 的两半”上：o 与在两个块上一起做 softmax 的结果最多相差 ",

@@ -36,7 +36,7 @@ def test_layout_and_plan_print_in_chinese(zh_lang):
     assert "  pp：16 组，每组 2 个，例如 [0, 8]（跨节点）" in str(lay)
     p = str(plan(MODELS["70B"], Hardware(nodes=4)))
     assert "  1. 单卡装得下吗？: 模型状态 1104 GB（每参数 16 B，混合精度 Adam）" in p
-    assert "  => TP 4 x PP 2 x DP 4（ZeRO-2），激活重计算 选择性，micro-batch 1：每卡 70.4 GB" in p
+    assert "  => TP 4 x PP 2 x DP 4（ZeRO-2），梯度检查点 选择性，micro-batch 1：每卡 70.4 GB" in p
     assert "流水线气泡 0.4%" in p
     tr = step_traffic(Layout(dp=4, pp=1, tp=8, gpus_per_node=8), n_params=7e10, layers=80,
                       hidden=8192, seq=4096, micro_batches=64, zero_stage=1)
@@ -51,8 +51,8 @@ def test_planner_form_labels_in_chinese(zh_lang):
     assert "<th>分支</th><th>理由</th>" in page and ">每卡显存<" in page
     assert "70.4 GB（模型状态 47.4，激活值 23.0，收集来的层 0.0），共 80" in page
     # the checkpointing mode the plan chose, shown in Chinese (the Candidate keeps "selective")
-    assert "<td style='text-align:left'>激活重计算</td><td style='text-align:left'>选择性</td>" in page
-    assert "<td style='text-align:left'>3. 激活重计算</td><td style='text-align:left'>选择性：" in page
+    assert "<td style='text-align:left'>梯度检查点</td><td style='text-align:left'>选择性</td>" in page
+    assert "<td style='text-align:left'>3. 梯度检查点</td><td style='text-align:left'>选择性：" in page
     assert not [w for w in ("branch", "reason", "memory / GPU", "activations") if f">{w}<" in page]
 
 

@@ -6,14 +6,18 @@ buffer), `on_group` whether it was posted on the group rather than the whole wor
 The schedule compared with is `labkit.comm.formulas.ring_schedule`, the one every ring in
 labkit follows.
 """
+import re
+
 from labkit.comm.formulas import chunk_bounds, ring_schedule
 from labkit.i18n import tr
 
 
 def stuck_in(where: str) -> str:
     """'in recv()' from a stuck rank's stack: its first line, without the traceback's
-    "(most recent call last):"."""
-    return where.splitlines()[0].replace(" (most recent call last):", "").rstrip(":") if where else ""
+    "(most recent call last):" (or its translation, in brackets before the colon)."""
+    if not where:
+        return ""
+    return re.sub(r"\s*[(（][^()（）]*[)）]\s*[:：]\s*$", "", where.splitlines()[0]).rstrip(":：")
 
 
 def _sends(log):

@@ -76,12 +76,6 @@ def pair_kind(q_range: tuple, k_range: tuple, causal: bool) -> str:
     return "diagonal"
 
 
-def causal_pairs(q_range: tuple, k_range: tuple) -> int:
-    """How many (query, key) pairs with key <= query lie in the two position ranges."""
-    (q0, q1), (k0, k1) = q_range, k_range
-    return sum(max(0, min(p + 1, k1) - k0) for p in range(q0, q1))
-
-
 def scores_computed(seq_len: int, n: int, rank: int, layout: str = "contiguous",
                     causal: bool = True) -> int:
     """Score entries (query, key) rank `rank` computes over a whole ring pass, block by block:

@@ -7,7 +7,7 @@ the cell while the step runs (the style of labkit.ddp.timeline and labkit.pipeli
 
 A transfer is posted before the block's attention and waited for after it: the part of the
 transfer the wait still sees is exposed, the rest was hidden behind the computation. Ranks emit
-their records with labkit.emit at the end of each ring step (labkit.cp.ring.flush).
+their records with labkit.emit after forward and after backward (labkit.cp.ring.flush).
 """
 from labkit.livefig import LiveFigure
 

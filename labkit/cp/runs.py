@@ -8,6 +8,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from labkit import trace
 from labkit.cp import blocks as B
 from labkit.cp import ring
 from labkit.cp.api import attention
@@ -19,7 +20,7 @@ def traced_step(seq=512, causal=True, method="ring", layout="zigzag", batch=1, h
                 kv_heads=None, head_dim=16, group=None, live=False) -> dict:
     """One forward and backward; this rank's compute, transfer and wait intervals on the
     machine's wall clock (seconds), measured after a warm-up step and a barrier. live=True also
-    sends them to the notebook as each ring step ends (labkit.cp.overlap.LiveTimeline draws them)."""
+    sends them to the notebook after forward and after backward (labkit.cp.overlap.LiveTimeline draws them)."""
     q, k, v = qkv(batch, heads, kv_heads, seq, head_dim)
     parts = [shard_sequence(t, 2, group=group, layout=layout).requires_grad_() for t in (q, k, v)]
     attention(*parts, group=group, causal=causal, method=method, layout=layout).sum().backward()  # warm
@@ -29,8 +30,11 @@ def traced_step(seq=512, causal=True, method="ring", layout="zigzag", batch=1, h
     wall0, perf0 = time.time(), time.perf_counter()
     ring.LIVE = live
     try:
-        out = attention(*parts, group=group, causal=causal, method=method, layout=layout)
-        out.sum().backward()
+        with trace.recording(ring.RECORDER):
+            out = attention(*parts, group=group, causal=causal, method=method, layout=layout)
+            ring.flush()                      # between forward and backward, outside autograd
+            out.sum().backward()
+        ring.flush()
     finally:
         ring.LIVE = False
     shift = wall0 - perf0

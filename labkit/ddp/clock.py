@@ -17,48 +17,7 @@ What a stamp measures depends on where the work runs:
   finished on the GPU. `resolve` (after a synchronize) places every event on the host's
   perf_counter axis through one origin event recorded at construction; across GPUs that
   alignment is good to the origin's launch delay (microseconds), not to the nanosecond.
-  This path needs a GPU and is not exercised by the CPU tests.
+  This path needs a GPU and is not exercised by the CPU tests. The clocks live in
+labkit/trace.py (the one measuring seam); they are importable here as before.
 """
-import time
-
-
-class HostClock:
-    """Stamps are perf_counter seconds (see the module docstring for what they measure)."""
-
-    def now(self):
-        return time.perf_counter()
-
-    def resolve(self, stamp) -> float:
-        return stamp
-
-
-class CudaClock:
-    """Stamps are CUDA events on the current stream; `resolve` turns one into seconds on the
-    host's perf_counter axis (call it after the step, it synchronizes once)."""
-
-    def __init__(self):
-        import torch
-        self._torch = torch
-        torch.cuda.synchronize()
-        self._origin = torch.cuda.Event(enable_timing=True)
-        self._origin.record()
-        torch.cuda.synchronize()
-        self._origin_host = time.perf_counter()
-        self._synced = False
-
-    def now(self):
-        ev = self._torch.cuda.Event(enable_timing=True)
-        ev.record()                                   # on the current stream
-        self._synced = False
-        return ev
-
-    def resolve(self, stamp) -> float:
-        if not self._synced:
-            self._torch.cuda.synchronize()
-            self._synced = True
-        return self._origin_host + self._origin.elapsed_time(stamp) / 1e3
-
-
-def clock_for(device) -> object:
-    """The clock that measures the GPU for a CUDA device, the CPU otherwise."""
-    return CudaClock() if getattr(device, "type", str(device)) == "cuda" else HostClock()
+from labkit.trace import CudaClock, HostClock, clock_for  # noqa: F401

@@ -7,7 +7,7 @@
 - `apply`: `shard(model, wrap=..., strategy=...)` applies fully_shard at a chosen granularity and
   logs every all-gather and reduce-scatter (`comm_log`, `counts`), optionally through labkit's ring.
 """
-import importlib
+from labkit._lazy import lazy
 
 _LAZY = {"shard": "apply", "units": "apply", "groups": "apply", "comm_log": "apply",
          "counts": "apply", "WRAPS": "strategies",
@@ -18,10 +18,5 @@ _LAZY = {"shard": "apply", "units": "apply", "groups": "apply", "comm_log": "app
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    if name in ("apply", "strategies", "runs", "pitfalls", "checkpoint", "accumulate", "meta_init",
-                "precision", "prefetch"):
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"labkit.fsdp has no attribute {name!r}")
+__getattr__, __dir__ = lazy(__name__, _LAZY, submodules={"apply", "strategies", "runs", "pitfalls", "checkpoint",
+                                                     "accumulate", "meta_init", "precision", "prefetch"})

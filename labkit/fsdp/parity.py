@@ -10,6 +10,11 @@ of parameters, gradients and Adam's two moments. Their per-rank bytes differ onl
 FSDP2 rounds each parameter's first dimension up to a multiple of N, labkit's Stage3 pads each
 unit's flat buffer to a multiple of N elements (and keeps a step counter per unit, not per
 parameter).
+
+    r = cluster.run(labkit.fsdp.parity.beside_fsdp2, torch.bfloat16)
+
+`beside_fsdp2`: one backward of FSDP2 under MixedPrecisionPolicy beside labkit.zero stage 3 under
+Policy(..., 'sharded'): gradients, dtypes and the bytes of each kind of collective.
 """
 import copy
 
@@ -67,3 +72,58 @@ def zero3_vs_fsdp2(steps: int = 2, batch_per_rank: int = 2, lr: float = 1e-3) ->
             "fsdp2_over_bound": over["fsdp2"], "zero3_over_bound": over["zero3"],
             "zero3_names_missing": sorted(set(truth) - set(zero)),
             "fsdp2": f2_held, "zero3": z3_held, "n_params": ref.num_params()}
+
+
+def beside_fsdp2(param_dtype=torch.bfloat16, reduce_dtype=None, batch_per_rank: int = 2) -> dict:
+    """Inside a rank: one forward and backward of the same TinyGPT on this rank's slice of one
+    global batch, with FSDP2 (fully_shard per block and the root, MixedPrecisionPolicy, labkit's
+    ring reduce-scatter on gloo as labkit.zero uses) and with labkit.zero stage 3 under
+    Policy(param_dtype, reduce_dtype, 'sharded'). Returns the largest gradient difference, the
+    dtypes of the parameters and gradients each leaves, and the bytes each step's collectives
+    carry, by kind and dtype (full tensors, padding included: `padding` says how much each adds)."""
+    import copy
+
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    from labkit.fsdp import apply
+    from labkit.fsdp.runs import tiny_gpt as fsdp_gpt
+    from labkit.models import lm_loss
+    from labkit.zero import wrap
+    from labkit.zero.policy import Policy
+    from labkit.zero.precision_runs import _log_collectives, full_grads
+    rank, n = dist.get_rank(), dist.get_world_size()
+    ref, batch = fsdp_gpt()
+    x, y = batch(n, batch_per_rank)
+    mine = slice(batch_per_rank * rank, batch_per_rank * (rank + 1))
+    f2 = apply.shard(copy.deepcopy(ref), wrap="block", ring=True,
+                     mp_policy=MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype))
+    z3, _ = wrap(copy.deepcopy(ref), torch.optim.SGD, stage=3, lr=0.1,
+                 policy=Policy(param_dtype, reduce_dtype, "sharded"))
+    lm_loss(f2(x[mine]).float(), y[mine]).backward()
+    log = []
+    undo = _log_collectives(log)
+    lm_loss(z3(x[mine]).float(), y[mine]).backward()
+    undo()
+    fg = {k: p.grad.full_tensor() for k, p in f2.named_parameters()}
+    zg = full_grads(z3)
+    diff = max(float((fg[k] - zg[k]).abs().max()) for k in zg)
+    size = lambda d: getattr(torch, d).itemsize    # noqa: E731
+    rd = str(reduce_dtype or param_dtype).replace("torch.", "")
+    pd = str(param_dtype).replace("torch.", "")
+    ours = {}
+    for kind, dtype, numel in log:
+        key = (kind, dtype)
+        ours[key] = ours.get(key, 0) + numel * size(dtype)
+    theirs = {}
+    for rec in apply.comm_log(f2):
+        key = (rec["kind"].replace("_", "-"), pd if rec["kind"] == "all_gather" else rd)
+        theirs[key] = theirs.get(key, 0) + rec["bytes"]
+    numel = sum(p.numel() for p in ref.parameters())
+    return dict(rank=rank, max_grad_diff=diff, names=sorted(zg) == sorted(fg),
+                max_grad=max(float(g.abs().max()) for g in fg.values()),
+                grad_dtypes={"fsdp2": sorted({str(g.dtype) for g in fg.values()}),
+                             "labkit": sorted({str(g.dtype) for g in zg.values()})},
+                param_dtypes={"fsdp2": sorted({str(p.dtype) for p in f2.parameters()}),
+                              "labkit": sorted({str(p.dtype) for p in z3.parameters()})},
+                fsdp2_bytes=theirs, labkit_bytes=ours,
+                unpadded={"all-gather": 2 * numel * size(pd), "reduce-scatter": numel * size(rd)})

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from labkit import numerics
 from labkit.fsdp import apply
 from labkit.fsdp.strategies import bytes_per_step, calls_per_step
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 
 
 def mp_policy(precision: str):
@@ -106,11 +106,11 @@ def step_report(wrap: str = "block", strategy: str = "full", ring: bool = False,
 PEAK_NAMES = {"SHARDED_PARAM": "params (shard)", "UNSHARDED_PARAM": "params (gathered)",
               "SHARDED_GRAD": "grads (shard)", "UNSHARDED_GRAD": "grads (gathered)",
               "ALL_GATHER": "all-gather buffers", "REDUCE_SCATTER": "reduce-scatter buffers",
-              "OPT": "optimizer state", "ACT": "activations", "TEMP": "temporary",
+              "OPT": N_("optimizer state"), "ACT": "activations", "TEMP": "temporary",
               "BUFFER": "buffers", "INP": "inputs"}
 
 
-HOST_IF_OFFLOADED = ("params (shard)", "grads (shard)", "optimizer state")
+HOST_IF_OFFLOADED = ("params (shard)", "grads (shard)", N_("optimizer state"))
 
 
 def watch_device_peak(tracker) -> list:

@@ -6,7 +6,9 @@ nbformat id, msgid = the English cell source (``"".join(cell["source"])``), msgs
 as it should read in that language. Trailing whitespace of a translation is not part of it.
 Every markdown cell has an entry; a code cell has one where it has comments (translator comment
 "code cell: only comments may change"), and its code without comments must equal the English
-cell's token for token (`code_tokens`). An entry whose msgid is not the cell's English today,
+cell's token for token (`code_tokens`), except that a string literal on a line the translation
+ends with the comment ``# 译文`` (`TEXT_MARK`) may be a translation of the English literal: an
+f-string keeps exactly the English one's ``{...}`` fields (`same_code`). An entry whose msgid is not the cell's English today,
 or that is marked fuzzy (its English changed: `python -m labkit.i18n update` keeps the English
 it translated as ``#| msgid``), is stale: the cell stays in English until a translator checks it.
 """
@@ -83,14 +85,75 @@ def code_tokens(source: str) -> list:
         raise TranslationError(f"cannot read the code: {exc}") from None
 
 
-def code_difference(en: str, zh: str):
-    """None when the two cells differ only in comments, else the first differing line of zh."""
+TEXT_MARK = "# 译文"     # a translated line's comment: its string literals are translated text
+_FIELDS = re.compile(r"(?<!\{)\{([^{}]*)\}")
+
+
+def _marked_lines(source: str) -> set:
+    """The (1-based) lines whose comment is `TEXT_MARK`."""
+    out = set()
+    toks = tokenize.generate_tokens(io.StringIO(_magicless(source) + "\n").readline)
     try:
-        a, b = code_tokens(en), code_tokens(zh)
+        for t in toks:
+            if t.type == tokenize.COMMENT and t.string.strip() == TEXT_MARK:
+                out.add(t.start[0])
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        pass
+    return out
+
+
+def _prefix(lit: str) -> str:
+    return re.match(r"[A-Za-z]*", lit)[0].lower()
+
+
+def _same_text_literal(a: str, b: str) -> bool:
+    """b may stand for a: both string literals of the same kind, the same f-string fields."""
+    if _prefix(a) != _prefix(b):
+        return False
+    if "f" in _prefix(a):
+        return sorted(_FIELDS.findall(a)) == sorted(_FIELDS.findall(b))
+    return True
+
+
+def same_code(en: str, zh: str) -> bool:
+    """True when zh runs en's code: the same `code_tokens`, but a string literal on a line of zh
+    marked `TEXT_MARK` may differ (same kind of literal, same f-string fields)."""
+    a, b = code_tokens(en), code_tokens(zh)
+    if a == b:
+        return True
+    if len(a) != len(b):
+        return False
+    marked = _marked_lines(zh)
+    if not marked:
+        return False
+    starts = _string_lines(zh)
+    for (ta, sa), (tb, sb), line in zip(a, b, starts):
+        if (ta, sa) == (tb, sb):
+            continue
+        if not (ta == tb == tokenize.STRING and line in marked and _same_text_literal(sa, sb)):
+            return False
+    return True
+
+
+def _magicless(source: str) -> str:
+    return "\n".join(_MAGIC.sub(lambda m: m[1] + "__magic__(" + repr(m[2].rstrip()) + ")", ln)
+                     if _MAGIC.match(ln) else ln for ln in source.splitlines())
+
+
+def _string_lines(source: str) -> list:
+    """The line of each token of `code_tokens(source)`, in the same order."""
+    toks = tokenize.generate_tokens(io.StringIO(_magicless(source) + "\n").readline)
+    return [t.start[0] for t in toks if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING)]
+
+
+def code_difference(en: str, zh: str):
+    """None when the two cells differ only in comments (and in the string literals of lines
+    marked `TEXT_MARK`, `same_code`), else the first differing line of zh."""
+    try:
+        if same_code(en, zh):
+            return None
     except TranslationError as exc:
         return str(exc)
-    if a == b:
-        return None
     for la, lb in zip(_code_lines(en), _code_lines(zh)):
         if la != lb:
             return f"'{lb}' where the English has '{la}'"

@@ -32,6 +32,16 @@ class Catalog(dict):
     def get_text(self, text, context=None):
         return super().get((context, text), text)
 
+    # a plain English key stands for (no context, key): catalog(lang()).get(text, text)
+    def get(self, key, default=None):
+        return super().get((None, key) if isinstance(key, str) else key, default)
+
+    def __getitem__(self, key):
+        return super().__getitem__((None, key) if isinstance(key, str) else key)
+
+    def __contains__(self, key):
+        return super().__contains__((None, key) if isinstance(key, str) else key)
+
 
 def load(code: str, path=None) -> Catalog:
     """The catalog of `code` from its .po file (empty when there is none)."""

@@ -4,16 +4,15 @@ A formula (`model_states`) and a measurement (`measure`, `peak`) both return a B
 the notebook can put them side by side and subtract them. Bytes are exact integers when
 measured and may be fractional when a formula divides by the world size.
 """
-from dataclasses import dataclass, fields, replace
-from labkit.i18n import N_
+from dataclasses import dataclass, replace
 
 GB = 1e9            # bytes; the notes and the ZeRO paper count in decimal GB (70B x 2 B = 140 GB)
 GiB = 2 ** 30       # bytes; what nvidia-smi and DeepSpeed's estimator print
 
 # Categories in drawing order (bottom of a stacked bar first).
-MODEL_STATE = (N_("params"), N_("grads"), N_("master"), N_("momentum"), N_("variance"), N_("other"))
+MODEL_STATE = ("params", "grads", "master", "momentum", "variance", "other")
 CATEGORIES = MODEL_STATE + ("buffers", "activations", "temporary")
-OPTIMIZER = (N_("master"), N_("momentum"), N_("variance"), N_("other"))
+OPTIMIZER = ("master", "momentum", "variance", "other")
 
 _WHAT = {
     "params": "parameters (the copy used in forward and backward)",
@@ -110,10 +109,6 @@ class Breakdown:
 def category_help() -> dict:
     """What each category holds, in words (for legends and tables)."""
     return dict(_WHAT)
-
-
-def field_names() -> tuple:
-    return tuple(f.name for f in fields(Breakdown))
 
 
 def fmt_bytes(n: float) -> str:

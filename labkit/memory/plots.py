@@ -12,7 +12,7 @@ from labkit.memory.activations import activations, fits, gpt_shape
 from labkit.memory.breakdown import CATEGORIES, GB, Breakdown
 from labkit.memory.formulas import model_states
 from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
-from labkit.i18n import N_, tr_fig  # figure text in the learner's language
+from labkit.i18n import lang, tr_fig           # figure text in the learner's language
 
 COLORS = {"params": "#4C72B0", "grads": "#DD8452", "master": "#55A868", "momentum": "#8172B3",
           "variance": "#937860", "other": "#DA8BC3", "buffers": "#8C8C8C",
@@ -121,8 +121,16 @@ def _gpu_line(ax, gpu_gb: float, div: float) -> None:
 
 # the log view's groups: category names -> one bar
 GROUPS = {"parameters": ("params",), "gradients": ("grads",),
-          "optimizer state": (N_("master"), N_("momentum"), N_("variance"), N_("other")),
-          "activations": (N_("activations"), N_("temporary"))}
+          "optimizer state": ("master", "momentum", "variance", "other"),
+          "activations": ("activations", "temporary")}
+def _group_label(g: str) -> str:
+    """A group's legend label in the learner's language. The catalog's "parameters" is a count
+    (a widget's 参数量); the memory that parameters take is its one category's word ("params")."""
+    if lang() != "en" and g == "parameters":
+        return tr_fig(GROUPS[g][0])
+    return tr_fig(g)
+
+
 GROUP_COLORS = {"parameters": COLORS["params"], "gradients": COLORS["grads"],
                 "optimizer state": COLORS["master"], "activations": COLORS["activations"]}
 
@@ -153,7 +161,7 @@ def _plot_groups_log(breakdowns, labels, gpu_gb, title, ax, per):
     ax.set_ylabel(tr_fig("GB per {per} (log scale)", per=tr_fig(per)))
     ax.set_title(tr_fig(title), fontsize=_fs(10))
     from matplotlib.lines import Line2D
-    ax.legend(handles=[Patch(color=GROUP_COLORS[g], label=g) for g in groups]
+    ax.legend(handles=[Patch(color=GROUP_COLORS[g], label=_group_label(g)) for g in groups]
               + [Line2D([], [], color="black", linewidth=1.5, label=tr_fig("total per {per}", per=tr_fig(per)))],
               loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=_fs(8))
     if fig is not None:

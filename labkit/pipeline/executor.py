@@ -1,39 +1,27 @@
-"""Run any valid schedule on real ranks (layer 3: needs torch and a process group).
+"""Run any valid schedule on real ranks, measured (layer 3: needs torch and a process group).
+
+The algorithm is executor_core.run_actions; this file measures it from outside (each action's
+interval, the receive waits, the activations saved for backward, the padding) and checks it.
 
     results = cluster.run(run_schedule, one_f_one_b(4, 8), pad=0.01)   # on every rank
     t = timeline_of(results, s)       # in the notebook: a measured Timeline, like simulate()'s
 
-Rank r holds chunks c = 0..v-1, i.e. virtual stages c*p + r of `mlp(layers)` cut into p*v
-parts. Activations go forward and gradients backward with point-to-point calls: each send is
-posted with `isend` and waited for at the end of the step, each receive is an `irecv` posted
-`prefetch` actions ahead and waited for when its action needs the tensor. A blocking `send`
-would wait for the peer's receive, and on gloo two ranks that both send first (1F1B's steady
-state) would wait for ever.
-
-A zero-bubble I computes the input gradient and keeps each layer's output gradient; its W
-computes the weight gradients from those alone (`labkit.pipeline.backward`), so I + W does
-the work of one fused B.
+The model is `mlp(layers)` cut into p*v parts (rank r holds virtual stages c*p + r).
 
 `pad` makes compute time uniform: each action computes for real, then sleeps until `pad`
 seconds per layer have passed (forward and I and W: 1 x, B: 2 x), so four ranks sharing two
 cores still follow the schedule's ideal timing and the gradients stay real.
 """
+import contextlib
 import time
 
 import labkit
-from labkit.pipeline.backward import backward_input, backward_weight
-from labkit.pipeline.model import batch, microbatch_loss, mlp, reference_grads, split
+from labkit.pipeline.executor_core import _KINDS, _tag, run_actions  # noqa: F401 (importable here)
+from labkit.pipeline.model import batch, mlp, reference_grads, split
 from labkit.pipeline.schedules import compute_only
 from labkit.pipeline.validate import ensure_valid
 
 __all__ = ["run_schedule"]
-
-_KINDS = {"F": 0, "B": 1}        # message tags: (kind, micro-batch, producing virtual stage)
-
-
-def _tag(kind: str, mb: int, vs: int, m: int, nv: int) -> int:
-    return (_KINDS[kind] * m + mb) * nv + vs
-
 
 class _Memory:
     """Bytes autograd saves for backward in the stage's layers (parameters and the loss not
@@ -74,100 +62,47 @@ def _pad(t0: float, seconds):
             time.sleep(rest)
 
 
+class _Measure:
+    """executor_core's watcher: each action's interval (the last step's, `record`), sent live,
+    padded to `pad` seconds per layer; receive waits; saved activations (`_Memory`)."""
+
+    def __init__(self, s, mem, pad, record, live):
+        self.s, self.mem, self.pad, self.record, self.live = s, mem, pad, record, live
+        self.log, self.waits = [], []
+
+    @contextlib.contextmanager
+    def action(self, a, key, layers):
+        t0 = time.perf_counter()
+        yield
+        _pad(t0, self.pad and self.pad * layers * (2 if a.kind == "B" else 1))
+        t1 = time.perf_counter()
+        if self.record:
+            self.log.append((t0, t1, a.kind, a.mb, a.chunk))
+            if self.live:
+                labkit.emit(pipeline=self.s.name, kind=a.kind, mb=a.mb, chunk=a.chunk, t0=t0, t1=t1)
+
+    @contextlib.contextmanager
+    def forward(self, key):
+        with self.mem.hooks(key):
+            yield
+        self.mem.done(key)
+
+    @contextlib.contextmanager
+    def receive(self, kind, mb, src_vs):
+        t = time.perf_counter()
+        yield
+        self.waits.append((t, time.perf_counter(), kind, mb, src_vs))
+
+    def freed(self, key) -> None:
+        self.mem.free(key)
+
+
 def _step(s, rank, parts, xs, ys, pad, record, live, prefetch):
     """One training step of schedule s on this rank. Returns (intervals, waits, _Memory, loss)."""
-    import torch
-    import torch.distributed as dist
-    import labkit
-    m, nv = s.microbatches, s.virtual_stages
-    last = nv - 1
-    shape = xs[0].shape
-    box, inp, out, grad, kept, pending, log, waits = {}, {}, {}, {}, {}, [], [], []
-    loss_sum = 0.0
     mem = _Memory([q for part in parts.values() for q in part.parameters()])
-
-    # the remote inputs of this rank's actions, in order; receives are posted `prefetch` actions
-    # ahead, so a transfer overlaps the compute before it (torch's schedules do the same)
-    needs = []
-    for a in s.actions[rank]:
-        vs = s.vstage(rank, a.chunk)
-        src_vs = vs - 1 if a.kind == "F" and vs > 0 else vs + 1 if a.kind in "BI" and vs < last else None
-        needs.append(None if src_vs is None or s.place(src_vs)[0] == rank else
-                     ("F" if a.kind == "F" else "B", a.mb, src_vs))
-    posted, next_post = {}, [0]
-
-    def post(upto):
-        for need in needs[next_post[0]:upto]:
-            if need is not None:
-                buf = xs[0].new_empty(shape)          # on the device of the inputs
-                posted[need] = (dist.irecv(buf, s.place(need[2])[0], tag=_tag(*need, m, nv)), buf)
-        next_post[0] = max(next_post[0], upto)
-
-    def get(kind, mb, src_vs):
-        """The tensor virtual stage src_vs made for us: local, or received from its rank."""
-        if s.place(src_vs)[0] == rank:
-            return box.pop((kind, mb, src_vs))
-        work, buf = posted.pop((kind, mb, src_vs))
-        t = time.perf_counter()
-        work.wait()
-        waits.append((t, time.perf_counter(), kind, mb, src_vs))
-        return buf
-
-    def put(kind, mb, vs, dst_vs, tensor):
-        dst = s.place(dst_vs)[0]
-        if dst == rank:
-            box[(kind, mb, vs)] = tensor
-        else:
-            pending.append((dist.isend(tensor.contiguous(), dst, tag=_tag(kind, mb, vs, m, nv)), tensor))
-
-    for k, a in enumerate(s.actions[rank]):
-        post(k + 1 + prefetch)
-        c, mb = a.chunk, a.mb
-        vs, key, part = s.vstage(rank, c), (a.mb, a.chunk), parts[a.chunk]
-        layers = len(part)
-        if a.kind == "F":
-            x = xs[mb] if vs == 0 else get("F", mb, vs - 1).requires_grad_(True)
-            t0 = time.perf_counter()
-            with mem.hooks(key):
-                y = part(x)
-            mem.done(key)
-            if vs == last:
-                y = microbatch_loss(y, ys[mb], m)
-                loss_sum += float(y.detach())
-            inp[key], out[key] = x, y
-            _pad(t0, pad and pad * layers)
-            t1 = time.perf_counter()
-            if vs < last:
-                put("F", mb, vs, vs + 1, y.detach())
-        else:
-            if a.kind in ("B", "I"):
-                grad[key] = None if vs == last else get("B", mb, vs + 1)
-            t0 = time.perf_counter()
-            y, g, x = out[key], grad[key], inp[key]
-            weights = [q for q in part.parameters() if q.requires_grad]
-            if a.kind == "B":
-                torch.autograd.backward(y, g, inputs=weights + ([x] if vs > 0 else []))
-            elif a.kind == "I" and vs > 0:           # x.grad, and each layer's gradient for W
-                kept[key] = backward_input(y, g, x, weights)
-            elif a.kind == "W" and key in kept:      # weight gradients only, from what I kept
-                backward_weight(kept.pop(key))
-            elif a.kind == "W":                      # the first stage: I had nothing to do
-                torch.autograd.backward(y, g, inputs=weights)
-            _pad(t0, pad and pad * layers * (2 if a.kind == "B" else 1))
-            t1 = time.perf_counter()
-            if a.kind in ("B", "I") and vs > 0:
-                put("B", mb, vs, vs - 1, x.grad)
-            if a.kind in ("B", "W"):
-                mem.free(key)
-                for d in (inp, out, grad):
-                    d.pop(key, None)
-        if record:
-            log.append((t0, t1, a.kind, mb, c))
-            if live:
-                labkit.emit(pipeline=s.name, kind=a.kind, mb=mb, chunk=c, t0=t0, t1=t1)
-    for work, _ in pending:
-        work.wait()
-    return log, waits, mem, loss_sum
+    watch = _Measure(s, mem, pad, record, live)
+    loss = run_actions(s, rank, parts, xs, ys, prefetch, watch)
+    return watch.log, watch.waits, mem, loss
 
 
 def run_schedule(schedule, layers: int = 8, width: int = 64, microbatch_size: int = 4, sizes=None,

@@ -24,7 +24,7 @@ with computation, not two computations on two streams; it exists for MoE trainin
 cross-node expert parallelism makes communication about as long as computation (1:1, ibid.).
 A rank here runs the two one after the other, F then B: the schedules' idle times are the same.
 """
-from labkit.pipeline.schedules import Action, B, F, I, Schedule, W, _args
+from labkit.pipeline.actions import Action, B, F, I, Schedule, W, _args
 
 __all__ = ["zb_v", "dualpipe_v", "dualpipe"]
 

@@ -88,7 +88,7 @@ def shard_bytes(name: str, world_size: int, ep: int, expert_dim: int = 1) -> dic
     from torch.distributed.tensor import Shard
 
     from labkit.memory import model_states
-    from labkit.plan.fake_scale import _init, _nbytes, _state_only_step
+    from labkit.plan.fake_pg import _init, _nbytes, _state_only_step
     c = MOE[name]
     if world_size % ep:
         raise ValueError(f"world size {world_size} is not a multiple of ep {ep}: EP re-cuts the "

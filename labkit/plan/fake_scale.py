@@ -23,6 +23,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from labkit.plan.fake_pg import _init, _local, _nbytes, _state_only_step  # noqa: F401 (here before)
 from labkit.plan.llama import LLAMA, Llama, LlamaConfig
 
 
@@ -30,13 +31,6 @@ def _config(name, n_layers=None) -> LlamaConfig:
     from dataclasses import replace
     c = LLAMA[name] if isinstance(name, str) else name
     return replace(c, n_layers=n_layers) if n_layers else c
-
-
-def _init(world_size: int, rank: int = 0) -> None:
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
 
 
 def _tp_plan():
@@ -75,15 +69,6 @@ def build_sharded(cfg: LlamaConfig, world_size: int, tp: int = 1, mp=None, cp: i
     return model, dp * cp
 
 
-def _local(t):
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
-def _nbytes(t) -> int:
-    t = _local(t)
-    return t.numel() * t.element_size()
-
-
 def shard_bytes(name, world_size: int, tp: int = 1, cp: int = 1) -> dict:
     """Rank 0's bytes of parameters, gradients and Adam state, with the formula and its terms.
     `dp` in the result counts the ranks the weights are sharded over (dp x cp)."""
@@ -114,19 +99,6 @@ def shard_bytes(name, world_size: int, tp: int = 1, cp: int = 1) -> dict:
     out["difference"] = out["measured"] - out["formula"] - out["dp only"] - out["padding"]
     dist.destroy_process_group()
     return out
-
-
-def _state_only_step(opt) -> None:
-    """opt.step() as far as creating Adam's state (torch's own _init_group: step, exp_avg,
-    exp_avg_sq like each parameter), without the update's arithmetic, which on hundreds of
-    meta DTensors costs seconds and changes no byte."""
-    import torch.optim.adam as adam_module
-    update = adam_module.adam
-    adam_module.adam = lambda *args, **kwargs: None
-    try:
-        opt.step()
-    finally:
-        adam_module.adam = update
 
 
 def _local_tp_shape(p, tp):

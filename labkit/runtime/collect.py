@@ -185,7 +185,7 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
                         out.pending.discard(r)
                         if msg.ok:
                             try:
-                                out.results[r] = wire.loads(msg.data)
+                                out.results[r] = wire.load_result(w, msg.data)
                             except BaseException as exc:  # noqa: B902 - SystemExit... in a reduce too
                                 if interrupts.is_real(exc):
                                     raise             # Ctrl-C pressed meanwhile: the run stops

@@ -16,7 +16,7 @@ record per packet.
        <-- EventsDropped(task_id, count) ----------------   over the cap per rank per run
        <-- PgLost(task_id) ------------------------------   the process group is unusable
        <-- Result(task_id, ok, data) --------------------   data: a pickle, or a failure report
-       --- Release(task_id) ------------------------------>   the notebook has loaded the result
+       --- Release(task_id) ------------------------------>   the notebook has loaded the result (only to a rank whose result came through shared memory)
 
     notebook (zygote.py)                       zygote (zygote_main.py)
        <-- ZygoteReady(pid) ------------------------------   torch imported, ready to fork

@@ -98,10 +98,19 @@ class Segment:
         return _Mapped, (self.pid, self.fd, self.private)   # size: read when mapped
 
 
+_maps_made = 0            # segments this process has mapped (or tried to): wire.load_result
+
+
+def maps_made() -> int:
+    return _maps_made
+
+
 class _Mapped:
     """The receiver's view of a Segment: one mapping, shared by every storage in the message."""
 
     def __init__(self, pid: int, fd: int, private: bool):
+        global _maps_made
+        _maps_made += 1
         try:
             f = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY if private else os.O_RDWR)
         except OSError as exc:

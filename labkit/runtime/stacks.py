@@ -10,6 +10,8 @@ import shutil
 import tempfile
 from typing import Optional
 
+from labkit.i18n.messages import tr
+
 _RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -112,8 +114,8 @@ def describe_stack(frames: list, limit: int = 4) -> str:
     outermost first as a Python traceback is, the learner's lines with their source."""
     shown = [f for f in frames if not is_runtime(f[0])]
     if not shown:
-        return "idle (waiting for work)"
-    head = f"in {shown[0][2]}() (most recent call last):"
+        return tr("idle (waiting for work)")
+    head = tr("in {name}() (most recent call last):", name=shown[0][2])
     return head + "\n" + format_frames(shown, innermost_first=True, limit=limit)
 
 

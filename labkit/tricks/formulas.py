@@ -7,7 +7,7 @@ bytes per rank by category from the course's formulas: model state from
 dropout, as TinyGPT has none). Offload moves the optimizer state into `on_host`.
 """
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from labkit.i18n import N_, tr
 from labkit.memory.activations import activations
@@ -164,7 +164,3 @@ def predict(config: Config, n_params: int, shape: Shape, sizes=None, world_size:
     on_host = ("master", "momentum", "variance", "other") if config.offload else ()
     return Breakdown(**parts, activations=predicted_activations(config, shape), on_host=on_host,
                      label=f"formula {config.code}")
-
-
-def with_label(b: Breakdown, label: str) -> Breakdown:
-    return replace(b, label=label)

@@ -18,6 +18,7 @@ hold and send; `reference.py` one process on the global batch, for parity.
 """
 import torch
 
+from labkit._lazy import lazy
 from labkit.zero.optim import ZeroOptimizer, check_optimizer_class
 
 STAGES = (0, 1, 2, 3)
@@ -90,9 +91,4 @@ def wrap(model: torch.nn.Module, optimizer_class, *, stage: int, mixed_precision
     return model, opt
 
 
-def __getattr__(name: str):
-    lazy = {"Stage3": "stage3", "MasterOptimizer": "masters"}
-    if name in lazy:
-        import importlib
-        return getattr(importlib.import_module(f"labkit.zero.{lazy[name]}"), name)
-    raise AttributeError(f"labkit.zero has no attribute {name!r}")
+__getattr__, __dir__ = lazy(__name__, {"Stage3": "stage3", "MasterOptimizer": "masters"})

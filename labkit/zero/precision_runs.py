@@ -129,53 +129,10 @@ def full_grads(model) -> dict:
     return out
 
 
-def beside_fsdp2(param_dtype=torch.bfloat16, reduce_dtype=None, batch_per_rank: int = 2) -> dict:
-    """Inside a rank: one forward and backward of the same TinyGPT on this rank's slice of one
-    global batch, with FSDP2 (fully_shard per block and the root, MixedPrecisionPolicy, labkit's
-    ring reduce-scatter on gloo as labkit.zero uses) and with labkit.zero stage 3 under
-    Policy(param_dtype, reduce_dtype, 'sharded'). Returns the largest gradient difference, the
-    dtypes of the parameters and gradients each leaves, and the bytes each step's collectives
-    carry, by kind and dtype (full tensors, padding included: `padding` says how much each adds)."""
-    import copy
-
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
-    from labkit.fsdp import apply
-    from labkit.fsdp.runs import tiny_gpt as fsdp_gpt
-    from labkit.zero import wrap
-    rank, n = dist.get_rank(), dist.get_world_size()
-    ref, batch = fsdp_gpt()
-    x, y = batch(n, batch_per_rank)
-    mine = slice(batch_per_rank * rank, batch_per_rank * (rank + 1))
-    f2 = apply.shard(copy.deepcopy(ref), wrap="block", ring=True,
-                     mp_policy=MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype))
-    z3, _ = wrap(copy.deepcopy(ref), torch.optim.SGD, stage=3, lr=0.1,
-                 policy=Policy(param_dtype, reduce_dtype, "sharded"))
-    lm_loss(f2(x[mine]).float(), y[mine]).backward()
-    log = []
-    undo = _log_collectives(log)
-    lm_loss(z3(x[mine]).float(), y[mine]).backward()
-    undo()
-    fg = {k: p.grad.full_tensor() for k, p in f2.named_parameters()}
-    zg = full_grads(z3)
-    diff = max(float((fg[k] - zg[k]).abs().max()) for k in zg)
-    size = lambda d: getattr(torch, d).itemsize    # noqa: E731
-    rd = str(reduce_dtype or param_dtype).replace("torch.", "")
-    pd = str(param_dtype).replace("torch.", "")
-    ours = {}
-    for kind, dtype, numel in log:
-        key = (kind, dtype)
-        ours[key] = ours.get(key, 0) + numel * size(dtype)
-    theirs = {}
-    for rec in apply.comm_log(f2):
-        key = (rec["kind"].replace("_", "-"), pd if rec["kind"] == "all_gather" else rd)
-        theirs[key] = theirs.get(key, 0) + rec["bytes"]
-    numel = sum(p.numel() for p in ref.parameters())
-    return dict(rank=rank, max_grad_diff=diff, names=sorted(zg) == sorted(fg),
-                max_grad=max(float(g.abs().max()) for g in fg.values()),
-                grad_dtypes={"fsdp2": sorted({str(g.dtype) for g in fg.values()}),
-                             "labkit": sorted({str(g.dtype) for g in zg.values()})},
-                param_dtypes={"fsdp2": sorted({str(p.dtype) for p in f2.parameters()}),
-                              "labkit": sorted({str(p.dtype) for p in z3.parameters()})},
-                fsdp2_bytes=theirs, labkit_bytes=ours,
-                unpadded={"all-gather": 2 * numel * size(pd), "reduce-scatter": numel * size(rd)})
+def __getattr__(name: str):
+    """`beside_fsdp2` lives in labkit.fsdp.parity now (only fsdp/ compares against zero/);
+    importing it from here still works."""
+    if name == "beside_fsdp2":
+        import importlib
+        return importlib.import_module("labkit.fsdp.parity").beside_fsdp2
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,165 @@
+"""One seam for measuring a technique from outside its algorithm (layer 3).
+
+    rec = trace.Recorder(clock=trace.clock_for(device))
+    with trace.recording(rec):            # a runs.py turns it on around the step it measures
+        step()                            # the technique calls trace.span("compute", step=t) at most
+    rec.spans                             # [(name, start, end, tags)] in seconds on one clock
+    rec.flush()                           # between steps: the records not sent yet -> the notebook
+
+    with trace.saved_bytes(exclude=model.parameters()) as saved:
+        loss = model(x)                   # saved.bytes: what autograd keeps for backward
+
+Spans are stamped by a clock: `HostClock` (perf_counter, CLOCK_MONOTONIC: one clock for every
+process on the machine) on CPU ranks, `CudaClock` (CUDA events on the current stream, placed on
+the host's axis after one synchronize) on GPU ranks; see labkit/ddp/clock.py's docstring for
+what each measures. With no recorder active `span()` returns one shared empty context: a
+technique that calls it costs a function call and nothing is kept. A recorder's `count` adds
+bytes under a key (sent, received, gathered...). `flush()` sends the spans to the notebook
+(labkit.emit, wall-clock seconds); call it between steps, never from inside autograd.
+"""
+import contextlib
+import time
+
+_NOTHING = contextlib.nullcontext()
+_active = []                               # the recorders turned on, innermost last
+
+
+class HostClock:
+    """Stamps are perf_counter seconds."""
+
+    def now(self):
+        return time.perf_counter()
+
+    def resolve(self, stamp) -> float:
+        return stamp
+
+
+class CudaClock:
+    """Stamps are CUDA events on the current stream; `resolve` turns one into seconds on the
+    host's perf_counter axis (call it after the step, it synchronizes once)."""
+
+    def __init__(self):
+        import torch
+        self._torch = torch
+        torch.cuda.synchronize()
+        self._origin = torch.cuda.Event(enable_timing=True)
+        self._origin.record()
+        torch.cuda.synchronize()
+        self._origin_host = time.perf_counter()
+        self._synced = False
+
+    def now(self):
+        ev = self._torch.cuda.Event(enable_timing=True)
+        ev.record()                                   # on the current stream
+        self._synced = False
+        return ev
+
+    def resolve(self, stamp) -> float:
+        if not self._synced:
+            self._torch.cuda.synchronize()
+            self._synced = True
+        return self._origin_host + self._origin.elapsed_time(stamp) / 1e3
+
+
+def clock_for(device) -> object:
+    """The clock that measures the GPU for a CUDA device, the CPU otherwise."""
+    return CudaClock() if getattr(device, "type", str(device)) == "cuda" else HostClock()
+
+
+class Recorder:
+    """Spans [(name, start, end, tags)], byte counts {key: bytes}, and what was sent live."""
+
+    def __init__(self, clock=None, live: bool = False):
+        self.clock = clock or HostClock()
+        self.spans, self.bytes, self.live, self._sent = [], {}, live, 0
+
+    @contextlib.contextmanager
+    def span(self, name: str, **tags):
+        t0 = self.clock.now()
+        try:
+            yield
+        finally:
+            self.add_span(name, t0, self.clock.now(), tags)
+
+    def add_span(self, name: str, t0, t1, tags: dict) -> None:
+        """Where every span lands (a technique's recorder may keep them in its own form)."""
+        self.spans.append((name, t0, t1, tags))
+
+    def count(self, key: str, nbytes: int) -> None:
+        self.bytes[key] = self.bytes.get(key, 0) + nbytes
+
+    def resolved(self) -> list:
+        """The spans with their stamps in seconds (a CudaClock synchronizes once here)."""
+        at = self.clock.resolve
+        return [(name, at(a), at(b), tags) for name, a, b, tags in self.spans]
+
+    def flush(self, **extra) -> None:
+        """With live set: emit the spans not sent yet to the notebook, on the wall clock."""
+        if not self.live or self._sent >= len(self.spans):
+            return
+        import labkit
+        shift = time.time() - time.perf_counter()
+        for name, a, b, tags in self.resolved()[self._sent:]:
+            labkit.emit(span=name, start=a + shift, end=b + shift, **tags, **extra)
+        self._sent = len(self.spans)
+
+
+@contextlib.contextmanager
+def recording(recorder: Recorder):
+    """Turn `recorder` on for the block: span() and count() record into it."""
+    _active.append(recorder)
+    try:
+        yield recorder
+    finally:
+        _active.remove(recorder)
+
+
+def active():
+    """The innermost recorder turned on, or None."""
+    return _active[-1] if _active else None
+
+
+def span(name: str, **tags):
+    """A span of the active recorder; with none active, one shared empty context."""
+    return _active[-1].span(name, **tags) if _active else _NOTHING
+
+
+def stamp():
+    """Now on the active recorder's clock, or None with none on."""
+    return _active[-1].clock.now() if _active else None
+
+
+def add(name: str, start, end=None, **tags) -> None:
+    """A span from `start` (a stamp() taken earlier; None: nothing) to `end` (default now)."""
+    if _active and start is not None:
+        rec = _active[-1]
+        rec.add_span(name, start, rec.clock.now() if end is None else end, tags)
+
+
+def count(key: str, nbytes: int) -> None:
+    if _active:
+        _active[-1].count(key, nbytes)
+
+
+class _Saved:
+    def __init__(self, exclude):
+        self.exclude = {t.data_ptr() for t in exclude}
+        self.bytes, self.tensors, self._seen = 0, 0, set()
+
+    def pack(self, t):
+        view = (t.data_ptr(), t.numel())          # a view of a batch: its own elements, once
+        if t.data_ptr() not in self.exclude and view not in self._seen:
+            self._seen.add(view)
+            self.bytes += t.numel() * t.element_size()
+            self.tensors += 1
+        return t
+
+
+@contextlib.contextmanager
+def saved_bytes(exclude=()):
+    """Count the bytes autograd saves for backward inside the block (each (pointer, size) once;
+    tensors in `exclude`, e.g. the parameters, not counted). Yields an object with `.bytes`."""
+    import torch
+    saved = _Saved(exclude)
+    with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
+        yield saved

@@ -1,0 +1,69 @@
+"""Module 14's trainer (labkit.capstone): DP x PP x TP on gloo ranks, every step's loss against
+one process within a derived bound (labkit.capstone.loss_bounds), and the wrong variants outside it."""
+import pytest
+
+import labkit
+
+pytestmark = pytest.mark.cluster
+
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def cluster8():
+    with labkit.Cluster(8, backend="gloo", spares=0, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def ref():
+    from labkit.capstone import Config, reference
+    return reference(Config(), steps=STEPS)
+
+
+def _ratios(res, ref, layout, wrong=None):
+    from labkit.capstone import Config, loss_bounds
+    from labkit.capstone.bounds import ratios
+    losses = res[0]["losses"]
+    assert all(r["losses"] == losses for r in res), [r["losses"] for r in res]   # every rank agrees
+    return ratios([abs(a - b) for a, b in zip(losses, ref["losses"])], loss_bounds(Config(), ref, **layout))
+
+
+def _run(cluster, layout, wrong=None):
+    from labkit.capstone import Config, train
+    return cluster.run(train, Config(), steps=STEPS, wrong=wrong, **layout)
+
+
+def test_2x2x2_losses_equal_one_process(cluster8, ref):
+    layout = dict(dp=2, pp=2, tp=2)
+    r = _ratios(_run(cluster8, layout), ref, layout)
+    print(f"\n2x2x2 observed / bound per step: {[f'{x:.1e}' for x in r]}")
+    assert max(r) <= 1, r
+
+
+@pytest.mark.parametrize("layout", [dict(dp=1, pp=2, tp=2), dict(dp=2, pp=2, tp=1)],
+                         ids=["pp2xtp2", "dp2xpp2"])
+def test_4_rank_losses_equal_one_process(cluster4, ref, layout):
+    r = _ratios(_run(cluster4, layout), ref, layout)
+    print(f"\n{layout} observed / bound per step: {[f'{x:.1e}' for x in r]}")
+    assert max(r) <= 1, r
+
+
+def test_wrong_variants_differ_beyond_the_bound(cluster8, ref):
+    from labkit.capstone import WRONG
+    layout = dict(dp=2, pp=2, tp=2)
+    worst = {w: max(_ratios(_run(cluster8, layout, w), ref, layout)) for w in WRONG}
+    print("\nwrong variants, largest observed / bound: " + ", ".join(f"{w}: {x:.1f}" for w, x in worst.items()))
+    assert all(x > 1 for x in worst.values()), worst
+
+
+def test_the_grid_is_picotrons_view():
+    """labkit.capstone.groups' Layout is torch.arange(world).view(dp, pp, tp), TP fastest
+    (notebook 14's exercise and labkit.check.capstone use the same order)."""
+    import torch
+    from labkit.parallel_dims import Layout
+    dp, pp, tp = 2, 2, 2
+    view = torch.arange(dp * pp * tp).view(dp, pp, tp)
+    for i, d in enumerate(("dp", "pp", "tp")):
+        want = sorted(view.movedim(i, -1).reshape(-1, view.shape[i]).tolist())
+        assert sorted(Layout(dp=dp, pp=pp, tp=tp).groups(d)) == want, d
