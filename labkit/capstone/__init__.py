@@ -40,6 +40,14 @@ The wrong variants (`WRONG`), each a bug that raises nothing:
 - "loss not divided by micro-batches": the pipeline sums m micro-batch means;
 - "clip norm summed over TP": the replicated parameters' squares counted on every TP rank;
 - "no DP reduction": each DP replica steps on its own rows' gradient.
+Clipping at every step hides a gradient summed instead of averaged from the loss (it rescales
+the step); `bounds.norm_bound` catches it in step 0's gradient norm.
+
+Context parallelism as a fourth dimension (`cp.py`: `cp.train(cfg, dp, pp, tp, cp, ...)`, the
+sequence zig-zag sharded, ring attention in each block, gradients averaged over DP x CP, the wrong
+variant "no CP reduction") and a torch.distributed.checkpoint saved under one layout and resumed
+under another (`checkpoint.py`; `cp.train(..., save_at=k, ckpt=path)`, then `resume=path`) reuse
+this trainer's step.
 """
 from labkit._lazy import lazy
 

@@ -20,7 +20,7 @@ import math
 
 from labkit.numerics import chain_bound, reorder_bound, unit_roundoff
 
-__all__ = ["loss_bounds", "ratios", "gradient_lengths", "forward_lengths"]
+__all__ = ["loss_bounds", "norm_bound", "ratios", "gradient_lengths", "forward_lengths"]
 
 
 def _tail(cfg, dp: int) -> list:
@@ -65,6 +65,18 @@ def loss_bounds(cfg, ref: dict, dp: int = 2, pp: int = 2, tp: int = 2) -> list:
             step = c * rel / (1 - rel) * a + c * (1 + rel) * x + 2 * u * a
             e += cfg.lr * step + 2 * u * (p + cfg.lr * c * a)
     return out
+
+
+def norm_bound(cfg, ref: dict, dp: int = 2) -> float:
+    """The most step 0's gradient norm (before clipping; the same parameters on both sides) may
+    differ from `ref`'s, relative: sqrt(sum over tensors of numel d^2) plus the norm's own
+    sum of squares in another order, over the norm. A gradient summed instead of averaged over
+    DP, or a replica counted twice, moves it far more; clipping hides the former from the loss."""
+    grads, norm = ref["grads"][0], ref["norms"][0]
+    lengths = gradient_lengths(cfg, dp)
+    err = math.sqrt(sum(g.numel() * chain_bound(lengths, float(g.abs().max())) ** 2 for g in grads))
+    numel = sum(g.numel() for g in grads)
+    return (err + reorder_bound(numel, norm ** 2) / (2 * norm)) / norm
 
 
 def ratios(observed: list, bounds: list) -> list:

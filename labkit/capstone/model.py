@@ -61,10 +61,11 @@ def stage_of(model, pp: int, stage: int, tp_group=None) -> Stage:
     """Stage `stage` of `pp` (the pipeline split first), its blocks then tensor parallel over
     `tp_group` (labkit.tp.TPBlock; None or a group of one rank: left whole)."""
     import torch.distributed as dist
+    from labkit.i18n import tr
     n = len(model.blocks)
     if n % pp:
-        raise ValueError(f"{n} blocks do not split into pp = {pp} equal stages; pick pp among "
-                         f"the divisors of {n}")
+        raise ValueError(tr("{n} blocks do not split into pp = {pp} equal stages; pick pp among "
+                            "the divisors of {n}", n=n, pp=pp))
     per = n // pp
     blocks = list(model.blocks[stage * per:(stage + 1) * per])
     if tp_group is not None and dist.get_world_size(tp_group) > 1:

@@ -84,14 +84,16 @@ def train(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2, steps: 
     from labkit.i18n import tr
     from labkit.pipeline import ensure_valid, one_f_one_b
     if wrong is not None and wrong not in WRONG:
-        raise ValueError(f"wrong must be None or one of {WRONG}, got {wrong!r}")
+        raise ValueError(tr("wrong must be None or one of {names}, got {wrong!r}",
+                            names=", ".join(WRONG), wrong=wrong))
     if dist.get_world_size() != dp * pp * tp:
         raise ValueError(tr("dp({dp}) x pp({pp}) x tp({tp}) = {n} != world size ({w}); start "
                             "labkit.Cluster({n})", dp=dp, pp=pp, tp=tp, n=dp * pp * tp,
                             w=dist.get_world_size()))
     m = cfg.microbatches
     if cfg.batch % (dp * m):
-        raise ValueError(f"batch {cfg.batch} does not split into dp({dp}) x microbatches({m})")
+        raise ValueError(tr("batch {b} rows do not split into dp({dp}) x microbatches({m}) = {n}: "
+                            "pick a batch that is a multiple of {n}", b=cfg.batch, dp=dp, m=m, n=dp * m))
     layout, g = groups(dp, pp, tp)
     rank = dist.get_rank()
     c = layout.coords(rank)

@@ -541,4 +541,14 @@ MESSAGES = {
         '全局梯度范数 {norm:.3g}（超过 {max_norm:g} 或不是有限值：做梯度裁剪、降低学习率、检查 loss scale）',
     "global gradient norm {norm:.3g}, one process's on the global batch {ref:.3g} ({ratio:.3g}x): the all-reduced gradient is not the global batch's mean (summed instead of averaged, or averaged twice?)":
         '全局梯度范数 {norm:.3g}，单进程在全局 batch 上的是 {ref:.3g}（{ratio:.3g} 倍）：all-reduce 之后的梯度不是全局 batch 上的平均（是不是求了和没有取平均，或者平均了两次？）',
+
+    # -- notebook 14: the capstone's trainer (labkit/capstone) --
+    "dp({dp}) x pp({pp}) x tp({tp}) = {n} != world size ({w}); start labkit.Cluster({n})":
+        "dp({dp}) x pp({pp}) x tp({tp}) = {n} 不等于 world size（{w}）；请启动 labkit.Cluster({n})",
+    "wrong must be None or one of {names}, got {wrong!r}":
+        "wrong 必须是 None 或 {names} 之一，收到的是 {wrong!r}",
+    "batch {b} rows do not split into dp({dp}) x microbatches({m}) = {n}: pick a batch that is a multiple of {n}":
+        "batch 的 {b} 行分不成 dp({dp}) x microbatches({m}) = {n} 份：请取 {n} 的倍数作为 batch",
+    "{n} blocks do not split into pp = {pp} equal stages; pick pp among the divisors of {n}":
+        "{n} 个 block 分不成 pp = {pp} 个相等的 stage；请从 {n} 的约数中选 pp",
 }
