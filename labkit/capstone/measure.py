@@ -6,22 +6,23 @@ events of one step for a Gantt across all ranks.
     rows = traffic_rows(res, Config(), dp=2, pp=2, tp=2)          # counted vs formula, per stage
     mem = memory_rows(res, Config(), dp=2, pp=2, tp=2)            # parameters, gradients, ...
 
-`record_step` runs one step of `labkit.capstone.train` unchanged, with torch.distributed's
+`record_step` runs one step of `labkit.capstone.train` unchanged (after one unrecorded warm-up
+step, in which gloo opens each group's connections), with torch.distributed's
 all_reduce, isend and irecv wrapped on this rank for the step: each call's tensor bytes (the
 payload, no gloo headers) and its start and end, under the dimension whose group it ran on
 (p2p: PP). Stage forwards and backward passes are timed too (the Gantt's F and B). The wire
-bytes follow from the payload by the ring formula (labkit.comm.formulas, module 02): an
+bytes follow from the payload by the ring formula (labkit.comm.formulas, notebook 02): an
 all-reduce of S bytes over n ranks sends 2 (n-1)/n S from each rank, a point-to-point send S.
 
 The formulas (`formulas`), from the configuration alone, each from its module:
-- TP (module 07, Megatron-LM): per layer on this stage and per micro-batch, two all-reduces of
+- TP (notebook 06, Megatron-LM): per layer on this stage and per micro-batch, two all-reduces of
   the activations (b s h values) in forward and two in backward;
-- PP (module 09): each micro-batch's activations to the next stage, their gradients back;
-- DP (module 03): this rank's gradients all-reduced once per step: 4 bytes x the parameters it
+- PP (notebook 07): each micro-batch's activations to the next stage, their gradients back;
+- DP (notebook 03): this rank's gradients all-reduced once per step: 4 bytes x the parameters it
   holds, counted from the model's shapes (embeddings on the first stage, the head on the last,
   12 h^2 + 7 h of each block split over TP, its 6 h of norms and row biases whole);
 - the scalars: the global norm's square summed over TP and PP, the loss over PP and DP.
-`labkit.plan.traffic.step_traffic` (module 12's planner) gives the same TP and PP bytes and,
+`labkit.plan.traffic.step_traffic` (notebook 08's planner) gives the same TP and PP bytes and,
 for DP, params / (tp pp): an average that ignores where the embeddings and the head sit.
 """
 import time
@@ -81,6 +82,7 @@ def record_step(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2) -
     real = {k: getattr(dist, k) for k in ("all_reduce", "isend", "irecv")}
     real_backward, real_stage_of = torch.Tensor.backward, trainer.stage_of
     fwd_i, bwd_i = [0], [0]
+    trainer.train(cfg, dp=dp, pp=pp, tp=tp, steps=1)   # warm-up: gloo connects each group on first use
 
     def add(key, nbytes):
         c = counts.setdefault(key, [0, 0])
@@ -202,7 +204,7 @@ def traffic_rows(results: list, cfg: Config, dp: int, pp: int, tp: int) -> list:
 def memory_rows(results: list, cfg: Config, dp: int, pp: int, tp: int) -> list:
     """[{rank, stage, category, bytes, formula, planner, ok}]: parameters and gradients against
     4 B x params_on_rank, optimizer states (plain SGD: none), the activations saved for backward
-    (counted, no formula: fp32 TinyGPT is not the planner's 16-bit model). planner: module 12's
+    (counted, no formula: fp32 TinyGPT is not the planner's 16-bit model). planner: notebook 08's
     params / (tp pp) x 4 B, the average over stages."""
     total = sum(params_on_rank(cfg, pp, 1, s) for s in range(pp))
     rows = []
