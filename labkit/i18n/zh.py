@@ -182,6 +182,7 @@ PARTS = (
     "zh_machine",    # the learner's machine (labkit/machine.py) and notebook 09's bf16 speed verdict
     "zh_runtime",    # the runtime's hangs, leaks and argument checks (issue 39)
     "zh_m14",        # notebook 14: the capstone's grid and gradient-reduction checker
+    "zh_m14_measure",  # notebook 14, section 5: the capstone's step measured (labkit/capstone/plots.py)
 )
 
 
