@@ -43,7 +43,7 @@ def test_memory_per_rank_equals_the_formula(measured):
 
 
 def test_a_gantt_of_every_rank(measured, tmp_path):
-    from labkit.capstone.plots import step_gantt
+    from labkit.capstone.measure_plots import step_gantt
     kinds = {e[0] for r in measured for e in r["events"]}
     assert {"F", "B", "AR", "recv wait"} <= kinds
     assert sum(e[0] == "F" for e in measured[0]["events"]) == 2      # two micro-batches

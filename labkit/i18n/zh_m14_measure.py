@@ -1,4 +1,4 @@
-"""Chinese catalog: notebook 14, section 5 (the capstone's step measured: labkit/capstone/plots.py).
+"""Chinese catalog: notebook 14, section 5 (the capstone's step measured: labkit/capstone/measure_plots.py).
 Merged by labkit.i18n.zh (PARTS)."""
 
 MESSAGES = {
