@@ -72,3 +72,16 @@ def test_the_grid_is_picotrons_view():
     for i, d in enumerate(("dp", "pp", "tp")):
         want = sorted(view.movedim(i, -1).reshape(-1, view.shape[i]).tolist())
         assert sorted(Layout(dp=dp, pp=pp, tp=tp).groups(d)) == want, d
+
+
+def test_curves_figure_draws_every_run_and_the_bound():
+    """labkit.capstone.plots.curves_figure from recorded numbers (no ranks)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from labkit.capstone.plots import curves_figure
+    ref, bounds = [5.56, 5.44, 5.02], [1.3e-3, 3.8e-3, 1.1e-2]
+    fig = curves_figure(ref, {"2 x 2 x 2": [5.56, 5.44, 5.02], "wrong": [11.1, 10.9, 10.0]}, bounds)
+    left, right = fig.axes
+    assert len(left.lines) == 3 and len(right.lines) == 3            # one process + 2 runs; 2 + bound
+    assert list(right.lines[-1].get_ydata()) == bounds
+    assert len(fig.legends[0].get_texts()) == 4

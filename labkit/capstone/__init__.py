@@ -8,6 +8,7 @@ pipeline parallelism at once, built from the course's own pieces, against one pr
     res[0]["losses"]                                # the global batch's loss per step (all ranks agree)
     loss_bounds(cfg, ref, dp=2, pp=2, tp=2)         # per step: the most they may differ (derived)
     cluster.run(train, cfg, dp=2, pp=2, tp=2, wrong="loss not divided by micro-batches")
+    curves_figure(ref["losses"], {"2 x 2 x 2": res[0]["losses"]}, loss_bounds(cfg, ref))  # plots.py
 
 The data (`data.py`): the bytes of a standard-library source file every Python has
 (`textwrap.py`), tokens 0..255; step k's global batch is `cfg.batch` windows of `cfg.seq + 1`
@@ -56,6 +57,7 @@ _LAZY = {
     "text_bytes": "data", "global_batch": "data",
     "groups": "trainer", "train": "trainer", "reference": "trainer", "WRONG": "trainer",
     "loss_bounds": "bounds",
+    "curves_figure": "plots",
 }
 __all__ = list(_LAZY)
 
