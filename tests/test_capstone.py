@@ -32,9 +32,9 @@ def _ratios(res, ref, layout, norm=False):
     return ratios([abs(a - b) for a, b in zip(losses, ref["losses"])], loss_bounds(Config(), ref, **layout))
 
 
-def _run(cluster, layout, wrong=None):
+def _run(cluster, layout, wrong=None, zero=False):
     from labkit.capstone import Config, train
-    return cluster.run(train, Config(), steps=STEPS, wrong=wrong, **layout)
+    return cluster.run(train, Config(), steps=STEPS, wrong=wrong, zero=zero, **layout)
 
 
 def test_2x2x2_losses_equal_one_process(cluster8, ref):
@@ -42,6 +42,15 @@ def test_2x2x2_losses_equal_one_process(cluster8, ref):
     res = _run(cluster8, layout)
     r, n = _ratios(res, ref, layout), _ratios(res, ref, layout, norm=True)
     print(f"\n2x2x2 observed / bound per step: {[f'{x:.1e}' for x in r]}; step 0's norm: {n:.1e}")
+    assert max(r) <= 1 and n <= 1, (r, n)
+
+
+def test_2x2x2_with_zero2_equals_one_process(cluster8, ref):
+    """The data-parallel wrapping as ZeRO-2 by hand (reduce-scatter, sharded step, all-gather)."""
+    layout = dict(dp=2, pp=2, tp=2)
+    res = _run(cluster8, layout, zero=True)
+    r, n = _ratios(res, ref, layout), _ratios(res, ref, layout, norm=True)
+    print(f"\n2x2x2 ZeRO-2 observed / bound per step: {[f'{x:.1e}' for x in r]}; step 0's norm: {n:.1e}")
     assert max(r) <= 1 and n <= 1, (r, n)
 
 

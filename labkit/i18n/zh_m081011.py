@@ -557,4 +557,6 @@ MESSAGES = {
     "the loss per step": "每一步的 loss",
     "distance from one process": "与单进程的距离",
     "every layout on one process's curve; the wrong variants leave it": "每种布局都在单进程的曲线上；错误的变体离开了它",
+    "wrong={wrong!r} is a variant of the all-reduce route: run it with zero=False":
+        "wrong={wrong!r} 是 all-reduce 路线上的变体：请用 zero=False 运行它",
 }
