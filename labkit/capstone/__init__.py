@@ -19,7 +19,9 @@ stage, the head on the last), written for one process and parallelised from outs
 torchtitan's order: the pipeline split first (`stage_of`: embeddings + the first blocks on stage
 0, the last blocks + ln_f + head on the last), then tensor parallelism (`labkit.tp.TPBlock` on each
 block of the stage over the TP group), then data parallelism (the gradients of every parameter
-averaged over the DP group in one flat all-reduce after the pipeline's backward).
+averaged over the DP group in one flat all-reduce after the pipeline's backward; `zero=True`:
+ZeRO-2 by hand instead, the gradient reduce-scattered over DP, each DP rank stepping its shard,
+an all-gather putting the parameters back).
 
 The groups (`trainer.groups`) come from one grid, `labkit.parallel_dims.Layout(dp, pp, tp)` in the
 notes' order (TP fastest, then PP, DP outermost: picotron's `torch.arange(world).view(dp, pp, tp)`),
