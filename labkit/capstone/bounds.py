@@ -7,8 +7,9 @@ magnitudes do not depend on the CPU, only the rounding does).
   transpose (vocab), and the sum over the global batch's tokens with the m micro-batches and
   the dp replicas added in another order), summed in another order on the ranks: within
   d = chain_bound(lengths, the largest |grad| of that tensor).
-- Norm: | ||g'|| - ||g|| | <= ||g' - g|| <= sqrt(sum over tensors of numel d^2), plus the sum of numel squares in another order
-  (fp32 on one process: reorder_bound / (2 norm)): relative `rel`.
+- Norm: | ||g'|| - ||g|| | <= ||g' - g|| <= sqrt(sum over tensors of numel d^2), plus the sum
+  of numel squares in another order (fp32 on one process: reorder_bound / (2 norm)): relative
+  `rel`.
 - Clipped gradient (coefficient c = min(1, max_norm / norm)): c (1 + rel) d + |g| c rel / (1 - rel)
   + 2 u |g| (labkit.clipping's parity_bounds, the same argument).
 - Parameters after k SGD steps: the sum of lr times those errors, plus each step's rounding of
