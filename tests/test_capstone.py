@@ -32,9 +32,9 @@ def _ratios(res, ref, layout, norm=False):
     return ratios([abs(a - b) for a, b in zip(losses, ref["losses"])], loss_bounds(Config(), ref, **layout))
 
 
-def _run(cluster, layout, wrong=None):
+def _run(cluster, layout, wrong=None, zero=False):
     from labkit.capstone import Config, train
-    return cluster.run(train, Config(), steps=STEPS, wrong=wrong, **layout)
+    return cluster.run(train, Config(), steps=STEPS, wrong=wrong, zero=zero, **layout)
 
 
 def test_2x2x2_losses_equal_one_process(cluster8, ref):
@@ -42,6 +42,15 @@ def test_2x2x2_losses_equal_one_process(cluster8, ref):
     res = _run(cluster8, layout)
     r, n = _ratios(res, ref, layout), _ratios(res, ref, layout, norm=True)
     print(f"\n2x2x2 observed / bound per step: {[f'{x:.1e}' for x in r]}; step 0's norm: {n:.1e}")
+    assert max(r) <= 1 and n <= 1, (r, n)
+
+
+def test_2x2x2_with_zero2_equals_one_process(cluster8, ref):
+    """The data-parallel wrapping as ZeRO-2 by hand (reduce-scatter, sharded step, all-gather)."""
+    layout = dict(dp=2, pp=2, tp=2)
+    res = _run(cluster8, layout, zero=True)
+    r, n = _ratios(res, ref, layout), _ratios(res, ref, layout, norm=True)
+    print(f"\n2x2x2 ZeRO-2 observed / bound per step: {[f'{x:.1e}' for x in r]}; step 0's norm: {n:.1e}")
     assert max(r) <= 1 and n <= 1, (r, n)
 
 
@@ -72,3 +81,16 @@ def test_the_grid_is_picotrons_view():
     for i, d in enumerate(("dp", "pp", "tp")):
         want = sorted(view.movedim(i, -1).reshape(-1, view.shape[i]).tolist())
         assert sorted(Layout(dp=dp, pp=pp, tp=tp).groups(d)) == want, d
+
+
+def test_curves_figure_draws_every_run_and_the_bound():
+    """labkit.capstone.plots.curves_figure from recorded numbers (no ranks)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from labkit.capstone.plots import curves_figure
+    ref, bounds = [5.56, 5.44, 5.02], [1.3e-3, 3.8e-3, 1.1e-2]
+    fig = curves_figure(ref, {"2 x 2 x 2": [5.56, 5.44, 5.02], "wrong": [11.1, 10.9, 10.0]}, bounds)
+    left, right = fig.axes
+    assert len(left.lines) == 3 and len(right.lines) == 3            # one process + 2 runs; 2 + bound
+    assert list(right.lines[-1].get_ydata()) == bounds
+    assert len(fig.legends[0].get_texts()) == 4

@@ -58,10 +58,11 @@ def test_tp2_x_cp2_on_4_ranks_equals_one_process(cluster4, ref):
     assert max(r) <= 1, r
 
 
-def test_gradients_not_reduced_over_cp_differ_beyond_the_bound(cluster8, ref):
+@pytest.mark.parametrize("wrong", ["no CP reduction", "no DP reduction"])
+def test_gradients_not_reduced_differ_beyond_the_bound(cluster8, ref, wrong):
     layout = dict(dp=2, pp=2, tp=1, cp=2)
-    r = _ratios(_run(cluster8, layout, wrong="no CP reduction"), ref, layout)
-    print(f"\nno CP reduction, observed / bound per step: {[f'{x:.1e}' for x in r]}")
+    r = _ratios(_run(cluster8, layout, wrong=wrong), ref, layout)
+    print(f"\n{wrong}, observed / bound per step: {[f'{x:.1e}' for x in r]}")
     assert max(r) > 1, r
 
 

@@ -8,6 +8,7 @@ pipeline parallelism at once, built from the course's own pieces, against one pr
     res[0]["losses"]                                # the global batch's loss per step (all ranks agree)
     loss_bounds(cfg, ref, dp=2, pp=2, tp=2)         # per step: the most they may differ (derived)
     cluster.run(train, cfg, dp=2, pp=2, tp=2, wrong="loss not divided by micro-batches")
+    curves_figure(ref["losses"], {"2 x 2 x 2": res[0]["losses"]}, loss_bounds(cfg, ref))  # plots.py
 
 The data (`data.py`): the bytes of a standard-library source file every Python has
 (`textwrap.py`), tokens 0..255; step k's global batch is `cfg.batch` windows of `cfg.seq + 1`
@@ -18,7 +19,9 @@ stage, the head on the last), written for one process and parallelised from outs
 torchtitan's order: the pipeline split first (`stage_of`: embeddings + the first blocks on stage
 0, the last blocks + ln_f + head on the last), then tensor parallelism (`labkit.tp.TPBlock` on each
 block of the stage over the TP group), then data parallelism (the gradients of every parameter
-averaged over the DP group in one flat all-reduce after the pipeline's backward).
+averaged over the DP group in one flat all-reduce after the pipeline's backward; `zero=True`:
+ZeRO-2 by hand instead, the gradient reduce-scattered over DP, each DP rank stepping its shard,
+an all-gather putting the parameters back).
 
 The groups (`trainer.groups`) come from one grid, `labkit.parallel_dims.Layout(dp, pp, tp)` in the
 notes' order (TP fastest, then PP, DP outermost: picotron's `torch.arange(world).view(dp, pp, tp)`),
@@ -56,6 +59,7 @@ _LAZY = {
     "text_bytes": "data", "global_batch": "data",
     "groups": "trainer", "train": "trainer", "reference": "trainer", "WRONG": "trainer",
     "loss_bounds": "bounds",
+    "curves_figure": "plots",
 }
 __all__ = list(_LAZY)
 

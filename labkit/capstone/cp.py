@@ -160,7 +160,11 @@ def train(cfg=None, dp: int = 1, pp: int = 2, tp: int = 1, cp: int = 2, steps: i
     s = ensure_valid(one_f_one_b(pp, m))
     rows = cfg.batch // dp
     shape = (rows // m, cfg.seq // cp, cfg.n_embd)
-    red, red_n = (g["dp"], dp) if wrong == "no CP reduction" else (g["dp_cp"], dp * cp)
+    red, red_n = g["dp_cp"], dp * cp                 # who averages the gradients
+    if wrong == "no CP reduction":
+        red, red_n = g["dp"], dp
+    elif wrong == "no DP reduction":
+        red, red_n = g.get("cp"), cp
     losses, norms = [], []
     for step in range(start, steps):
         x, y = global_batch(step, cfg.batch, cfg.seq)

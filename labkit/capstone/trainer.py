@@ -75,10 +75,38 @@ def _pipeline(stage, s, me, prev, nxt, xs, ys, divide: bool, shape):
     return loss_sum
 
 
+def _zero_step(params, flat, count, cfg, g, dp: int, me: int) -> float:
+    """ZeRO-2 over the DP group by hand (the gradient reduce-scattered, each DP rank steps its
+    shard of the flat parameters, an all-gather puts them back; SGD has no state to shard, so
+    stage 1 alone would change nothing): returns the global gradient norm, whose squares are
+    now summed over the DP shards too."""
+    from labkit.clipping import global_grad_norm
+    from labkit.comm.compat import all_gather_into_tensor
+    from labkit.comm.ring import ring_reduce_scatter
+    n = flat.numel()
+    pad = -n % dp
+    k = (n + pad) // dp
+    lo = me * k
+    shard = ring_reduce_scatter(torch.cat([flat, flat.new_zeros(pad)]), g["dp"]).clone() / dp
+    weight = torch.cat([count, count.new_zeros(pad)])[lo:lo + k]
+    norm = global_grad_norm(shard, weight, {"dp": g["dp"], "tp": g["tp"], "pp": g["pp"]})
+    coef = min(1.0, cfg.max_norm / (float(norm) + 1e-6))                     # torch's clip rule
+    with torch.no_grad():
+        full = torch.cat([torch.cat([p.reshape(-1) for p in params]), flat.new_zeros(pad)])
+        mine = full[lo:lo + k] - cfg.lr * coef * shard
+        all_gather_into_tensor(full, mine.contiguous(), group=g["dp"])
+        off = 0
+        for p in params:
+            p.copy_(full[off:off + p.numel()].view_as(p))
+            off += p.numel()
+    return norm
+
+
 def train(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2, steps: int = 3,
-          wrong: str = None) -> dict:
+          wrong: str = None, zero: bool = False) -> dict:
     """`steps` SGD steps of the capstone model on this rank's part of dp x pp x tp (call on
-    every rank). Returns {"rank", "coords", "losses" (the global batch's mean loss per step,
+    every rank). zero=True: the data-parallel wrapping is ZeRO-2 by hand (`_zero_step`) instead
+    of one all-reduce. Returns {"rank", "coords", "losses" (the global batch's mean loss per step,
     the same on every rank), "norms" (the clipped gradient norm per step)}."""
     from labkit.clipping import global_grad_norm
     from labkit.i18n import tr
@@ -90,6 +118,9 @@ def train(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2, steps: 
         raise ValueError(tr("dp({dp}) x pp({pp}) x tp({tp}) = {n} != world size ({w}); start "
                             "labkit.Cluster({n})", dp=dp, pp=pp, tp=tp, n=dp * pp * tp,
                             w=dist.get_world_size()))
+    if zero and wrong in ("no DP reduction", "clip norm summed over TP"):
+        raise ValueError(tr("wrong={wrong!r} is a variant of the all-reduce route: run it with "
+                            "zero=False", wrong=wrong))
     m = cfg.microbatches
     if cfg.batch % (dp * m):
         raise ValueError(tr("batch {b} rows do not split into dp({dp}) x microbatches({m}) = {n}: "
@@ -118,16 +149,19 @@ def train(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2, steps: 
                          wrong != "loss not divided by micro-batches", shape)
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                           for p in params])
-        if dp > 1 and wrong != "no DP reduction":     # data parallelism: the mean over replicas
-            dist.all_reduce(flat, group=g["dp"])
-            flat /= dp
-        norm = global_grad_norm(flat, count, {"tp": g["tp"], "pp": g["pp"]})   # not over DP: replicas
-        coef = min(1.0, cfg.max_norm / (float(norm) + 1e-6))                     # torch's clip rule
-        with torch.no_grad():
-            k = 0
-            for p in params:
-                p -= cfg.lr * coef * flat[k:k + p.numel()].view_as(p)
-                k += p.numel()
+        if zero and dp > 1:
+            norm = _zero_step(params, flat, count, cfg, g, dp, c.dp)
+        else:
+            if dp > 1 and wrong != "no DP reduction":     # data parallelism: the mean over replicas
+                dist.all_reduce(flat, group=g["dp"])
+                flat /= dp
+            norm = global_grad_norm(flat, count, {"tp": g["tp"], "pp": g["pp"]})   # DP: replicas
+            coef = min(1.0, cfg.max_norm / (float(norm) + 1e-6))                     # torch's rule
+            with torch.no_grad():
+                k = 0
+                for p in params:
+                    p -= cfg.lr * coef * flat[k:k + p.numel()].view_as(p)
+                    k += p.numel()
         t = torch.tensor([loss if stage.last else 0.0], dtype=torch.float64)
         dist.all_reduce(t, group=g["pp"])            # the last stage's loss, to every stage
         dist.all_reduce(t, group=g["dp"])

@@ -551,4 +551,12 @@ MESSAGES = {
         "batch 的 {b} 行分不成 dp({dp}) x microbatches({m}) = {n} 份：请取 {n} 的倍数作为 batch",
     "{n} blocks do not split into pp = {pp} equal stages; pick pp among the divisors of {n}":
         "{n} 个 block 分不成 pp = {pp} 个相等的 stage；请从 {n} 的约数中选 pp",
+    "derived bound (equal to one process below it)": "推导出的界（在它之下即与单进程相等）",
+    "loss (nats per byte)": "loss（每字节 nat）",
+    "|loss - one process's loss|": "|loss - 单进程的 loss|",
+    "the loss per step": "每一步的 loss",
+    "distance from one process": "与单进程的距离",
+    "every layout on one process's curve; the wrong variants leave it": "每种布局都在单进程的曲线上；错误的变体离开了它",
+    "wrong={wrong!r} is a variant of the all-reduce route: run it with zero=False":
+        "wrong={wrong!r} 是 all-reduce 路线上的变体：请用 zero=False 运行它",
 }
