@@ -49,3 +49,14 @@ def test_a_gantt_of_every_rank(measured, tmp_path):
     assert sum(e[0] == "F" for e in measured[0]["events"]) == 2      # two micro-batches
     step_gantt(measured, path=str(tmp_path / "g.png"))
     assert (tmp_path / "g.png").stat().st_size > 10_000
+
+
+def test_speed_rows_put_the_planner_beside_the_measured_order():
+    from labkit.capstone import Config
+    from labkit.capstone.measure import LAYOUTS, speed_rows
+    from labkit.capstone.measure_plots import speed_report
+    fake = [{lay: 1.0 + k for k, lay in enumerate(LAYOUTS)} for _ in range(8)]   # seconds
+    rows = speed_rows(fake, Config())
+    assert [r["ratio"] for r in rows] == pytest.approx([1.0, 1 / 2, 1 / 3, 1 / 4])
+    assert all(r["predicted"] > 0 for r in rows)
+    assert "planner's order" in speed_report(rows)

@@ -32,7 +32,8 @@ import torch.distributed as dist
 
 from labkit.capstone.model import Config
 
-__all__ = ["record_step", "formulas", "traffic_rows", "memory_rows", "params_on_rank"]
+__all__ = ["record_step", "formulas", "traffic_rows", "memory_rows", "params_on_rank", "timed_steps",
+           "speed_rows", "LAYOUTS"]
 
 F32 = 4
 
@@ -216,4 +217,43 @@ def memory_rows(results: list, cfg: Config, dp: int, pp: int, tp: int) -> list:
             p = total / (tp * pp) * F32 if cat in ("parameters", "gradients") else (0 if f == 0 else None)
             rows.append({"rank": r["rank"], "stage": s, "category": cat, "bytes": b, "formula": f,
                          "planner": p, "ok": f is None or b == f})
+    return rows
+
+
+LAYOUTS = ((2, 2, 2), (4, 2, 1), (4, 1, 2), (2, 1, 4))      # (dp, pp, tp) on 8 ranks
+
+
+def timed_steps(cfg: Config = Config(), layouts=LAYOUTS, steps: int = 2) -> dict:
+    """On every rank: for each (dp, pp, tp) one warm-up step, then `steps` steps of
+    labkit.capstone.train between barriers, in one run. Returns {layout: seconds}."""
+    from labkit.capstone import trainer
+    out = {}
+    for lay in layouts:
+        trainer.train(cfg, *lay, steps=1)
+        dist.barrier()
+        t0 = time.perf_counter()
+        trainer.train(cfg, *lay, steps=steps)
+        dist.barrier()
+        out[lay] = time.perf_counter() - t0
+    return out
+
+
+def speed_rows(results: list, cfg: Config = Config(), steps: int = 2) -> list:
+    """[{layout, tokens_s (measured: the slowest rank), ratio (to the first layout, one run),
+    predicted (the planner's tokens/s for this model on 8 H100s, labkit.plan.evaluate)}]."""
+    from labkit.plan.models import Hardware, Model
+    from labkit.plan.planner import evaluate
+    total = params_on_rank(cfg, 1, 1, 0)                          # the whole model
+    model = Model(name="capstone TinyGPT", params=total, layers=cfg.n_layer, hidden=cfg.n_embd,
+                  heads=cfg.n_head, seq=cfg.seq, global_batch=cfg.batch, vocab=cfg.vocab)
+    tokens = steps * cfg.batch * cfg.seq
+    rows = []
+    for lay in results[0]:
+        dp, pp, tp = lay
+        seconds = max(r[lay] for r in results)
+        c = evaluate(model, Hardware(), tp=tp, pp=pp, dp=dp, micro_batch=cfg.batch // dp // cfg.microbatches)
+        rows.append({"layout": lay, "tokens_s": tokens / seconds,
+                     "predicted": model.tokens_per_step / c.step_seconds})
+    for r in rows:
+        r["ratio"] = r["tokens_s"] / rows[0]["tokens_s"]
     return rows

@@ -15,7 +15,7 @@ from labkit.pipeline.draw import COLOURS
 from labkit.tables import Table
 from labkit.verdict import verdict
 
-__all__ = ["traffic_report", "memory_report", "step_gantt"]
+__all__ = ["traffic_report", "memory_report", "step_gantt", "speed_report"]
 
 EXTRA = {"tp": "#f58518", "dp": "#b279a2", "pp": "#9d755d", "wait": "#bab0ac"}
 
@@ -111,3 +111,20 @@ def step_gantt(results, path: str = None, title: str = None):
     if path:
         fig.savefig(path, dpi=110)
     return fig
+
+
+def speed_report(rows) -> Table:
+    """Tokens per second per layout, measured here in one run (as ratios to the first), beside
+    the order the planner predicts for the same model on 8 H100s."""
+    measured = sorted(rows, key=lambda r: -r["tokens_s"])
+    predicted = sorted(rows, key=lambda r: -r["predicted"])
+    name = lambda r: "dp {} x pp {} x tp {}".format(*r["layout"])   # noqa: E731
+    body = [[name(r), f"{r['ratio']:.2f}", measured.index(r) + 1, f"{r['predicted'] / predicted[0]['predicted']:.2f}",
+             predicted.index(r) + 1] for r in rows]
+    return Table(["layout", "tokens/s here, vs the first", "order here", "planner on 8 H100, vs its best",
+                  "planner's order"], body, align="lrrrr",
+                 title=tr("tokens per second per layout, {n} ranks", n=8),
+                 notes=[tr("here: 8 ranks share this machine's CPU cores, so a layout's speed is how "
+                           "its ranks take turns on them, not how fast its links are; the planner "
+                           "counts GPUs that compute in parallel and links of set bandwidths. Only "
+                           "a machine with 8 GPUs can say which order holds there")])

@@ -48,3 +48,16 @@ MESSAGES = {
     "DP all-reduce (gradients; loss)": "DP all-reduce（梯度；损失）",
     "PP all-reduce (norm, loss)": "PP all-reduce（范数、损失）",
 }
+MESSAGES.update({
+    "layout": "布局",
+    "tokens/s here, vs the first": "这里的 token/秒，相对第一种",
+    "order here": "这里的顺序",
+    "planner on 8 H100, vs its best": "规划器在 8 块 H100 上，相对它的最佳",
+    "planner's order": "规划器的顺序",
+    "tokens per second per layout, {n} ranks": "每种布局每秒处理的 token 数，{n} 个 rank",
+    "here: 8 ranks share this machine's CPU cores, so a layout's speed is how its ranks take turns "
+    "on them, not how fast its links are; the planner counts GPUs that compute in parallel and links "
+    "of set bandwidths. Only a machine with 8 GPUs can say which order holds there":
+        "这里：8 个 rank 共用这台机器的 CPU 核心，所以一种布局的速度取决于它的 rank 怎样轮流使用这些核心，"
+        "而不是它的链路有多快；规划器算的是并行计算的 GPU 和带宽给定的链路。只有一台有 8 块 GPU 的机器才能说出那里成立的是哪种顺序",
+})
