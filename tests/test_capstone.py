@@ -32,9 +32,10 @@ def _ratios(res, ref, layout, norm=False):
     return ratios([abs(a - b) for a, b in zip(losses, ref["losses"])], loss_bounds(Config(), ref, **layout))
 
 
-def _run(cluster, layout, wrong=None, zero=False):
+def _run(cluster, layout, wrong=None, zero=False, sp=False):
     from labkit.capstone import Config, train
-    return cluster.run(train, Config(), steps=STEPS, wrong=wrong, zero=zero, **layout)
+    return cluster.run(train, Config(), steps=STEPS, wrong=wrong, zero=zero, sequence_parallel=sp,
+                       **layout)
 
 
 def test_2x2x2_losses_equal_one_process(cluster8, ref):
@@ -54,6 +55,16 @@ def test_2x2x2_with_zero2_equals_one_process(cluster8, ref):
     assert max(r) <= 1 and n <= 1, (r, n)
 
 
+def test_2x2x2_with_sequence_parallelism_equals_one_process(cluster8, ref):
+    """TPBlock's sequence parallelism: s / t positions per TP rank between the TP regions, the
+    replicated parameters' gradients summed over TP (the rule notebook 14's exercise checks)."""
+    layout = dict(dp=2, pp=2, tp=2)
+    res = _run(cluster8, layout, sp=True)
+    r, n = _ratios(res, ref, layout), _ratios(res, ref, layout, norm=True)
+    print(f"\n2x2x2 SP observed / bound per step: {[f'{x:.1e}' for x in r]}; step 0's norm: {n:.1e}")
+    assert max(r) <= 1 and n <= 1, (r, n)
+
+
 @pytest.mark.parametrize("layout", [dict(dp=1, pp=2, tp=2), dict(dp=2, pp=2, tp=1)],
                          ids=["pp2xtp2", "dp2xpp2"])
 def test_4_rank_losses_equal_one_process(cluster4, ref, layout):
@@ -65,8 +76,10 @@ def test_4_rank_losses_equal_one_process(cluster4, ref, layout):
 
 def test_wrong_variants_differ_beyond_the_bound(cluster8, ref):
     from labkit.capstone import WRONG
+    from labkit.capstone.trainer import WRONG_SP
     layout = dict(dp=2, pp=2, tp=2)
-    worst = {w: max(_ratios(_run(cluster8, layout, w), ref, layout)) for w in WRONG}
+    worst = {w: max(_ratios(_run(cluster8, layout, w, sp=w in WRONG_SP), ref, layout))
+             for w in WRONG + WRONG_SP}
     print("\nwrong variants, largest observed / bound: " + ", ".join(f"{w}: {x:.1f}" for w, x in worst.items()))
     assert all(x > 1 for x in worst.values()), worst
 

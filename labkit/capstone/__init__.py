@@ -21,7 +21,10 @@ torchtitan's order: the pipeline split first (`stage_of`: embeddings + the first
 block of the stage over the TP group), then data parallelism (the gradients of every parameter
 averaged over the DP group in one flat all-reduce after the pipeline's backward; `zero=True`:
 ZeRO-2 by hand instead, the gradient reduce-scattered over DP, each DP rank stepping its shard,
-an all-gather putting the parameters back).
+an all-gather putting the parameters back). `sequence_parallel=True`: TPBlock's sequence
+parallelism, each TP rank holding s / t positions between the TP regions, so the replicated
+parameters' gradients (embeddings, norms, row-parallel biases, head) are summed over TP: the
+rule notebook 14's exercise states (without it they are already equal on the TP ranks).
 
 The groups (`trainer.groups`) come from one grid, `labkit.parallel_dims.Layout(dp, pp, tp)` in the
 notes' order (TP fastest, then PP, DP outermost: picotron's `torch.arange(world).view(dp, pp, tp)`),
@@ -42,7 +45,8 @@ plus |grad|_1 times the parameters' bound (first order).
 The wrong variants (`WRONG`), each a bug that raises nothing:
 - "loss not divided by micro-batches": the pipeline sums m micro-batch means;
 - "clip norm summed over TP": the replicated parameters' squares counted on every TP rank;
-- "no DP reduction": each DP replica steps on its own rows' gradient.
+- "no DP reduction": each DP replica steps on its own rows' gradient;
+- `WRONG_SP` "replicated gradients not summed over TP" (with sequence_parallel=True).
 Clipping at every step hides a gradient summed instead of averaged from the loss (it rescales
 the step); `bounds.norm_bound` catches it in step 0's gradient norm.
 
@@ -58,6 +62,7 @@ _LAZY = {
     "Config": "model", "build": "model", "stage_of": "model",
     "text_bytes": "data", "global_batch": "data",
     "groups": "trainer", "train": "trainer", "reference": "trainer", "WRONG": "trainer",
+    "WRONG_SP": "trainer",
     "loss_bounds": "bounds",
     "curves_figure": "plots",
 }

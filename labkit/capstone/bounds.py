@@ -53,7 +53,7 @@ def loss_bounds(cfg, ref: dict, dp: int = 2, pp: int = 2, tp: int = 2) -> list:
     per element, and the loss's first-order change sum_i |g_k,i| |dp_k,i|."""
     import torch
     u = unit_roundoff()
-    lengths = gradient_lengths(cfg, dp)
+    lengths = gradient_lengths(cfg, dp) + [tp]     # sequence parallelism's sum over TP
     drift = [torch.zeros_like(g) for g in ref["grads"][0]]       # |p' - p| per element, bound
     loss_scale = max(ref["activation"], max(ref["losses"]))
     first = chain_bound(forward_lengths(cfg, dp), loss_scale)

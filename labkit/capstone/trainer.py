@@ -20,6 +20,7 @@ from labkit.capstone.model import Config, build, stage_of, tp_replicated
 __all__ = ["groups", "train", "reference", "WRONG"]
 
 WRONG = ("loss not divided by micro-batches", "clip norm summed over TP", "no DP reduction")
+WRONG_SP = ("replicated gradients not summed over TP",)      # with sequence_parallel=True
 
 
 def groups(dp: int, pp: int, tp: int):
@@ -35,9 +36,10 @@ def _ce(logits, targets):
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
-def _pipeline(stage, s, me, prev, nxt, xs, ys, divide: bool, shape):
+def _pipeline(stage, s, me, prev, nxt, xs, ys, divide: bool, shape, share: int = 1):
     """One step of schedule `s` on this stage: returns the sum of its micro-batch losses
-    (last stage; each loss / m unless divide=False), gradients accumulated in the stage."""
+    (last stage; each loss / m unless divide=False, and / share: sequence parallelism's t ranks
+    each hold a mean over s / t positions), gradients accumulated in the stage."""
     m = s.microbatches
     inp, out, pending, loss_sum = {}, {}, [], 0.0
     for a in s.actions[me]:
@@ -51,7 +53,7 @@ def _pipeline(stage, s, me, prev, nxt, xs, ys, divide: bool, shape):
                 x.requires_grad_(True)
             y = stage(x)
             if stage.last:
-                y = _ce(y, ys[mb]) / (m if divide else 1)
+                y = _ce(y, ys[mb]) / (m if divide else 1) / share
                 loss_sum += float(y.detach())
             else:
                 y_send = y.detach().contiguous()
@@ -103,17 +105,20 @@ def _zero_step(params, flat, count, cfg, g, dp: int, me: int) -> float:
 
 
 def train(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2, steps: int = 3,
-          wrong: str = None, zero: bool = False) -> dict:
+          wrong: str = None, zero: bool = False, sequence_parallel: bool = False) -> dict:
     """`steps` SGD steps of the capstone model on this rank's part of dp x pp x tp (call on
     every rank). zero=True: the data-parallel wrapping is ZeRO-2 by hand (`_zero_step`) instead
-    of one all-reduce. Returns {"rank", "coords", "losses" (the global batch's mean loss per step,
+    of one all-reduce. sequence_parallel=True: TPBlock's sequence parallelism, each TP rank's
+    loss the mean of its s / t positions divided by t, the replicated parameters' gradients
+    (embeddings, norms, row-parallel biases, head) summed over TP (WRONG_SP leaves that out).
+    Returns {"rank", "coords", "losses" (the global batch's mean loss per step,
     the same on every rank), "norms" (the clipped gradient norm per step)}."""
     from labkit.clipping import global_grad_norm
     from labkit.i18n import tr
     from labkit.pipeline import ensure_valid, one_f_one_b
-    if wrong is not None and wrong not in WRONG:
+    if wrong is not None and wrong not in WRONG + WRONG_SP:
         raise ValueError(tr("wrong must be None or one of {names}, got {wrong!r}",
-                            names=", ".join(WRONG), wrong=wrong))
+                            names=", ".join(WRONG + WRONG_SP), wrong=wrong))
     if dist.get_world_size() != dp * pp * tp:
         raise ValueError(tr("dp({dp}) x pp({pp}) x tp({tp}) = {n} != world size ({w}); start "
                             "labkit.Cluster({n})", dp=dp, pp=pp, tp=tp, n=dp * pp * tp,
@@ -128,7 +133,8 @@ def train(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2, steps: 
     layout, g = groups(dp, pp, tp)
     rank = dist.get_rank()
     c = layout.coords(rank)
-    stage = stage_of(build(cfg), pp, c.pp, g["tp"] if tp > 1 else None)
+    sp = sequence_parallel and tp > 1
+    stage = stage_of(build(cfg), pp, c.pp, g["tp"] if tp > 1 else None, sequence_parallel=sp)
     params = [p for p in stage.parameters() if p.requires_grad]
     replicated = tp_replicated(stage)
     count = torch.cat([torch.full((p.numel(),), float(c.tp == 0 or not replicated[id(p)]
@@ -138,15 +144,21 @@ def train(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2, steps: 
     nxt = layout.rank_of(dp=c.dp, pp=c.pp + 1, tp=c.tp) if c.pp < pp - 1 else None
     s = ensure_valid(one_f_one_b(pp, m))
     rows = cfg.batch // dp
-    shape = (rows // m, cfg.seq, cfg.n_embd)
+    shape = (rows // m, cfg.seq // (tp if sp else 1), cfg.n_embd)
     losses, norms = [], []
     for step in range(steps):
         x, y = global_batch(step, cfg.batch, cfg.seq)
         x, y = x[c.dp * rows:(c.dp + 1) * rows], y[c.dp * rows:(c.dp + 1) * rows]
+        if sp:
+            y = y[:, c.tp * shape[1]:(c.tp + 1) * shape[1]]     # this TP rank's positions
         for p in params:
             p.grad = None
         loss = _pipeline(stage, s, c.pp, prev, nxt, x.chunk(m), y.chunk(m),
-                         wrong != "loss not divided by micro-batches", shape)
+                         wrong != "loss not divided by micro-batches", shape, tp if sp else 1)
+        if sp and wrong != "replicated gradients not summed over TP":
+            for p in params:        # each TP rank saw s / t positions: a part of the sum
+                if replicated[id(p)] and p.grad is not None:
+                    dist.all_reduce(p.grad, group=g["tp"])
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                           for p in params])
         if zero and dp > 1:
@@ -164,6 +176,8 @@ def train(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2, steps: 
                     k += p.numel()
         t = torch.tensor([loss if stage.last else 0.0], dtype=torch.float64)
         dist.all_reduce(t, group=g["pp"])            # the last stage's loss, to every stage
+        if sp:
+            dist.all_reduce(t, group=g["tp"])        # each TP rank's part of the mean
         dist.all_reduce(t, group=g["dp"])
         losses.append(float(t) / dp)
         norms.append(float(norm))
