@@ -8,6 +8,7 @@ pipeline parallelism at once, built from the course's own pieces, against one pr
     res[0]["losses"]                                # the global batch's loss per step (all ranks agree)
     loss_bounds(cfg, ref, dp=2, pp=2, tp=2)         # per step: the most they may differ (derived)
     cluster.run(train, cfg, dp=2, pp=2, tp=2, wrong="loss not divided by micro-batches")
+    curves_figure(ref["losses"], {"2 x 2 x 2": res[0]["losses"]}, loss_bounds(cfg, ref))  # plots.py
 
 The data (`data.py`): the bytes of a standard-library source file every Python has
 (`textwrap.py`), tokens 0..255; step k's global batch is `cfg.batch` windows of `cfg.seq + 1`
@@ -18,7 +19,12 @@ stage, the head on the last), written for one process and parallelised from outs
 torchtitan's order: the pipeline split first (`stage_of`: embeddings + the first blocks on stage
 0, the last blocks + ln_f + head on the last), then tensor parallelism (`labkit.tp.TPBlock` on each
 block of the stage over the TP group), then data parallelism (the gradients of every parameter
-averaged over the DP group in one flat all-reduce after the pipeline's backward).
+averaged over the DP group in one flat all-reduce after the pipeline's backward; `zero=True`:
+ZeRO-2 by hand instead, the gradient reduce-scattered over DP, each DP rank stepping its shard,
+an all-gather putting the parameters back). `sequence_parallel=True`: TPBlock's sequence
+parallelism, each TP rank holding s / t positions between the TP regions, so the replicated
+parameters' gradients (embeddings, norms, row-parallel biases, head) are summed over TP: the
+rule notebook 14's exercise states (without it they are already equal on the TP ranks).
 
 The groups (`trainer.groups`) come from one grid, `labkit.parallel_dims.Layout(dp, pp, tp)` in the
 notes' order (TP fastest, then PP, DP outermost: picotron's `torch.arange(world).view(dp, pp, tp)`),
@@ -39,7 +45,16 @@ plus |grad|_1 times the parameters' bound (first order).
 The wrong variants (`WRONG`), each a bug that raises nothing:
 - "loss not divided by micro-batches": the pipeline sums m micro-batch means;
 - "clip norm summed over TP": the replicated parameters' squares counted on every TP rank;
-- "no DP reduction": each DP replica steps on its own rows' gradient.
+- "no DP reduction": each DP replica steps on its own rows' gradient;
+- `WRONG_SP` "replicated gradients not summed over TP" (with sequence_parallel=True).
+Clipping at every step hides a gradient summed instead of averaged from the loss (it rescales
+the step); `bounds.norm_bound` catches it in step 0's gradient norm.
+
+Context parallelism as a fourth dimension (`cp.py`: `cp.train(cfg, dp, pp, tp, cp, ...)`, the
+sequence zig-zag sharded, ring attention in each block, gradients averaged over DP x CP, the wrong
+variant "no CP reduction") and a torch.distributed.checkpoint saved under one layout and resumed
+under another (`checkpoint.py`; `cp.train(..., save_at=k, ckpt=path)`, then `resume=path`) reuse
+this trainer's step.
 """
 from labkit._lazy import lazy
 
@@ -47,7 +62,9 @@ _LAZY = {
     "Config": "model", "build": "model", "stage_of": "model",
     "text_bytes": "data", "global_batch": "data",
     "groups": "trainer", "train": "trainer", "reference": "trainer", "WRONG": "trainer",
+    "WRONG_SP": "trainer",
     "loss_bounds": "bounds",
+    "curves_figure": "plots",
 }
 __all__ = list(_LAZY)
 

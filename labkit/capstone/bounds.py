@@ -7,20 +7,25 @@ magnitudes do not depend on the CPU, only the rounding does).
   transpose (vocab), and the sum over the global batch's tokens with the m micro-batches and
   the dp replicas added in another order), summed in another order on the ranks: within
   d = chain_bound(lengths, the largest |grad| of that tensor).
-- Norm: | ||g'|| - ||g|| | <= ||g' - g|| <= sqrt(sum over tensors of numel d^2), plus the sum of numel squares in another order
-  (fp32 on one process: reorder_bound / (2 norm)): relative `rel`.
+- Norm: | ||g'|| - ||g|| | <= ||g' - g|| <= sqrt(sum over tensors of numel d^2), plus the sum
+  of numel squares in another order (fp32 on one process: reorder_bound / (2 norm)): relative
+  `rel`.
 - Clipped gradient (coefficient c = min(1, max_norm / norm)): c (1 + rel) d + |g| c rel / (1 - rel)
   + 2 u |g| (labkit.clipping's parity_bounds, the same argument).
 - Parameters after k SGD steps: the sum of lr times those errors, plus each step's rounding of
   the parameter (2 u (|p| + lr |step|)), element by element (labkit.numerics.sgd_bound's terms).
 - Loss at step k: the forward's chain_bound (scale: the largest |activation| or loss) plus, to
-  first order, |grad_k|_1 times the parameters' bound after k steps (|dL| <= sum |dL/dp| |dp|).
+  first order, sum_i |g_k,i| |dp_k,i| with the parameters' bound after k steps (|dL| <= sum
+  |dL/dp| |dp|). First order throughout: a gradient taken at parameters dp apart also moves by
+  the curvature times dp, left out as in sgd_bound (small beside d while lr x curvature < 1
+  over these few steps). Measured on this CPU: observed / bound 2e-5 .. 5e-4 for every layout,
+  the wrong variants 2.3 .. 4200 (tests/test_capstone.py prints them).
 """
 import math
 
 from labkit.numerics import chain_bound, reorder_bound, unit_roundoff
 
-__all__ = ["loss_bounds", "ratios", "gradient_lengths", "forward_lengths"]
+__all__ = ["loss_bounds", "norm_bound", "ratios", "gradient_lengths", "forward_lengths"]
 
 
 def _tail(cfg, dp: int) -> list:
@@ -48,7 +53,7 @@ def loss_bounds(cfg, ref: dict, dp: int = 2, pp: int = 2, tp: int = 2) -> list:
     per element, and the loss's first-order change sum_i |g_k,i| |dp_k,i|."""
     import torch
     u = unit_roundoff()
-    lengths = gradient_lengths(cfg, dp)
+    lengths = gradient_lengths(cfg, dp) + [tp]     # sequence parallelism's sum over TP
     drift = [torch.zeros_like(g) for g in ref["grads"][0]]       # |p' - p| per element, bound
     loss_scale = max(ref["activation"], max(ref["losses"]))
     first = chain_bound(forward_lengths(cfg, dp), loss_scale)
@@ -65,6 +70,18 @@ def loss_bounds(cfg, ref: dict, dp: int = 2, pp: int = 2, tp: int = 2) -> list:
             step = c * rel / (1 - rel) * a + c * (1 + rel) * x + 2 * u * a
             e += cfg.lr * step + 2 * u * (p + cfg.lr * c * a)
     return out
+
+
+def norm_bound(cfg, ref: dict, dp: int = 2) -> float:
+    """The most step 0's gradient norm (before clipping; the same parameters on both sides) may
+    differ from `ref`'s, relative: sqrt(sum over tensors of numel d^2) plus the norm's own
+    sum of squares in another order, over the norm. A gradient summed instead of averaged over
+    DP, or a replica counted twice, moves it far more; clipping hides the former from the loss."""
+    grads, norm = ref["grads"][0], ref["norms"][0]
+    lengths = gradient_lengths(cfg, dp)
+    err = math.sqrt(sum(g.numel() * chain_bound(lengths, float(g.abs().max())) ** 2 for g in grads))
+    numel = sum(g.numel() for g in grads)
+    return (err + reorder_bound(numel, norm ** 2) / (2 * norm)) / norm
 
 
 def ratios(observed: list, bounds: list) -> list:

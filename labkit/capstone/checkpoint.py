@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 def _block_name(name: str) -> str:
     """A TPBlock's parameter name -> the labkit.models.Block's it was split from."""
-    return name.replace("attn.", "").replace("mlp.", "")
+    return name.replace("blk.", "").replace("attn.", "").replace("mlp.", "")   # blk.: Recompute
 
 
 def _gather_full(owner, leaf: str, t: torch.Tensor, group) -> torch.Tensor:
@@ -52,6 +52,8 @@ def full_state(stage, first_block: int, tp_group=None) -> dict:
                 owner = stage.blocks[int(j)].get_submodule(rest.rsplit(".", 1)[0])
                 t = _gather_full(owner, rest.rsplit(".", 1)[1], t, tp_group)
             name = f"blocks.{first_block + int(j)}.{_block_name(rest)}"
+        elif name == "pos.pos.weight":          # labkit.capstone.cp.ShardedPositions' table
+            name = "pos.weight"
         out[name] = t.clone()
     return out
 

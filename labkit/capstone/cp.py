@@ -97,13 +97,29 @@ def dp_cp_groups(dp: int, pp: int, tp: int, cp: int) -> dict:
 WRONG_CP = ("no CP reduction",)
 
 
+class Recompute(nn.Module):
+    """Activation checkpointing of one block (applied after TP and CP, before the data-parallel
+    reduction: torchtitan's order): forward keeps only the block's input, backward runs the
+    block again (its TP all-reduces and CP ring steps too) to get what it needs."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.blk = block
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        return checkpoint(self.blk, x, use_reentrant=False)
+
+
 def train(cfg=None, dp: int = 1, pp: int = 2, tp: int = 1, cp: int = 2, steps: int = 3,
-          wrong: str = None, save_at: int = None, ckpt: str = None, resume: str = None) -> dict:
+          wrong: str = None, save_at: int = None, ckpt: str = None, resume: str = None,
+          checkpointing: bool = False) -> dict:
     """labkit.capstone.trainer.train with context parallelism as a fourth dimension (call on
     every rank of dp x pp x tp x cp): the same pipeline step, clipping and SGD, the sequence
     sharded over CP, gradients averaged over DP x CP. `wrong` also takes "no CP reduction"
     (averaged over DP only). save_at / ckpt: a torch.distributed.checkpoint after that many
-    steps; resume: start from one (written by any layout), at the step it was saved."""
+    steps; resume: start from one (written by any layout), at the step it was saved.
+    checkpointing: every block recomputed in backward (`Recompute`)."""
     import torch.distributed as dist
     from labkit.capstone import checkpoint
     from labkit.capstone.data import global_batch
@@ -131,6 +147,8 @@ def train(cfg=None, dp: int = 1, pp: int = 2, tp: int = 1, cp: int = 2, steps: i
     stage = stage_of(model, pp, c.pp, g["tp"] if tp > 1 else None)
     if cp > 1:
         use_cp(stage, g["cp"], cfg.seq)
+    if checkpointing:
+        stage.blocks = nn.ModuleList(Recompute(b) for b in stage.blocks)
     params = [p for p in stage.parameters() if p.requires_grad]
     replicated = tp_replicated(stage)
     count = torch.cat([torch.full((p.numel(),), float(c.tp == 0 or not replicated[id(p)]
@@ -142,7 +160,11 @@ def train(cfg=None, dp: int = 1, pp: int = 2, tp: int = 1, cp: int = 2, steps: i
     s = ensure_valid(one_f_one_b(pp, m))
     rows = cfg.batch // dp
     shape = (rows // m, cfg.seq // cp, cfg.n_embd)
-    red, red_n = (g["dp"], dp) if wrong == "no CP reduction" else (g["dp_cp"], dp * cp)
+    red, red_n = g["dp_cp"], dp * cp                 # who averages the gradients
+    if wrong == "no CP reduction":
+        red, red_n = g["dp"], dp
+    elif wrong == "no DP reduction":
+        red, red_n = g.get("cp"), cp
     losses, norms = [], []
     for step in range(start, steps):
         x, y = global_batch(step, cfg.batch, cfg.seq)

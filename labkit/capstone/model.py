@@ -43,6 +43,7 @@ class Stage(nn.Module):
     def __init__(self, model, blocks, first: bool, last: bool):
         super().__init__()
         self.first, self.last = first, last
+        self.sp_slice = None        # sequence parallelism: this TP rank's positions after the embedding
         if first:
             self.tok, self.pos = model.tok, model.pos
         self.blocks = nn.ModuleList(blocks)
@@ -52,25 +53,35 @@ class Stage(nn.Module):
     def forward(self, x):
         if self.first:
             x = self.tok(x) + self.pos(torch.arange(x.size(1), device=x.device))
+            if self.sp_slice is not None:
+                x = x[:, self.sp_slice]
         for blk in self.blocks:
             x = blk(x)
         return self.head(self.ln_f(x)) if self.last else x
 
 
-def stage_of(model, pp: int, stage: int, tp_group=None) -> Stage:
+def stage_of(model, pp: int, stage: int, tp_group=None, sequence_parallel: bool = False) -> Stage:
     """Stage `stage` of `pp` (the pipeline split first), its blocks then tensor parallel over
-    `tp_group` (labkit.tp.TPBlock; None or a group of one rank: left whole)."""
+    `tp_group` (labkit.tp.TPBlock; None or a group of one rank: left whole). sequence_parallel:
+    TPBlock's sequence parallelism; the first stage keeps this TP rank's s / t positions of the
+    embedding's output, every stage then passes s / t positions on."""
     import torch.distributed as dist
+    from labkit.i18n import tr
     n = len(model.blocks)
     if n % pp:
-        raise ValueError(f"{n} blocks do not split into pp = {pp} equal stages; pick pp among "
-                         f"the divisors of {n}")
+        raise ValueError(tr("{n} blocks do not split into pp = {pp} equal stages; pick pp among "
+                            "the divisors of {n}", n=n, pp=pp))
     per = n // pp
     blocks = list(model.blocks[stage * per:(stage + 1) * per])
     if tp_group is not None and dist.get_world_size(tp_group) > 1:
         from labkit.tp import TPBlock
-        blocks = [TPBlock(b, tp_group) for b in blocks]
-    return Stage(model, blocks, stage == 0, stage == pp - 1)
+        blocks = [TPBlock(b, tp_group, sequence_parallel=sequence_parallel) for b in blocks]
+    out = Stage(model, blocks, stage == 0, stage == pp - 1)
+    if sequence_parallel and tp_group is not None and dist.get_world_size(tp_group) > 1:
+        t, r = dist.get_world_size(tp_group), dist.get_rank(tp_group)
+        k = model.pos.num_embeddings // t
+        out.sp_slice = slice(r * k, (r + 1) * k)
+    return out
 
 
 def tp_replicated(stage: nn.Module) -> dict:

@@ -20,6 +20,7 @@ from labkit.capstone.model import Config, build, stage_of, tp_replicated
 __all__ = ["groups", "train", "reference", "WRONG"]
 
 WRONG = ("loss not divided by micro-batches", "clip norm summed over TP", "no DP reduction")
+WRONG_SP = ("replicated gradients not summed over TP",)      # with sequence_parallel=True
 
 
 def groups(dp: int, pp: int, tp: int):
@@ -35,9 +36,10 @@ def _ce(logits, targets):
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
-def _pipeline(stage, s, me, prev, nxt, xs, ys, divide: bool, shape):
+def _pipeline(stage, s, me, prev, nxt, xs, ys, divide: bool, shape, share: int = 1):
     """One step of schedule `s` on this stage: returns the sum of its micro-batch losses
-    (last stage; each loss / m unless divide=False), gradients accumulated in the stage."""
+    (last stage; each loss / m unless divide=False, and / share: sequence parallelism's t ranks
+    each hold a mean over s / t positions), gradients accumulated in the stage."""
     m = s.microbatches
     inp, out, pending, loss_sum = {}, {}, [], 0.0
     for a in s.actions[me]:
@@ -51,7 +53,7 @@ def _pipeline(stage, s, me, prev, nxt, xs, ys, divide: bool, shape):
                 x.requires_grad_(True)
             y = stage(x)
             if stage.last:
-                y = _ce(y, ys[mb]) / (m if divide else 1)
+                y = _ce(y, ys[mb]) / (m if divide else 1) / share
                 loss_sum += float(y.detach())
             else:
                 y_send = y.detach().contiguous()
@@ -75,27 +77,64 @@ def _pipeline(stage, s, me, prev, nxt, xs, ys, divide: bool, shape):
     return loss_sum
 
 
+def _zero_step(params, flat, count, cfg, g, dp: int, me: int) -> float:
+    """ZeRO-2 over the DP group by hand (the gradient reduce-scattered, each DP rank steps its
+    shard of the flat parameters, an all-gather puts them back; SGD has no state to shard, so
+    stage 1 alone would change nothing): returns the global gradient norm, whose squares are
+    now summed over the DP shards too."""
+    from labkit.clipping import global_grad_norm
+    from labkit.comm.compat import all_gather_into_tensor
+    from labkit.comm.ring import ring_reduce_scatter
+    n = flat.numel()
+    pad = -n % dp
+    k = (n + pad) // dp
+    lo = me * k
+    shard = ring_reduce_scatter(torch.cat([flat, flat.new_zeros(pad)]), g["dp"]).clone() / dp
+    weight = torch.cat([count, count.new_zeros(pad)])[lo:lo + k]
+    norm = global_grad_norm(shard, weight, {"dp": g["dp"], "tp": g["tp"], "pp": g["pp"]})
+    coef = min(1.0, cfg.max_norm / (float(norm) + 1e-6))                     # torch's clip rule
+    with torch.no_grad():
+        full = torch.cat([torch.cat([p.reshape(-1) for p in params]), flat.new_zeros(pad)])
+        mine = full[lo:lo + k] - cfg.lr * coef * shard
+        all_gather_into_tensor(full, mine.contiguous(), group=g["dp"])
+        off = 0
+        for p in params:
+            p.copy_(full[off:off + p.numel()].view_as(p))
+            off += p.numel()
+    return norm
+
+
 def train(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2, steps: int = 3,
-          wrong: str = None) -> dict:
+          wrong: str = None, zero: bool = False, sequence_parallel: bool = False) -> dict:
     """`steps` SGD steps of the capstone model on this rank's part of dp x pp x tp (call on
-    every rank). Returns {"rank", "coords", "losses" (the global batch's mean loss per step,
+    every rank). zero=True: the data-parallel wrapping is ZeRO-2 by hand (`_zero_step`) instead
+    of one all-reduce. sequence_parallel=True: TPBlock's sequence parallelism, each TP rank's
+    loss the mean of its s / t positions divided by t, the replicated parameters' gradients
+    (embeddings, norms, row-parallel biases, head) summed over TP (WRONG_SP leaves that out).
+    Returns {"rank", "coords", "losses" (the global batch's mean loss per step,
     the same on every rank), "norms" (the clipped gradient norm per step)}."""
     from labkit.clipping import global_grad_norm
     from labkit.i18n import tr
     from labkit.pipeline import ensure_valid, one_f_one_b
-    if wrong is not None and wrong not in WRONG:
-        raise ValueError(f"wrong must be None or one of {WRONG}, got {wrong!r}")
+    if wrong is not None and wrong not in WRONG + WRONG_SP:
+        raise ValueError(tr("wrong must be None or one of {names}, got {wrong!r}",
+                            names=", ".join(WRONG + WRONG_SP), wrong=wrong))
     if dist.get_world_size() != dp * pp * tp:
         raise ValueError(tr("dp({dp}) x pp({pp}) x tp({tp}) = {n} != world size ({w}); start "
                             "labkit.Cluster({n})", dp=dp, pp=pp, tp=tp, n=dp * pp * tp,
                             w=dist.get_world_size()))
+    if zero and wrong in ("no DP reduction", "clip norm summed over TP"):
+        raise ValueError(tr("wrong={wrong!r} is a variant of the all-reduce route: run it with "
+                            "zero=False", wrong=wrong))
     m = cfg.microbatches
     if cfg.batch % (dp * m):
-        raise ValueError(f"batch {cfg.batch} does not split into dp({dp}) x microbatches({m})")
+        raise ValueError(tr("batch {b} rows do not split into dp({dp}) x microbatches({m}) = {n}: "
+                            "pick a batch that is a multiple of {n}", b=cfg.batch, dp=dp, m=m, n=dp * m))
     layout, g = groups(dp, pp, tp)
     rank = dist.get_rank()
     c = layout.coords(rank)
-    stage = stage_of(build(cfg), pp, c.pp, g["tp"] if tp > 1 else None)
+    sp = sequence_parallel and tp > 1
+    stage = stage_of(build(cfg), pp, c.pp, g["tp"] if tp > 1 else None, sequence_parallel=sp)
     params = [p for p in stage.parameters() if p.requires_grad]
     replicated = tp_replicated(stage)
     count = torch.cat([torch.full((p.numel(),), float(c.tp == 0 or not replicated[id(p)]
@@ -105,29 +144,40 @@ def train(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2, steps: 
     nxt = layout.rank_of(dp=c.dp, pp=c.pp + 1, tp=c.tp) if c.pp < pp - 1 else None
     s = ensure_valid(one_f_one_b(pp, m))
     rows = cfg.batch // dp
-    shape = (rows // m, cfg.seq, cfg.n_embd)
+    shape = (rows // m, cfg.seq // (tp if sp else 1), cfg.n_embd)
     losses, norms = [], []
     for step in range(steps):
         x, y = global_batch(step, cfg.batch, cfg.seq)
         x, y = x[c.dp * rows:(c.dp + 1) * rows], y[c.dp * rows:(c.dp + 1) * rows]
+        if sp:
+            y = y[:, c.tp * shape[1]:(c.tp + 1) * shape[1]]     # this TP rank's positions
         for p in params:
             p.grad = None
         loss = _pipeline(stage, s, c.pp, prev, nxt, x.chunk(m), y.chunk(m),
-                         wrong != "loss not divided by micro-batches", shape)
+                         wrong != "loss not divided by micro-batches", shape, tp if sp else 1)
+        if sp and wrong != "replicated gradients not summed over TP":
+            for p in params:        # each TP rank saw s / t positions: a part of the sum
+                if replicated[id(p)] and p.grad is not None:
+                    dist.all_reduce(p.grad, group=g["tp"])
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                           for p in params])
-        if dp > 1 and wrong != "no DP reduction":     # data parallelism: the mean over replicas
-            dist.all_reduce(flat, group=g["dp"])
-            flat /= dp
-        norm = global_grad_norm(flat, count, {"tp": g["tp"], "pp": g["pp"]})   # not over DP: replicas
-        coef = min(1.0, cfg.max_norm / (float(norm) + 1e-6))                     # torch's clip rule
-        with torch.no_grad():
-            k = 0
-            for p in params:
-                p -= cfg.lr * coef * flat[k:k + p.numel()].view_as(p)
-                k += p.numel()
+        if zero and dp > 1:
+            norm = _zero_step(params, flat, count, cfg, g, dp, c.dp)
+        else:
+            if dp > 1 and wrong != "no DP reduction":     # data parallelism: the mean over replicas
+                dist.all_reduce(flat, group=g["dp"])
+                flat /= dp
+            norm = global_grad_norm(flat, count, {"tp": g["tp"], "pp": g["pp"]})   # DP: replicas
+            coef = min(1.0, cfg.max_norm / (float(norm) + 1e-6))                     # torch's rule
+            with torch.no_grad():
+                k = 0
+                for p in params:
+                    p -= cfg.lr * coef * flat[k:k + p.numel()].view_as(p)
+                    k += p.numel()
         t = torch.tensor([loss if stage.last else 0.0], dtype=torch.float64)
         dist.all_reduce(t, group=g["pp"])            # the last stage's loss, to every stage
+        if sp:
+            dist.all_reduce(t, group=g["tp"])        # each TP rank's part of the mean
         dist.all_reduce(t, group=g["dp"])
         losses.append(float(t) / dp)
         norms.append(float(norm))
