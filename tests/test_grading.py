@@ -3,8 +3,10 @@ generate_assignment`, and autograded for a right answer (every point) and a wron
 checker's corpus (fewer points), in English and in Chinese; the release is the learner copy of
 `scripts/lab`, cell for cell. Without nbgrader (the extra `grading`) it is skipped.
 
-CI runs one language per exercise alternately and one wrong answer each (an autograde runs the
-whole notebook); LABKIT_GRADING_ALL=1 runs every exercise in both languages."""
+An autograde runs the whole notebook (about 40 s a submission here), so CI grades three
+assignments (CI_ASSIGNMENTS: an English and a Chinese one, and one with a hidden case, where an
+answer tuned to the visible case gets part of the points); LABKIT_GRADING_ALL=1 grades every
+exercise in both languages, with one wrong answer from each checker's corpus."""
 import json
 import os
 import pathlib
@@ -23,20 +25,20 @@ nbgrader = pytest.importorskip("nbgrader", reason="nbgrader is not installed: pi
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 ALL = os.environ.get("LABKIT_GRADING_ALL") == "1"
 
-# a wrong answer per exercise, from the checkers' corpora: (file, expression giving the answer in
-# that file's namespace, words the checker's line must hold)
+# a wrong answer per exercise, from the checkers' corpora (not their stubs, WRONG[0]): (file,
+# expression giving the answer in that file's namespace, words the checker's English line holds)
 WRONG = {
     "mean_over_ranks": ("check_corpus/mean.py", "sum_only", "mean_over_ranks: FAIL"),
-    "mixed_adam_bytes": ("check_corpus/adam.py", "WRONG[0][1]", "mixed_adam_bytes: FAIL"),
-    "ring_all_reduce": ("check_corpus/ring.py", "WRONG[0][1]", "ring_all_reduce: FAIL"),
-    "average_gradients": ("check_corpus/grads.py", "WRONG[0][1]", "average_gradients: FAIL"),
+    "mixed_adam_bytes": ("check_corpus/adam.py", "WRONG[1][1]", "mixed_adam_bytes: FAIL"),
+    "ring_all_reduce": ("check_corpus/ring.py", "WRONG[1][1]", "ring_all_reduce: FAIL"),
+    "average_gradients": ("check_corpus/grads.py", "WRONG[1][1]", "average_gradients: FAIL"),
     "zero1_step": ("test_zero_check.py", "wrong_state_size", "wrong shard bounds"),
     "fsdp_budget": ("test_check_fsdp.py", "(lambda c=WRONG[0][0]: lambda: c)()", "cost the most: wrap='model'"),
     "row_parallel": ("test_tp_check.py", "WRONG[4][0]", "bias is missing"),
     "schedule_1f1b": ("test_pipeline_check.py", "no_cooldown", "stage 0 never runs B5"),
     "accumulate_gradients": ("check_corpus/accum.py", "not_divided", "accumulate_gradients: FAIL"),
-    "online_softmax_merge": ("check_corpus/merge.py", "WRONG[0][1]", "online_softmax_merge: FAIL"),
-    "ep_dispatch": ("check_corpus/moe.py", "WRONG[0][1]", "ep_dispatch: FAIL"),
+    "online_softmax_merge": ("check_corpus/merge.py", "WRONG[1][1]", "online_softmax_merge: FAIL"),
+    "ep_dispatch": ("check_corpus/moe.py", "WRONG[1][1]", "ep_dispatch: FAIL"),
 }
 
 
@@ -106,11 +108,16 @@ def outputs(root, student, assignment):
                        for o in c.get("outputs", [])) for i, c in enumerate(nb.cells)}
 
 
+CI_ASSIGNMENTS = ["00_cluster", "01_memory_zh", "09_memory_tricks"]
+# an answer tuned to the visible case: right for micro=3 only (the hidden call tries micro=4)
+TUNED = {"accumulate_gradients": ("    ### BEGIN SOLUTION", "    micro = 3\n    ### BEGIN SOLUTION")}
+
+
 def assignments():
     stems = [p.stem for p in sorted((ROOT / "notebooks").glob("*.ipynb")) if exercises.BEGIN in p.read_text()]
     if ALL:
         return [s + suffix for s in stems for suffix in ("", "_zh")]
-    return [s + ("_zh" if k % 2 else "") for k, s in enumerate(stems)]
+    return CI_ASSIGNMENTS
 
 
 @pytest.mark.parametrize("assignment", assignments())
@@ -131,12 +138,20 @@ def test_right_gets_every_point_wrong_loses(course, assignment):
     wrong = {a: wrong_cell(source.cells[a].source, checker_of(source, k)) for k, (a, _) in enumerate(pairs)}
     submit(root, assignment, "right", right)
     submit(root, assignment, "wrong", wrong)
+    tuned = {a: source.cells[a].source.replace(*TUNED[checker_of(source, k)])
+             for k, (a, _) in enumerate(pairs) if checker_of(source, k) in TUNED}
+    if tuned:
+        submit(root, assignment, "tuned", {**right, **tuned})
     nbg(root, "autograde", assignment, "--force")
     got = grades(root, assignment)
     total = grading.POINTS * len(pairs)
     assert got["right"] == (total, total), (got, outputs(root, "right", assignment))
     assert got["wrong"][0] < total, got
+    if tuned:
+        share = grading.POINTS / (1 + len(grading.HIDDEN[checker_of(source)]))
+        assert got["tuned"] == (total - share, total), (got, outputs(root, "tuned", assignment))
     out = outputs(root, "wrong", assignment)
     for k, (_, t) in enumerate(pairs):
-        words = WRONG[checker_of(source, k)][2]
-        assert words in out[t] and "WrongAnswer" in out[t], out[t]
+        name = checker_of(source, k)
+        words = WRONG[name][2] if not assignment.endswith("_zh") else f"{name}: FAIL"   # the diagnosis is in Chinese
+        assert words in out[t] and f"{name}: FAIL" in out[t] and "WrongAnswer" in out[t], out[t]
