@@ -11,7 +11,13 @@ the notebooks run under pytest (nbval), the repository's ``conftest.py`` fails a
 output holds such a line (`failing_lines`), unless the cell is tagged `EXPECT_FAIL_TAG`, which a
 cell that shows a FAIL on purpose carries (and then it must show one). A line printed on a rank
 arrives as ``[rank N] ...`` and counts too. Pure: no torch, no processes.
+
+Under nbgrader (its autograder and validator set ``NBGRADER_EXECUTION``) a checker's FAIL or
+"not implemented yet" line is followed by `WrongAnswer`, the exception nbgrader counts as a
+failed test cell (`graded`); inside a grading cell that splits its points over several checker
+calls (`labkit.grading.cases`) the verdicts are recorded instead. A learner's own run never raises.
 """
+import os
 import re
 
 FAIL = "FAIL"               # a checker's word for "your code is wrong"
@@ -36,3 +42,27 @@ def verdict(ok: bool, text: str) -> bool:
 def failing_lines(text: str) -> list:
     """The lines of `text` that say a check failed: a checker's ``name: FAIL`` or a ``MISS:``."""
     return [ln for ln in text.splitlines() if _FAILING.match(ln)]
+
+
+GRADING_ENV = "NBGRADER_EXECUTION"     # set by nbgrader's autograde ("autograde") and validate
+
+
+class WrongAnswer(AssertionError):
+    """A checker's verdict was not pass, under nbgrader: the test cell loses its points."""
+
+
+LEDGER = []          # [(name, ok)] of the checker calls of an open grading cell (labkit.grading)
+_open = [False]
+
+
+def grading() -> bool:
+    return bool(os.environ.get(GRADING_ENV))
+
+
+def graded(name: str, ok: bool, line: str) -> None:
+    """After a checker printed `line`: record it in an open grading cell, else raise WrongAnswer
+    under nbgrader when it is not a pass. Nothing at all in a learner's own run."""
+    if _open[0]:
+        LEDGER.append((name, bool(ok)))
+    elif not ok and grading():
+        raise WrongAnswer(line)

@@ -21,7 +21,7 @@ reaches that parameter (the bits say which ranks were summed).
 """
 import itertools
 
-from labkit.check.core import NOT_IMPLEMENTED_HOW, report
+from labkit.check.core import not_implemented, report
 from labkit.check.guard import HANG_LIMIT_S, OutOfTime, time_limit
 from labkit.i18n import N_, tr
 
@@ -289,8 +289,7 @@ def capstone_groups(grid, reduce_over, cluster=None, timeout: float = HANG_LIMIT
                               for d, v in grid(dp=dp, pp=pp, tp=tp, cp=cp).items() if d in DIMS}
                     dims = {k: _dims(reduce_over, k) for k in KINDS}
     except NotImplementedError:
-        print(f"{NAME}: not implemented yet" + NOT_IMPLEMENTED_HOW())
-        return False
+        return not_implemented(NAME)
     except OutOfTime as exc:
         return report(NAME, False, exc.describe())
     except ValueError as exc:

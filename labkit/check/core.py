@@ -13,7 +13,7 @@ from labkit.runtime.errors import RankError, RankTimeout
 from labkit.check.guard import OutOfTime
 from labkit.check.ring_diagnosis import stuck_in
 from labkit.i18n import tr
-from labkit.verdict import FAIL
+from labkit.verdict import FAIL, graded
 
 
 def NOT_IMPLEMENTED_HOW() -> str:        # noqa: N802 - a sentence, in the current language
@@ -26,8 +26,18 @@ def report(name: str, ok: bool, detail: str = "") -> bool:
     fails a notebook cell under pytest, see `labkit.verdict`). The name and the verdict word
     stay English in every language; the detail is in the learner's language (labkit.i18n)."""
     verdict = "pass" if ok else FAIL
-    print(f"{name}: {verdict}" + (f" ({detail})" if detail else ""))
+    line = f"{name}: {verdict}" + (f" ({detail})" if detail else "")
+    print(line)
+    graded(name, ok, line)            # under nbgrader only: WrongAnswer, which the test cell counts
     return ok
+
+
+def not_implemented(name: str) -> bool:
+    """Print "name: not implemented yet (...)"; under nbgrader a stub loses the cell's points."""
+    line = f"{name}: not implemented yet" + NOT_IMPLEMENTED_HOW()
+    print(line)
+    graded(name, False, line)
+    return False
 
 
 def _not_implemented(exc: BaseException) -> bool:
@@ -160,8 +170,7 @@ def checker(name: str):
                 if raised and not _not_implemented(exc):   # raised on some ranks, others stuck
                     return report(name, False, caught_verdict([d["learner_raised"] for d in raised]))
                 if _not_implemented(exc):
-                    print(f"{name}: not implemented yet" + NOT_IMPLEMENTED_HOW())
-                    return False
+                    return not_implemented(name)
                 return report(name, False, describe_failure(exc))
             return report(name, ok, detail)
         return run

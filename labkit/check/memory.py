@@ -1,7 +1,7 @@
 """Checkers for notebook 01 (memory). Pure arithmetic: no cluster needed."""
 import random
 
-from labkit.check.core import NOT_IMPLEMENTED_HOW, report
+from labkit.check.core import not_implemented, report
 from labkit.i18n import N_, tr
 
 __all__ = ["mixed_adam_bytes"]
@@ -47,8 +47,7 @@ def mixed_adam_bytes(fn) -> bool:
         try:
             got = fn(n)
         except NotImplementedError:
-            print("mixed_adam_bytes: not implemented yet" + NOT_IMPLEMENTED_HOW())
-            return False
+            return not_implemented("mixed_adam_bytes")
         except Exception as exc:       # noqa: BLE001 - a checker never raises at the learner
             return report("mixed_adam_bytes", False,
                           f"n_params={n:g}: " + tr("raised {error}", error=f"{type(exc).__name__}: {exc}") +
