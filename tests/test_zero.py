@@ -112,10 +112,12 @@ def _prefetch_order():
     wrapped, opt = labkit.zero.wrap(model, torch.optim.Adam, stage=3, prefetch=True, lr=1e-3)
     from labkit.models import token_batch
     x, y = token_batch(2, 8, 64)
+    from labkit import trace
+    from labkit.zero.stage3 import Events
     lm_loss(wrapped(x), y).backward()           # first step records the forward order
-    wrapped.recording = True
-    lm_loss(wrapped(x), y).backward()
-    return [(e["unit"], e["kind"], e["phase"]) for e in wrapped.events]
+    with trace.recording(Events(wrapped)) as rec:
+        lm_loss(wrapped(x), y).backward()
+    return [(e["unit"], e["kind"], e["phase"]) for e in rec.events]
 
 
 def test_prefetch_gathers_the_next_layer_before_it_runs(cluster2):

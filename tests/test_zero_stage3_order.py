@@ -8,19 +8,21 @@ def _one_step():
     import torch
     import torch.distributed as dist
     from labkit.models import lm_loss
+    from labkit import trace
     from labkit.zero import wrap
+    from labkit.zero.stage3 import Events
     from labkit.zero.runs import tiny_gpt
     torch.manual_seed(0)
     net, batch_fn = tiny_gpt(n_layer=3, n_embd=32, vocab=64, seq=8)
     model, opt = wrap(net, torch.optim.Adam, stage=3, lr=1e-3)
-    model.recording = True
     x, y = batch_fn(2, dist.get_rank())
-    out = model(x)
-    after_forward = model.gathered_bytes()
-    lm_loss(out.float(), y).backward()
-    after_backward = model.gathered_bytes()
-    opt.step()
-    return {"events": [(e["unit"], e["kind"], e["phase"], e["gathered"]) for e in model.events],
+    with trace.recording(Events(model)) as rec:
+        out = model(x)
+        after_forward = model.gathered_bytes()
+        lm_loss(out.float(), y).backward()
+        after_backward = model.gathered_bytes()
+        opt.step()
+    return {"events": [(e["unit"], e["kind"], e["phase"], e["gathered"]) for e in rec.events],
             "after_forward": after_forward, "after_backward": after_backward,
             "unit_bytes": {u.name: sum(g.nbytes for g in u.groups) for u in model.units}}
 

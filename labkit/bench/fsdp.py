@@ -8,6 +8,7 @@ the all-gathers and reduce-scatters per step. Step times on a shared CPU are noi
 them within one run, as ratios.
 """
 import argparse
+import contextlib
 import time
 
 import labkit
@@ -23,7 +24,9 @@ def zero3_peak(batch_per_rank: int = 4, model_kw: dict = None) -> dict:
     from torch.distributed._tools.mem_tracker import MemTracker
     from labkit.fsdp.runs import tiny_gpt
     from labkit.models import lm_loss
+    from labkit import trace
     from labkit.zero import wrap
+    from labkit.zero.stage3 import Events
     n, r = dist.get_world_size(), dist.get_rank()
     net, batch = tiny_gpt(**(model_kw or {}))
     model, opt = wrap(net, torch.optim.Adam, stage=3, lr=1e-3)
@@ -31,19 +34,19 @@ def zero3_peak(batch_per_rank: int = 4, model_kw: dict = None) -> dict:
     x, y = x[batch_per_rank * r:batch_per_rank * (r + 1)], y[batch_per_rank * r:batch_per_rank * (r + 1)]
     tracker = MemTracker()
     tracker.track_external(model)                 # optimizer state is made inside, step 1
+    events = Events(model)                        # the second step's hook calls
     with tracker:
         for i in range(2):
             if i == 1:
                 tracker.reset_mod_stats()
-                model.events.clear()
-                model.recording = True
                 t0 = time.perf_counter()
-            lm_loss(model(x), y).backward()
-            opt.step()
+            with trace.recording(events) if i == 1 else contextlib.nullcontext():
+                lm_loss(model(x), y).backward()
+                opt.step()
             opt.zero_grad()
         seconds = time.perf_counter() - t0
     peak = next(v["Total"] for k, v in tracker.get_tracker_snapshot("peak").items() if str(k) == "cpu")
-    kinds = [e["kind"] for e in model.events]
+    kinds = [e["kind"] for e in events.events]
     return {"rank": r, "total": peak, "seconds": seconds,
             "calls": {"all_gather": kinds.count("all-gather") + kinds.count("prefetch"),
                       "reduce_scatter": kinds.count("reduce-scatter")}}

@@ -30,7 +30,9 @@ def live_steps(stage: int, steps: int = 2, mixed: bool = False, batch: int = 4, 
 def stage3_events(prefetch: bool = False, **model_kwargs) -> list:
     """One stage-3 training step with the hooks' events recorded: [{unit, kind, phase, t0, t1}]
     (kind: all-gather, prefetch, wait, compute, free, reduce-scatter), times from the step start."""
+    from labkit import trace
     from labkit.zero import wrap
+    from labkit.zero.stage3 import Events
     torch.manual_seed(0)
     net, batch_fn = tiny_gpt(**{**SMALL, **model_kwargs})
     model, opt = wrap(net, torch.optim.Adam, stage=3, lr=1e-3, prefetch=prefetch)
@@ -38,9 +40,9 @@ def stage3_events(prefetch: bool = False, **model_kwargs) -> list:
     lm_loss(model(x).float(), y).backward()          # first step: learns the forward order
     opt.step()
     opt.zero_grad()
-    model.recording = True
     dist.barrier()
-    lm_loss(model(x).float(), y).backward()
-    opt.step()
-    t0 = min(e["t0"] for e in model.events)
-    return [{**e, "t0": e["t0"] - t0, "t1": e["t1"] - t0} for e in model.events]
+    with trace.recording(Events(model)) as rec:       # the hooks' spans, recorded from outside
+        lm_loss(model(x).float(), y).backward()
+        opt.step()
+    t0 = min(e["t0"] for e in rec.events)
+    return [{**e, "t0": e["t0"] - t0, "t1": e["t1"] - t0} for e in rec.events]
