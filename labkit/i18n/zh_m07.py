@@ -172,4 +172,49 @@ MESSAGES = {
     "largest / one process": "最大 / 单进程",
     "Model state held per rank (weights, gradients, Adam), measured after one step":
         "每个 rank 持有的模型状态（权重、梯度、Adam），一次 step 后测得",
+    # -- notebook 07's code cells: verdicts, table headers and titles -------------------------
+    "idle / total (notes, GPipe)": "空闲 / 总时间（讲义，GPipe）",
+    "idle / ideal (Megatron)": "空闲 / 理想时间（Megatron）",
+    "both bubbles equal (p-1)/(m+p-1) (to 1e-9, float rounding); GPipe holds m = 8 on every stage, "
+    "1F1B p - r":
+        "两个气泡都等于 (p-1)/(m+p-1)（误差 1e-9 以内，浮点舍入）；GPipe 每个 stage 都持有 m = 8 份，"
+        "1F1B 持有 p - r 份",
+    "interleaved's bubble equals (p-1)/(vm+p-1) (to 1e-9); ZB-H1's is below 1F1B's":
+        "interleaved 的气泡等于 (p-1)/(vm+p-1)（误差 1e-9 以内）；ZB-H1 的低于 1F1B 的",
+    "stage 0's count from the lists equals its formula for all 4 schedules, exactly":
+        "4 种调度下，从动作列表数出的 stage 0 的数量都与公式完全相等",
+    "stage 0, formula": "stage 0，公式",
+    "I + W multiplies exactly B's FLOPs, the naive W more; same gradients as B (within 1e-6)":
+        "I + W 的矩阵乘 FLOPs 与 B 完全相同，朴素的 W 更多；梯度与 B 相同（误差 1e-6 以内）",
+    "autograd calls": "autograd 调用次数",
+    "nodes evaluated": "求值的节点数",
+    "matmul MFLOP": "矩阵乘 MFLOP",
+    "time / B: median (min-max)": "时间 / B：中位数（最小-最大）",
+    "the simulation with the measured times reproduces the measured "
+    "bubble within 0.02 (7 runs here: 0.001 to 0.003)":
+        "用实测耗时做的模拟复现了实测的气泡，误差在 0.02 以内（这里跑了 7 次：0.001 到 0.003）",
+    "on every stage of every run the measured peak equals the count from the lists (bytes: exact)":
+        "每次运行的每个 stage 上，实测峰值都等于从动作列表数出的数量（字节：完全相等）",
+    "stage 0, counted": "stage 0，数出的",
+    "stage 0 peak KiB": "stage 0 峰值 KiB",
+    "Activations held at the peak, measured on the ranks, in micro-batches' worth":
+        "峰值时持有的激活，在各 rank 上实测，以 micro-batch 份数计",
+    "layers per stage": "每个 stage 的层数",
+    "measured bubble": "实测气泡",
+    "simulated (measured times)": "模拟（用实测耗时）",
+    "step s": "每步 s",
+    "each rank holds exactly its layers' share of the model state (2/8 each; 5/8 on the big stage), "
+    "and the stages add up to one process's":
+        "每个 rank 持有的模型状态恰好是它那些层所占的份额（各 2/8；大的 stage 上 5/8），"
+        "各 stage 加起来等于单进程的",
+    "labkit step ms": "labkit 每步 ms",
+    "torch step ms": "torch 每步 ms",
+    "labkit loss": "labkit loss",
+    "torch loss": "torch loss",
+    "largest |gradient - one process|": "最大 |梯度 - 单进程|",
+    "counted from the lists": "从动作列表数出的",
+    "ZB-V and DualPipeV on 4 ranks, m = 8: gradients and activations held at the peak, measured":
+        "4 个 rank 上的 ZB-V 和 DualPipeV，m = 8：梯度与峰值时持有的激活，实测",
+    "what": "项目",
+    "formula or count": "公式或计数",
 }
