@@ -30,9 +30,8 @@ context_parallel`) replaces scaled_dot_product_attention's CUDA kernels (flash, 
 cuDNN) by its ring; the CPU (math) kernel has no handler, so CP stays labkit's own ring
 (`labkit.capstone.cp`). Everything above runs on gloo.
 
-The wrong variant (`WRONG`), a bug that raises nothing: "mesh with TP outermost" builds the
-mesh as (tp, pp, dp) while the rows come from Layout's DP coordinate, so the ranks of a TP
-group hold different rows and the TP all-reduces add up partial sums of different sequences.
+No wrong variant yet: a mesh built (tp, pp, dp) raises a KeyError inside DTensor's
+redistribute (the flattened dp x tp mesh is not a slice of it) rather than training wrongly.
 """
 import torch
 import torch.distributed as dist
@@ -42,7 +41,7 @@ from labkit.capstone.model import Config, Stage, build
 
 __all__ = ["train_native", "mesh_groups", "WRONG"]
 
-WRONG = ("mesh with TP outermost",)
+WRONG = ()
 SCHEDULES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe"}
 DIMS = ("dp", "pp", "tp")
 
@@ -99,10 +98,7 @@ def train_native(cfg: Config = Config(), dp: int = 2, pp: int = 1, tp: int = 2, 
         raise ValueError(f"{cfg.n_layer} blocks do not split into pp = {pp} equal stages")
     logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     layout = Layout(dp=dp, pp=pp, tp=tp, gpus_per_node=max(8, world))
-    if wrong == "mesh with TP outermost":
-        mesh = init_device_mesh("cpu", (tp, pp, dp), mesh_dim_names=("tp", "pp", "dp"))
-    else:
-        mesh = init_device_mesh("cpu", (dp, pp, tp), mesh_dim_names=DIMS)
+    mesh = init_device_mesh("cpu", (dp, pp, tp), mesh_dim_names=DIMS)
     rank = dist.get_rank()
     c = layout.coords(rank)
     stage_idx = mesh["pp"].get_local_rank()
