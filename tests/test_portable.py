@@ -85,6 +85,9 @@ def test_ranks_die_with_their_notebook_without_pdeathsig():
         assert line.startswith("PIDS"), line
         ranks, dog = [int(w) for w in line.split()[1:3]], line.split()[3]
         assert dog != "None", "LABKIT_PORTABLE=1 started no watchdog"
+        stopped = time.monotonic() + 5             # SIGSTOP lands asynchronously: wait for it
+        while stacks._ps_state(ranks[1]) != "T" and time.monotonic() < stopped:
+            time.sleep(0.02)
         assert stacks._ps_state(ranks[1]) == "T"
     finally:
         nb.kill()
