@@ -124,8 +124,7 @@ def train(cfg=None, dp: int = 1, pp: int = 2, tp: int = 1, cp: int = 2, steps: i
     from labkit.capstone import checkpoint
     from labkit.capstone.data import global_batch
     from labkit.capstone.model import Config, build, stage_of, tp_replicated
-    from labkit.capstone.trainer import WRONG, _pipeline
-    from labkit.clipping import global_grad_norm
+    from labkit.capstone.trainer import WRONG, _pipeline, clipped_sgd, flat_grads
     from labkit.pipeline import ensure_valid, one_f_one_b
     cfg = cfg or Config()
     if wrong is not None and wrong not in WRONG + WRONG_CP:
@@ -175,18 +174,11 @@ def train(cfg=None, dp: int = 1, pp: int = 2, tp: int = 1, cp: int = 2, steps: i
             p.grad = None
         loss = _pipeline(stage, s, c.pp, prev, nxt, x.chunk(m), y.chunk(m),
                          wrong != "loss not divided by micro-batches", shape)
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                          for p in params])
+        flat = flat_grads(params)
         if red_n > 1:                                 # the mean over DP x CP replicas
             dist.all_reduce(flat, group=red)
             flat /= red_n
-        norm = global_grad_norm(flat, count, {"tp": g["tp"], "pp": g["pp"]})   # CP: replicas
-        coef = min(1.0, cfg.max_norm / (float(norm) + 1e-6))                     # torch's rule
-        with torch.no_grad():
-            k = 0
-            for p in params:
-                p -= cfg.lr * coef * flat[k:k + p.numel()].view_as(p)
-                k += p.numel()
+        norm = clipped_sgd(params, flat, count, cfg, g)                      # CP: replicas
         t = torch.tensor([loss if stage.last else 0.0], dtype=torch.float64)
         dist.all_reduce(t, group=g["pp"])            # the last stage's loss, to every stage
         dist.all_reduce(t, group=g["dp_cp"])

@@ -104,6 +104,26 @@ def _zero_step(params, flat, count, cfg, g, dp: int, me: int) -> float:
     return norm
 
 
+def flat_grads(params) -> torch.Tensor:
+    """Every parameter's gradient in one flat tensor (zeros where a parameter got none)."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                      for p in params])
+
+
+def clipped_sgd(params, flat, count, cfg, g) -> torch.Tensor:
+    """The global gradient norm (TP-split weights summed over TP, stages over PP; the replicas of
+    the other dimensions counted once), torch's clip rule and one SGD step; returns the norm."""
+    from labkit.clipping import global_grad_norm
+    norm = global_grad_norm(flat, count, {"tp": g["tp"], "pp": g["pp"]})
+    coef = min(1.0, cfg.max_norm / (float(norm) + 1e-6))                     # torch's rule
+    with torch.no_grad():
+        k = 0
+        for p in params:
+            p -= cfg.lr * coef * flat[k:k + p.numel()].view_as(p)
+            k += p.numel()
+    return norm
+
+
 def train(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2, steps: int = 3,
           wrong: str = None, zero: bool = False, sequence_parallel: bool = False) -> dict:
     """`steps` SGD steps of the capstone model on this rank's part of dp x pp x tp (call on
@@ -113,7 +133,6 @@ def train(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2, steps: 
     (embeddings, norms, row-parallel biases, head) summed over TP (WRONG_SP leaves that out).
     Returns {"rank", "coords", "losses" (the global batch's mean loss per step,
     the same on every rank), "norms" (the clipped gradient norm per step)}."""
-    from labkit.clipping import global_grad_norm
     from labkit.i18n import tr
     from labkit.pipeline import ensure_valid, one_f_one_b
     if wrong is not None and wrong not in WRONG + WRONG_SP:
@@ -159,21 +178,14 @@ def train(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2, steps: 
             for p in params:        # each TP rank saw s / t positions: a part of the sum
                 if replicated[id(p)] and p.grad is not None:
                     dist.all_reduce(p.grad, group=g["tp"])
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                          for p in params])
+        flat = flat_grads(params)
         if zero and dp > 1:
             norm = _zero_step(params, flat, count, cfg, g, dp, c.dp)
         else:
             if dp > 1 and wrong != "no DP reduction":     # data parallelism: the mean over replicas
                 dist.all_reduce(flat, group=g["dp"])
                 flat /= dp
-            norm = global_grad_norm(flat, count, {"tp": g["tp"], "pp": g["pp"]})   # DP: replicas
-            coef = min(1.0, cfg.max_norm / (float(norm) + 1e-6))                     # torch's rule
-            with torch.no_grad():
-                k = 0
-                for p in params:
-                    p -= cfg.lr * coef * flat[k:k + p.numel()].view_as(p)
-                    k += p.numel()
+            norm = clipped_sgd(params, flat, count, cfg, g)                  # DP: replicas
         t = torch.tensor([loss if stage.last else 0.0], dtype=torch.float64)
         dist.all_reduce(t, group=g["pp"])            # the last stage's loss, to every stage
         if sp:
