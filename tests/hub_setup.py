@@ -98,7 +98,7 @@ class Hub:
     it spawned. In `folder` (0711) only the start script, which the learners run; the hub's
     configuration, database, cookie secret and log in folder/state (0700)."""
 
-    def __init__(self, folder: pathlib.Path, cpus: dict[str, str], python: str, kernels: str):
+    def __init__(self, folder: pathlib.Path, cpus: dict[str, str], python: str, kernels: str, environment=None):
         self.folder = folder / "state"
         self.folder.mkdir(mode=0o700, parents=True)
         os.chmod(folder, 0o711)                     # users can run the script, not list the folder
@@ -107,7 +107,7 @@ class Hub:
         start.chmod(0o755)
         self.port, hub_port, api_port = free_ports(3)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JUPYTER_PATH": kernels,
-               "LANG": "C.UTF-8"}
+               "LANG": "C.UTF-8", **(environment or {})}     # more: tests/test_hub_grading.py
         if os.environ.get("PYTHONPATH"):               # a development checkout's extra packages
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         (self.folder / "jupyterhub_config.py").write_text(CONFIG.format(

@@ -57,6 +57,20 @@ def as_user(name: str, env: dict | None = None) -> dict:
     return dict(user=uid, group=gid, extra_groups=[], env=e, cwd=home)
 
 
+SCRIPTS = {"nbgrader": "nbgrader.apps.nbgraderapp:main", "alembic": "alembic.config:main",
+           "jupyter": "jupyter_core.command:main"}
+
+
+def console_scripts(bin_dir: pathlib.Path, python: pathlib.Path) -> None:
+    """The console scripts pip would have written into this venv for the packages the .pth file
+    makes importable (nbgrader runs `alembic` by name; the instructor types `nbgrader ...`)."""
+    for name, target in SCRIPTS.items():
+        module, func = target.split(":")
+        (bin_dir / name).write_text(f"#!{python}\nimport sys\nfrom {module} import {func}\n"
+                                    f"sys.exit({func}())\n")
+        (bin_dir / name).chmod(0o755)
+
+
 def _runs_as(name: str, python: str) -> bool:
     kw = as_user(name)
     try:
@@ -79,14 +93,20 @@ def python_for_others(probe_user: str = "lktprobe") -> str:
     if system is None:
         pytest.skip(f"the project's Python is not reachable by other users and there is no "
                     f"system {minor} to build one from")
+    import fcntl
     venv = ROOT / "build" / "others-venv"
     py = venv / "bin" / "python"
-    if not py.exists():
-        subprocess.run([system, "-m", "venv", "--without-pip", str(venv)], check=True)
-        site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              check=True, capture_output=True, text=True).stdout.strip()
-        pathlib.Path(site, "labkit-shared.pth").write_text(
-            f"{sysconfig.get_paths()['purelib']}\n{ROOT}\n")
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / ".others-venv.lock", "w") as lock:     # two test workers at once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / "bin" / "labkit-ready").exists():
+            subprocess.run([system, "-m", "venv", "--without-pip", str(venv)], check=True)
+            site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  check=True, capture_output=True, text=True).stdout.strip()
+            pathlib.Path(site, "labkit-shared.pth").write_text(
+                f"{sysconfig.get_paths()['purelib']}\n{ROOT}\n")
+            console_scripts(venv / "bin", py)
+            (venv / "bin" / "labkit-ready").touch()
     for p in [venv, *venv.parents]:                     # readable along the way
         if p == ROOT.parent:
             break

@@ -19,8 +19,6 @@ import os
 import pathlib
 import secrets
 import shutil
-import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -29,13 +27,13 @@ import pytest
 
 import hub_setup
 import sysusers
+from hub_accounts import end_all, install_kernel
 from hub_setup import Hub, Learner, code_cells_until, dedent, processes_of
 
 pytestmark = [pytest.mark.hub, pytest.mark.cluster, pytest.mark.timeout(420)]
 
 USERS = ("lkthub1", "lkthub2")
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-KERNELS = ROOT / "build" / "hub" / "jupyter"
 
 WHERE = dedent("""
     import json, ipykernel
@@ -102,33 +100,6 @@ def assert_hello(name: str, text: str, error, greeting: str) -> None:
     for r in range(4):
         assert f"[rank {r}] {greeting} from rank {r} of 4" in text, f"{name}: rank {r} missing:\n{text}"
     assert "[0, 1, 4, 9]" in text, f"{name}: results missing:\n{text}"
-
-
-def install_kernel(python: str) -> str:
-    """The instructor's step in docs/teaching.md: the `labkit` kernel, run by a Python every
-    learner can execute, in a folder on every server's JUPYTER_PATH."""
-    subprocess.run([python, "-m", "ipykernel", "install", "--name", "labkit", "--display-name",
-                    "Python (labkit)", "--prefix", str(KERNELS)], check=True, capture_output=True,
-                   timeout=60)
-    for p in [KERNELS, *KERNELS.parents]:
-        if p == ROOT.parent:
-            break
-        os.chmod(p, os.stat(p).st_mode | 0o055)
-    return str(KERNELS / "share" / "jupyter")
-
-
-def end_all(uids: set, timeout: float = 30.0) -> list:
-    """What the learners still run after `timeout` s (their processes then killed)."""
-    deadline = time.monotonic() + timeout
-    while processes_of(uids) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    left = processes_of(uids)
-    for pid, _, _ in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return left
 
 
 def test_two_learners_on_one_hub():

@@ -133,8 +133,32 @@ c.ClearSolutions.end_solution_delimeter = "    ### END SOLUTION"
 # a cell still running after this is interrupted and counts as an error, and grading goes on
 c.Execute.timeout = {timeout}
 c.Execute.interrupt_on_timeout = True
+# autograde runs only the cells the tests cells need, each submission within its own limit; a
+# hung or dead kernel is replaced and grading goes on (labkit/grading/run.py)
+c.Autograde.autograde_preprocessors = [
+    "labkit.grading.run.Bounded",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.Bounded.submission_timeout = {submission_timeout}
 '''
-TIMEOUT_S = 120
+TIMEOUT_S = 120               # each cell
+SUBMISSION_TIMEOUT_S = 300    # each submission (labkit.grading.run.Bounded)
+
+
+def write_config(course_dir, course_id: str = "labkit") -> pathlib.Path:
+    """course_dir/nbgrader_config.py (the folder made if needed); the folder, resolved."""
+    from labkit.exercises import STUB
+    root = pathlib.Path(course_dir).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "nbgrader_config.py").write_text(CONFIG.format(
+        course=course_id, root=str(root), stub=STUB, timeout=TIMEOUT_S,
+        submission_timeout=SUBMISSION_TIMEOUT_S))
+    return root
 
 
 def init(course_dir, notebooks=None, course_id: str = "labkit", langs=("en", "zh")) -> list:
@@ -143,11 +167,8 @@ def init(course_dir, notebooks=None, course_id: str = "labkit", langs=("en", "zh
     import tempfile
     import nbformat
     from labkit import exercises as ex
-    root = pathlib.Path(course_dir).resolve()
+    root = write_config(course_dir, course_id)
     src = pathlib.Path(notebooks) if notebooks else pathlib.Path(__file__).resolve().parents[2] / "notebooks"
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "nbgrader_config.py").write_text(CONFIG.format(
-        course=course_id, root=str(root), stub=ex.STUB, timeout=TIMEOUT_S))
     made = []
     with_exercise = [p for p in sorted(src.glob("*.ipynb"))
                      if exercises(nbformat.read(p, as_version=4))]
