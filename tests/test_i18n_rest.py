@@ -41,10 +41,10 @@ def test_ddp_benchmark_table_and_summary_in_chinese(zh_lang):
            "labkit bucketed 4 MB view": _bench_result(("bucketed", 4, True), 0.022, 2.5e6),
            "torch DDP 4 MB view": _bench_result(("torch", 4, True), 0.020, 2.5e6)}
     assert benchmark.summary(res).splitlines() == [
-        "单步时间 labkit naive / flat = 1.50",
-        "bucket_cap_mb=4, gradient_as_bucket_view：单步时间 labkit bucketed / torch DDP = 1.10"]
+        "单步时间之比 labkit 朴素实现 / 扁平 = 1.50",
+        "bucket_cap_mb=4, gradient_as_bucket_view：单步时间之比 labkit 分桶实现 / torch DDP = 1.10"]
     lines = benchmark.table(res, 4).splitlines()
-    assert lines[0] == "梯度 2.5 MB；环形 all-reduce 公式 2(N-1)/N x 梯度 = 每个 rank 每步 3.8 MB（N=4）。"
+    assert lines[0] == "梯度 2.5 MB；环形 all-reduce 公式 2(N-1)/N × 梯度 = 每个 rank 每步 3.8 MB（N=4）。"
     assert lines[2] == "| 实现 | step ms | 与 torch DDP 之比（相同 cap 和 view） | 每步发送 MB | 发送/公式 | " \
                        "梯度+桶 MB | / 梯度 |"
     assert lines[6] == "| labkit bucketed 4 MB view | 22.0 | 1.10x | 3.0 | 0.800 | 2.5 | 1.00 |"
