@@ -219,7 +219,7 @@ def check_ddp(dev) -> list:
 def check_zero(dev) -> list:
     from labkit.models import lm_loss
     from labkit.zero import wrap
-    from labkit.zero.reference import OneProcess, full_params
+    from labkit.zero.parity import OneProcess, full_params
     rows = []
     for stage in (1, 2, 3):
         ref = OneProcess(_awkward(dev), torch.optim.Adam, lr=1e-2)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import labkit
-from labkit.zero.reference import MIXED_LR, MIXED_OPTIMIZER, mixed_failures, parity, sgd_momentum_bound
+from labkit.zero.parity import MIXED_LR, MIXED_OPTIMIZER, mixed_failures, parity, sgd_momentum_bound
 
 LR, STEPS = 1e-2, 3
 
@@ -59,7 +59,7 @@ def test_gradient_accumulation_matches_one_process(cluster2):
 
 
 def _other_optimizers():
-    from labkit.zero.reference import parity as p
+    from labkit.zero.parity import parity as p
     # AdamW judged after its first step (per element, reference.py); the multi-step runs, with
     # and without prefetch, use SGD with momentum, whose bound holds for every step
     return {("sgd-momentum", 3): p(3, optimizer=torch.optim.SGD, steps=STEPS, lr=0.1, momentum=0.9),
@@ -172,7 +172,7 @@ def test_reference_names_a_parameter_without_gradient():
     """A trainable parameter that forward never uses has no gradient: the one-process reference
     names it instead of failing on None."""
     from labkit.models import AwkwardNet, awkward_batch, lm_loss
-    from labkit.zero.reference import OneProcess
+    from labkit.zero.parity import OneProcess
     model = AwkwardNet()
     model.register_parameter("unused_bias", torch.nn.Parameter(torch.zeros(3)))
     ref = OneProcess(model, torch.optim.SGD, mixed_precision=True, lr=0.1)

@@ -5,10 +5,12 @@
     cluster.run(labkit.tp.block_parity)        # max |diff| against one device, per rank
 
 comms.py (f, g and the sequence-parallel pair), layers.py (column / row linears),
-blocks.py (MLP, attention, block), parity.py (runs on ranks), dtensor_tp.py (PyTorch's
+blocks.py (MLP, attention, block), parity.py (runs on ranks against one device: the blocks, and
+the vocabulary split beside torch's loss_parallel), dtensor_tp.py (PyTorch's
 `parallelize_module`), two_d.py (FSDP2 x TP on a 2-D mesh), vocab.py (vocabulary-parallel embedding and
-loss-parallel cross-entropy; vocab_parity.py runs them against one device and torch's
-loss_parallel), gqa.py (grouped-query attention with K/V heads replicated when t > kv).
+loss-parallel cross-entropy), split.py (what a rank's share is: FLOPs, weights, the logits and
+what the loss keeps), plots.py (its picture), gqa.py (grouped-query attention with K/V heads
+replicated when t > kv).
 """
 from labkit._lazy import lazy
 

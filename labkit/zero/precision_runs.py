@@ -127,12 +127,3 @@ def full_grads(model) -> dict:
         F.all_gather(full, g.shard.grad, model.group)
         out.update({n: v.clone() for n, v in g.layout.views(full).items()})
     return out
-
-
-def __getattr__(name: str):
-    """`beside_fsdp2` lives in labkit.fsdp.parity now (only fsdp/ compares against zero/);
-    importing it from here still works."""
-    if name == "beside_fsdp2":
-        import importlib
-        return importlib.import_module("labkit.fsdp.parity").beside_fsdp2
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
