@@ -28,7 +28,7 @@ PURE = [
     "labkit.plan",
     "labkit.plan.traffic",
     "labkit.plan.flops",
-    "labkit.plan.models",
+    "labkit.plan.shapes",
     "labkit.plan.planner",
     "labkit.plan.dims",
     "labkit.pipeline",

@@ -25,7 +25,7 @@ def _single_rank_sanity(steps: int = 40, lr: float = 0.05, batch: int = 16, shuf
     `shuffled_labels` (targets permuted across the samples: nothing left to learn) and `frozen`
     (no parameter trains) are the two ways this item must say no (tests/test_pitfalls.py)."""
     from labkit.ddp.lr_scaling import _task
-    from labkit.models import AwkwardNet, lm_loss
+    from labkit.toy_models import AwkwardNet, lm_loss
     torch.manual_seed(0)
     model = AwkwardNet()
     if frozen:
@@ -67,7 +67,7 @@ def _gradient_norm(batch: int, max_norm: float, lr: float = 0.0, steps: int = 0,
     undivided (the wrong reduction the comparison must catch)."""
     from labkit.ddp.data_parallel import FlatDDP
     from labkit.ddp.lr_scaling import _task
-    from labkit.models import AwkwardNet, lm_loss
+    from labkit.toy_models import AwkwardNet, lm_loss
     torch.manual_seed(0)
     ddp = FlatDDP(AwkwardNet())
     n, r = dist.get_world_size(), dist.get_rank()

@@ -1,7 +1,7 @@
 """Tensor parallelism written by hand (Megatron-LM's f and g), and the same with DTensor.
 
     from labkit.tp import ColumnParallelLinear, RowParallelLinear, TPBlock
-    TPBlock(block, group)                      # a labkit.models.Block split over the TP group
+    TPBlock(block, group)                      # a labkit.toy_models.Block split over the TP group
     cluster.run(labkit.tp.block_parity)        # max |diff| against one device, per rank
 
 comms.py (f, g and the sequence-parallel pair), layers.py (column / row linears),

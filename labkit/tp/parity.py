@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import labkit
 from labkit.comm import traffic
-from labkit.models import Block, GPTConfig
+from labkit.toy_models import Block, GPTConfig
 from labkit.tp.blocks import TPBlock, full_grad_slice, parallelize_blocks, sync_sequence_parallel_grads
 from labkit.tp.layers import ColumnParallelLinear
 from labkit.tp.vocab import VocabParallelEmbedding, vocab_parallel_cross_entropy
@@ -46,7 +46,7 @@ def tolerance(n_layer=2, n_embd=64, n_head=4, b=2, s=16) -> float:
 
 
 def reference_blocks(n_layer=2, n_embd=64, n_head=4, seed=0) -> nn.Sequential:
-    """The single-device model: `n_layer` labkit.models.Block, same weights on every rank."""
+    """The single-device model: `n_layer` labkit.toy_models.Block, same weights on every rank."""
     torch.manual_seed(seed)
     cfg = GPTConfig(n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=16, block_size=64)
     blocks = nn.Sequential(*(Block(cfg) for _ in range(n_layer)))

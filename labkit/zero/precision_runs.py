@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from labkit.comm import traffic
 from labkit.memory import measure
-from labkit.models import lm_loss
+from labkit.toy_models import lm_loss
 from labkit.zero.policy import Policy
 from labkit.zero.runs import tiny_gpt
 
