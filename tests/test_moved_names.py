@@ -18,6 +18,9 @@ OLD_AND_NEW = [
     ("from labkit.diagnose import timed_run as f", "f is importlib.import_module('labkit.throughput.steps').timed_run",
      "labkit.throughput"),
     ("import labkit.diagnose.draw as m", "m is importlib.import_module('labkit.throughput.plots')", "labkit.throughput"),
+    ("from labkit.models import TinyGPT as f", "f is importlib.import_module('labkit.toy_models').TinyGPT",
+     "labkit.toy_models"),
+    ("import labkit.models as m", "m is importlib.import_module('labkit.toy_models')", "labkit.toy_models"),
     ("from labkit.diagnose.verdict import Phases as f",
      "f is importlib.import_module('labkit.throughput.verdict').Phases", "labkit.throughput"),
 ]
