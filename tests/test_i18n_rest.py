@@ -28,6 +28,25 @@ def test_strategy_notes_are_shown_in_chinese_and_the_data_stays(monkeypatch):
         assert s.name == name and s.fsdp1.isupper()          # what programs compare: English
 
 
+# -- 05a, 05b, 06: labels that are data (dict keys, knob names) and shown translated -----------
+def test_row_labels_that_are_data_are_shown_in_chinese_and_stay_english_as_data(monkeypatch):
+    from labkit.fsdp.accumulate_knobs import KNOBS
+    from labkit.fsdp.runs import PEAK_NAMES
+    from labkit.i18n import tr
+    from labkit.tp.vocab import logits_bytes
+    ways = list(logits_bytes(512, 4096, 4))
+    monkeypatch.setenv("LABKIT_LANG", "en")
+    assert KNOBS == ("sync every micro-batch", "no sync", "no sync, keep unsharded")
+    assert ways == ["one device", "gathered, then cross-entropy", "loss parallel"]
+    assert [tr(k) for k in KNOBS] == list(KNOBS) and [tr(w) for w in ways] == ways
+    monkeypatch.setenv("LABKIT_LANG", "zh")
+    assert [tr(k) for k in KNOBS] == ["每个 micro-batch 都同步", "不同步", "不同步，且保持不重新分片"]
+    assert [tr(w) for w in ways] == ["单卡", "先 all-gather 再算交叉熵", "loss 并行"]
+    assert tr(PEAK_NAMES["UNSHARDED_PARAM"]) == "all-gather 后的完整参数"      # the glossary's "gathered"
+    untranslated = [v for v in PEAK_NAMES.values() if tr(v) == v]
+    assert not untranslated, untranslated
+
+
 # -- 03: the DDP benchmark's table and summary (labkit/ddp/benchmark.py) -----------------------
 def _bench_result(config, seconds, memory=None):
     return {"config": config, "group": 0, "times": [seconds], "median": seconds, "sent": 3.0e6,
