@@ -21,6 +21,11 @@ OLD_AND_NEW = [
     ("from labkit.models import TinyGPT as f", "f is importlib.import_module('labkit.toy_models').TinyGPT",
      "labkit.toy_models"),
     ("import labkit.models as m", "m is importlib.import_module('labkit.toy_models')", "labkit.toy_models"),
+    ("from labkit.parallel_dims import Layout as f", "f is importlib.import_module('labkit.nd').Layout",
+     "labkit.nd.layout"),
+    ("from labkit.clipping import global_grad_norm, clip_parity, norms_figure as f",
+     "(global_grad_norm, clip_parity, f) == tuple(getattr(importlib.import_module('labkit.nd.' + m), n) for m, n in "
+     "(('clipping', 'global_grad_norm'), ('parity', 'clip_parity'), ('plots', 'norms_figure')))", "labkit.nd"),
     ("from labkit.diagnose.verdict import Phases as f",
      "f is importlib.import_module('labkit.throughput.verdict').Phases", "labkit.throughput"),
 ]
