@@ -26,8 +26,6 @@ OLD_AND_NEW = [
     ("from labkit.clipping import global_grad_norm, clip_parity, norms_figure as f",
      "(global_grad_norm, clip_parity, f) == tuple(getattr(importlib.import_module('labkit.nd.' + m), n) for m, n in "
      "(('clipping', 'global_grad_norm'), ('parity', 'clip_parity'), ('plots', 'norms_figure')))", "labkit.nd"),
-    ("from labkit.i18n.notebooks import in_language as f",
-     "f is importlib.import_module('labkit.course.translate').in_language", "labkit.course.translate"),
     ("from labkit.diagnose.verdict import Phases as f",
      "f is importlib.import_module('labkit.throughput.verdict').Phases", "labkit.throughput"),
 ]

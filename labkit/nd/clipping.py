@@ -24,14 +24,13 @@ gradients. On a 3-D layout no rank holds them all:
 One all-reduce of one number per dimension. Leave one out and the norm is wrong by the part it
 misses; count the replicas on each TP rank and they weigh t times.
 
-Here: the norm (`global_grad_norm`), which elements a rank counts (`_mark_replicated`), the
+Here: the norm (`global_grad_norm`), which elements a rank counts (a TP replica once: `labkit.tp.layers.mark_replicated`), the
 mistakes' names (`WRONG*`) and the derived bounds a run against one process is judged by
 (`parity_bounds`, `ep_bounds`, `tied_bounds`). The runs are `labkit.nd.parity`'s, the picture
 `labkit.nd.plots.norms_figure`.
 """
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 
 from labkit.i18n import N_
 
@@ -53,18 +52,6 @@ def global_grad_norm(shard: torch.Tensor, weight: torch.Tensor, groups: dict, sk
             dist.all_reduce(sq, group=groups[d])
     return sq.sqrt()
 
-
-def _mark_replicated(tp_stage: nn.Module) -> None:
-    """Flag the parameters every TP rank holds whole (layer norms, row-parallel biases)."""
-    from labkit.tp.layers import ColumnParallelLinear, RowParallelLinear
-    split = set()
-    for m in tp_stage.modules():
-        if isinstance(m, ColumnParallelLinear):
-            split |= {id(p) for p in m.parameters()}
-        elif isinstance(m, RowParallelLinear):
-            split.add(id(m.weight))
-    for p in tp_stage.parameters():
-        p.tp_replicated = id(p) not in split
 
 
 def parity_bounds(norm: float, numel: int, n_layer=2, n_embd=32, n_head=4, b=4, s=8, dp=2) -> dict:

@@ -12,7 +12,8 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from labkit.i18n import tr
-from labkit.nd.clipping import _mark_replicated, ep_bounds, global_grad_norm, parity_bounds, tied_bounds
+from labkit.nd.clipping import ep_bounds, global_grad_norm, parity_bounds, tied_bounds
+from labkit.tp.layers import mark_replicated
 
 
 def _flat(tensors, n):
@@ -45,7 +46,7 @@ def clip_parity(dp=2, pp=1, tp=2, n_layer=2, n_embd=32, n_head=4, b=4, s=8) -> d
     the whole batch; and this rank's shard after clipping to half the norm, against the one
     process's clipped gradient."""
     from labkit.comm.ring import ring_reduce_scatter
-    from labkit.parallel_dims import Layout, build_groups
+    from labkit.nd.layout import Layout, build_groups
     from labkit.tp.blocks import full_grad_slice, parallelize_blocks
     from labkit.tp.parity import batch, reference_blocks
     layout = Layout(dp=dp, pp=pp, tp=tp, gpus_per_node=tp)
@@ -57,7 +58,7 @@ def clip_parity(dp=2, pp=1, tp=2, n_layer=2, n_embd=32, n_head=4, b=4, s=8) -> d
     per = n_layer // pp
     mine = list(range(c.pp * per, (c.pp + 1) * per))
     stage = parallelize_blocks([ref[i] for i in mine], groups["tp"])
-    _mark_replicated(stage)
+    mark_replicated(stage)
     rows = slice(c.dp * b // dp, (c.dp + 1) * b // dp)
     _run_stage(stage, x[rows].clone(), w[rows], layout, me, dp)
     names = [n for n, _ in stage.named_parameters()]
