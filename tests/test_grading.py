@@ -135,7 +135,7 @@ def release_is_the_learner_copy(root, assignment):
     nbg(root, "generate_assignment", assignment, "--force")
     stem = assignment.removesuffix("_zh")
     release = nbformat.read(root / "release" / assignment / f"{stem}.ipynb", as_version=4)
-    from labkit.i18n.notebooks import in_language
+    from labkit.course.translate import in_language
     nb, _ = in_language(nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4),
                         ROOT / "notebooks" / f"{stem}.ipynb", "zh" if assignment.endswith("_zh") else "en")
     learner = exercises.learner_copy(nb)

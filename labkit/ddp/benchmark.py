@@ -58,14 +58,14 @@ def storage_bytes(tensors) -> int:
 
 
 def _fresh(cfg):
-    from labkit.models import TinyGPT
+    from labkit.toy_models import TinyGPT
     torch.manual_seed(0)
     return TinyGPT(cfg)
 
 
 def grad_memory(kind: str, cap=None, view=False, cfg=BENCH_GPT, batch=2, seq=64) -> int:
     """Bytes of gradient and bucket storages after the second step's all-reduce."""
-    from labkit.models import lm_loss, token_batch
+    from labkit.toy_models import lm_loss, token_batch
     model, buffers = _fresh(cfg), []
     w, sync = wrap(kind, model, cap, view)
     if kind == "torch":
@@ -95,7 +95,7 @@ def bench_ranks(groups=GROUPS, cfg=BENCH_GPT, batch: int = 2, seq: int = 64, ste
     this rank sent in one step, "received", "memory": gradient+bucket bytes, "group"}}.
     A label that appears in two groups is measured in each ("label #2" the second time)."""
     from labkit.comm.traffic import measure
-    from labkit.models import lm_loss, token_batch
+    from labkit.toy_models import lm_loss, token_batch
     x, y = token_batch(batch, seq, cfg.vocab_size, seed=dist.get_rank())
     out = {}
     for g, group in enumerate(groups):
@@ -185,6 +185,9 @@ def table(res: dict, n: int) -> str:
     return "\n".join(rows)
 
 
+KINDS = {"flat": N_("flat"), "bucketed": N_("bucketed")}     # a labkit variant's name in a summary line
+
+
 def summary(res: dict) -> str:
     """Paired step-time ratios inside one group, one line each."""
     lines = []
@@ -198,7 +201,8 @@ def summary(res: dict) -> str:
         if kind == "naive":
             for t in res.values():
                 if t["group"] == r["group"] and t["config"][0] in ("flat", "bucketed") and not t["config"][2]:
-                    lines.append(tr("labkit naive / {other}{cap} step time = {ratio:.2f}", other=t["config"][0],
+                    other = KINDS[t["config"][0]]
+                    lines.append(tr("labkit naive / {other}{cap} step time = {ratio:.2f}", other=tr(other),
                                     cap=" %g MB" % t["config"][1] if t["config"][1] else "",
                                     ratio=paired_ratio(r, t)))
     return "\n".join(lines)
