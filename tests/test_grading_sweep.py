@@ -119,7 +119,8 @@ def test_every_exercise_right_gets_every_point_wrong_loses(course, lang):
         if kind == "wrong":
             words = WRONG[checker][2] if lang == "en" else f"{checker}: FAIL"
             if not (score < grading.POINTS and words in out and f"{checker}: FAIL" in out):
-                wrong_right.append(f"{assignment}: the wrong answer got {score} without {words!r}: {out[-800:]}")
+                wrong_right.append(f"{assignment}: the wrong answer got {score} (want fewer than "
+                                   f"{grading.POINTS}, and {words!r} in its cell): {out[-800:]}")
     print(f"{lang}: {sum(k == 'right' for _, _, k, _ in where)} exercises, {len(where)} answers, "
           f"autograded in {took:.0f} s")
     assert not wrong_right, "\n".join(wrong_right)
