@@ -33,9 +33,9 @@ def missing() -> str | None:
     for module in ("jupyterhub", "pamela", "websocket", "requests"):
         try:
             __import__(module)
-        except ImportError:
-            return (f"{module} is not installed: pip install -e '.[hub]' (.ci/run does), then npm "
-                    "install configurable-http-proxy into build/hub")
+        except ImportError as e:
+            return (f"{module} is not installed ({e}): pip install -e '.[hub]' (.ci/run does), then "
+                    "npm install configurable-http-proxy into build/hub")
     if shutil.which("node") is None or proxy_command() is None:
         return ("no configurable-http-proxy: `npm install --prefix build/hub "
                 "configurable-http-proxy@5.3.0` (.ci/run does; needs node and npm)")
