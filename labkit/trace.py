@@ -8,6 +8,7 @@
 
     with trace.saved_bytes(exclude=model.parameters()) as saved:
         loss = model(x)                   # saved.bytes: what autograd keeps for backward
+                                          # (per="view", "storage" or "save": see saved_bytes)
 
 Spans are stamped by a clock: `HostClock` (perf_counter, CLOCK_MONOTONIC: one clock for every
 process on the machine) on CPU ranks, `CudaClock` (CUDA events on the current stream, placed on
@@ -141,25 +142,53 @@ def count(key: str, nbytes: int) -> None:
         _active[-1].count(key, nbytes)
 
 
+PER = ("view", "storage", "save")
+
+
 class _Saved:
-    def __init__(self, exclude):
-        self.exclude = {t.data_ptr() for t in exclude}
-        self.bytes, self.tensors, self._seen = 0, 0, set()
+    """What autograd saved inside one `saved_bytes` block."""
+
+    def __init__(self, exclude, per: str):
+        if per not in PER:
+            raise ValueError(f"saved_bytes(per=...) is one of {PER}, got {per!r}")
+        self.per = per
+        self.exclude = {self._where(t) for t in exclude}
+        self.bytes, self.tensors, self.by_dtype, self._seen = 0, 0, {}, set()
+
+    def _where(self, t):
+        """What identifies t's memory: its storage's address (per storage), else its own."""
+        return t.untyped_storage().data_ptr() if self.per == "storage" else t.data_ptr()
 
     def pack(self, t):
-        view = (t.data_ptr(), t.numel())          # a view of a batch: its own elements, once
-        if t.data_ptr() not in self.exclude and view not in self._seen:
-            self._seen.add(view)
-            self.bytes += t.numel() * t.element_size()
-            self.tensors += 1
+        if self._where(t) in self.exclude:
+            return t
+        if self.per == "storage":                 # a storage once, all of it
+            key, size = t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
+        else:                                     # a view of a batch: its own elements
+            key, size = (t.data_ptr(), t.numel()), t.numel() * t.element_size()
+        if self.per != "save":                    # "save": every time autograd saves a tensor
+            if key in self._seen:
+                return t
+            self._seen.add(key)
+        self.bytes += size
+        self.tensors += 1
+        dtype = str(t.dtype).replace("torch.", "")
+        self.by_dtype[dtype] = self.by_dtype.get(dtype, 0) + size
         return t
 
 
 @contextlib.contextmanager
-def saved_bytes(exclude=()):
-    """Count the bytes autograd saves for backward inside the block (each (pointer, size) once;
-    tensors in `exclude`, e.g. the parameters, not counted). Yields an object with `.bytes`."""
+def saved_bytes(exclude=(), per: str = "view"):
+    """Count the bytes autograd saves for backward inside the block. Yields an object with
+    `.bytes`, `.tensors` and `.by_dtype` ({"float32": bytes, ...}).
+
+    per="view" (default): each (pointer, size) once, its own elements (a micro-batch, a view of
+      the batch, counts its share, not the whole batch's storage);
+    per="storage": each storage once, all its bytes (what the allocator holds for them);
+    per="save": every tensor each time autograd saves it (a tensor saved by two ops, twice).
+    Tensors in `exclude` (e.g. the parameters) are not counted: compared by storage for
+    per="storage", by pointer otherwise."""
     import torch
-    saved = _Saved(exclude)
+    saved = _Saved(exclude, per)
     with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
         yield saved

@@ -9,6 +9,7 @@ import torch
 import labkit
 import torch.distributed as dist
 
+from labkit import trace
 from labkit.comm import traffic
 from labkit.cp import blocks as B
 from labkit.cp.allgather import AllGatherAttention
@@ -120,13 +121,8 @@ def saved_for_backward(seq=64, method="ring", layout="contiguous", causal=True, 
     from labkit.cp.formulas import saved_bytes
     q, k, v = qkv(batch, heads, kv_heads, seq, head_dim)
     parts = [shard_sequence(t, 2, group=group, layout=layout).requires_grad_() for t in (q, k, v)]
-    kept = []
-
-    def pack(t):
-        kept.append(t.numel() * t.element_size())
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with trace.saved_bytes(per="save") as saved:              # every saved tensor, each time
         attention(*parts, group=group, causal=causal, method=method, layout=layout)
     n, r = dist.get_world_size(group), dist.get_rank(group)
-    return {"measured": sum(kept), "formula": saved_bytes(seq, n, r, method=method, batch=batch,
+    return {"measured": saved.bytes, "formula": saved_bytes(seq, n, r, method=method, batch=batch,
             heads=heads, kv_heads=kv_heads or heads, head_dim=head_dim, layout=layout)}

@@ -16,6 +16,8 @@ import contextlib
 
 import torch
 
+from labkit import trace
+
 HALF = torch.bfloat16
 
 
@@ -43,21 +45,10 @@ def forward_context(precision: str, device_type: str = "cpu"):
 def dtypes_saved(model: torch.nn.Module, x: torch.Tensor, precision: str) -> dict:
     """{dtype: bytes} of the tensors autograd saves for backward in one forward of `model`
     (parameters excluded), to see what each precision stores."""
-    saved = {}
-    seen = set()
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-
-    def pack(t):
-        st = t.untyped_storage()
-        key = st.data_ptr()
-        if key not in params and key not in seen:
-            seen.add(key)
-            saved[str(t.dtype).replace("torch.", "")] = saved.get(str(t.dtype).replace("torch.", ""), 0) + st.nbytes()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), forward_context(precision):
+    with trace.saved_bytes(exclude=model.parameters(), per="storage") as saved, forward_context(precision):
         out = model(x)
     del out
-    return saved
+    return saved.by_dtype
 
 
 def saved_by_dtype(precision: str = "autocast", shape=None) -> dict:
