@@ -68,11 +68,18 @@ def clock_for(device) -> object:
 
 
 class Recorder:
-    """Spans [(name, start, end, tags)], byte counts {key: bytes}, and what was sent live."""
+    """Spans [(name, start, end, tags)], byte counts {key: bytes}, and what was sent live.
+    `names`: the span names and count keys it keeps (None: all); one it does not keep goes to
+    the next recorder out that does, so a recorder for one kind of record can be turned on
+    inside another's."""
 
-    def __init__(self, clock=None, live: bool = False):
+    def __init__(self, clock=None, live: bool = False, names=None):
         self.clock = clock or HostClock()
+        self.names = None if names is None else frozenset(names)
         self.spans, self.bytes, self.live, self._sent = [], {}, live, 0
+
+    def keeps(self, name: str) -> bool:
+        return self.names is None or name in self.names
 
     @contextlib.contextmanager
     def span(self, name: str, **tags):
@@ -115,31 +122,37 @@ def recording(recorder: Recorder):
         _active.remove(recorder)
 
 
-def active():
-    """The innermost recorder turned on, or None."""
-    return _active[-1] if _active else None
+def active(name: str = None):
+    """The innermost recorder turned on (that keeps `name`, if given), or None."""
+    for rec in reversed(_active):
+        if name is None or rec.keeps(name):
+            return rec
+    return None
 
 
 def span(name: str, **tags):
-    """A span of the active recorder; with none active, one shared empty context."""
-    return _active[-1].span(name, **tags) if _active else _NOTHING
+    """A span of the active recorder that keeps `name`; with none, one shared empty context."""
+    rec = active(name) if _active else None
+    return rec.span(name, **tags) if rec else _NOTHING
 
 
-def stamp():
-    """Now on the active recorder's clock, or None with none on."""
-    return _active[-1].clock.now() if _active else None
+def stamp(name: str = None):
+    """Now on the clock of the active recorder (that keeps `name`), or None with none on."""
+    rec = active(name) if _active else None
+    return rec.clock.now() if rec else None
 
 
 def add(name: str, start, end=None, **tags) -> None:
     """A span from `start` (a stamp() taken earlier; None: nothing) to `end` (default now)."""
-    if _active and start is not None:
-        rec = _active[-1]
+    rec = active(name) if _active and start is not None else None
+    if rec:
         rec.add_span(name, start, rec.clock.now() if end is None else end, tags)
 
 
 def count(key: str, nbytes: int) -> None:
-    if _active:
-        _active[-1].count(key, nbytes)
+    rec = active(key) if _active else None
+    if rec:
+        rec.count(key, nbytes)
 
 
 PER = ("view", "storage", "save")

@@ -70,3 +70,30 @@ def test_saved_bytes_by_dtype_and_a_wrong_per():
         assert "per=" in str(e) and "storages" in str(e)
     else:
         raise AssertionError("per='storages' was accepted")
+
+
+def test_a_recorder_for_some_names_inside_another():
+    """cp/block_stats inside cp/runs' ring timeline: each span goes to the innermost recorder that
+    keeps its name, the rest to the one outside."""
+    outer, inner = trace.Recorder(), trace.Recorder(names={"block"})
+    with trace.recording(outer), trace.recording(inner):
+        with trace.span("compute", step=0):
+            trace.add("block", trace.stamp("block"), entries=4)
+        trace.count("sent", 8)
+        assert trace.active() is inner and trace.active("compute") is outer
+    assert [n for n, *_ in outer.spans] == ["compute"] and outer.bytes == {"sent": 8}
+    assert [(n, tags) for n, _, _, tags in inner.spans] == [("block", {"entries": 4})] and inner.bytes == {}
+
+
+def test_cp_block_stats_read_from_outside():
+    from labkit.cp import blocks as B
+    from labkit.cp.block_stats import block_stats
+    q = k = v = torch.randn(1, 2, 6, 4)
+    pos = torch.arange(6)
+    B.attend(q, k, v, pos, pos, causal=True)                 # no recorder on: nothing kept anywhere
+    with block_stats() as stats:
+        B.attend(q, k[:, :, :3], v[:, :, :3], pos, pos[:3], causal=True)
+        B.attend(q, k, v, pos, pos, causal=True)
+    assert {k: v for k, v in stats.items() if k != "compute seconds"} == \
+        {"score entries": 6 * 3 + 6 * 6, "blocks": 2, "largest block": 36}
+    assert stats["compute seconds"] > 0

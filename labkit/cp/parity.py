@@ -13,6 +13,7 @@ from labkit import trace
 from labkit.comm import traffic
 from labkit.cp import blocks as B
 from labkit.cp.allgather import AllGatherAttention
+from labkit.cp.block_stats import block_stats
 from labkit.cp.api import attention, reference
 from labkit.cp.ring import RingAttention
 from labkit.cp.formulas import wire
@@ -106,11 +107,11 @@ def attention_work(seq=64, causal=True, method="ring", layout="contiguous", batc
     parts = [shard_sequence(t, 2, group=group, layout=layout) for t in (q, k, v)]
     best = None
     for _ in range(repeats):
-        B.reset_stats()
-        attention(*parts, group=group, causal=causal, method=method, layout=layout)
-        secs = B.STATS["compute seconds"]
+        with block_stats() as stats:
+            attention(*parts, group=group, causal=causal, method=method, layout=layout)
+        secs = stats["compute seconds"]
         best = secs if best is None else min(best, secs)
-    return {"score entries": B.STATS["score entries"],
+    return {"score entries": stats["score entries"],
             "compute seconds": best}
 
 
