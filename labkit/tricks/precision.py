@@ -89,16 +89,6 @@ def matmul_seconds(n: int = 256, repeats: int = 5) -> dict:
     return out
 
 
-def bf16_fast() -> bool:
-    """Whether oneDNN (torch's CPU kernel library) runs bf16 matrix products on this CPU
-    (``torch.ops.mkldnn._is_mkldnn_bf16_supported()``): True with AVX-512 or newer on x86, with
-    or without bf16 instructions (`labkit.machine.bf16_matmul` tells the two apart)."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
 def speed_verdict(ratios: list, kind: str):
     """(ok, text) of notebook 09's bf16 speed check: `ratios` (bf16 median / fp32 median, one
     per rank) against the band `kind` predicts (`labkit.machine.BF16_BANDS`), or (None, text)
