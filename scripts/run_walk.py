@@ -10,10 +10,11 @@ files in the order they are first entered, each with the files it calls; then ev
 a file already left*, once per pair of files:
 - a callback: a call into a file that is still on the stack below the caller (collect calling
   back into the cluster that called it);
-- a second visit: a file calls into file B, then into another file, then into B again (the
-  cluster going to wire to pickle, elsewhere, then to wire again to send).
-A return to the caller is not counted, nor a loop over one callee, nor the end of a `with`
-block (its `__exit__`, a generator resumed by contextlib): a `with` is one visit.
+- a second visit: a file calls a function of file B, then goes into another file, then calls
+  another function of B (the cluster going to wire to pickle, elsewhere, then to wire again to
+  send).
+A return to the caller is not counted, nor a loop over the same functions, nor the end of a
+`with` block (its `__exit__`, a generator resumed by contextlib): a `with` is one visit.
 """
 import os
 import statistics
@@ -42,7 +43,8 @@ def _innermost(frame, top: str):
 
 
 def trace_one_run(cluster, fn=_trivial):
-    """The calls between labkit files during one run: [(caller file, callee file, stack files)]."""
+    """The calls between labkit files during one run: [(caller file, callee file, callee
+    function, files further down the stack)]."""
     top = _labkit_dir()
     calls, frames = [], set()
 
@@ -59,7 +61,7 @@ def trace_one_run(cluster, fn=_trivial):
             f = f.f_back
         me = frame.f_code.co_filename[len(top):]
         if below and below[0] != me:
-            calls.append((below[0], me, frozenset(below[1:])))
+            calls.append((below[0], me, frame.f_code.co_qualname, frozenset(below[1:])))
 
     sys.setprofile(profile)
     try:
@@ -71,20 +73,22 @@ def trace_one_run(cluster, fn=_trivial):
 
 def walk(calls) -> tuple:
     """(files in order of first entry, {file: files it calls}, [(kind, caller, callee)])."""
-    files, edges, again, last = [], {}, [], {}
-    for caller, callee, below in calls:
+    files, edges, again, last, used = [], {}, [], {}, set()
+    for caller, callee, fn, below in calls:
         for f in (caller, callee):
             if f not in edges:
                 files.append(f)
                 edges[f] = []
-        if callee not in edges[caller]:
+        before = callee in edges[caller]
+        if not before:
             edges[caller].append(callee)
         kind = None
         if callee in below:
             kind = "callback"
-        elif callee in edges[caller][:-1] and last.get(caller) != callee:
+        elif before and last.get(caller) != callee and (caller, callee, fn) not in used:
             kind = "second visit"
         last[caller] = callee
+        used.add((caller, callee, fn))
         if kind and (kind, caller, callee) not in again:
             again.append((kind, caller, callee))
     return files, edges, again
