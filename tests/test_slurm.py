@@ -3,7 +3,7 @@ started exactly as the cluster printed them, on a Slurm cluster of this machine 
 slurmctld, slurmd: tests/slurm_cluster.py; a second slurmd in a network namespace of its own
 where root can make one).
 
-What a learner does is what the tests do: copy `cluster.commands["srun"]` (or "sbatch") into a
+What a learner does is what the tests do: copy `cluster.source.commands["srun"]` (or "sbatch") into a
 terminal whose Python environment has labkit and torchrun (PATH, PYTHONPATH), and run it.
 """
 import os
