@@ -81,19 +81,18 @@ def check_env(env) -> dict:
 
 
 class Count:
-    """An attribute of whole numbers checked whenever it is set (`count`)."""
+    """An attribute of whole numbers checked whenever it is set (`count`). Only setting goes
+    through here: the value is kept in the instance under the same name, so reading it is a
+    plain attribute read (a descriptor without __get__ leaves reads to the instance)."""
 
     def __init__(self, minimum: int = 0, none_ok: bool = False, what: str = "a whole number"):
         self.minimum, self.none_ok, self.what = minimum, none_ok, what
 
     def __set_name__(self, owner, name):
-        self.name, self.attr = name, "_checked_" + name
-
-    def __get__(self, obj, owner=None):
-        return self if obj is None else obj.__dict__[self.attr]
+        self.name = name
 
     def __set__(self, obj, value):
-        obj.__dict__[self.attr] = count(value, self.name, self.minimum, self.none_ok, self.what)
+        obj.__dict__[self.name] = count(value, self.name, self.minimum, self.none_ok, self.what)
 
 
 def check_cluster(world_size, backend, timeout, spares, start_timeout, env, pg_timeout) -> tuple:
