@@ -3,6 +3,12 @@ the round trip of a trivial run as a ratio to a pipe ping-pong (tests/test_runti
 
     .venv/bin/python scripts/run_walk.py              # the walk of one run on a warm Cluster(2)
     .venv/bin/python scripts/run_walk.py --speed 5    # 5 rounds of the round-trip ratio
+    .venv/bin/python scripts/run_walk.py --compare DIR 12   # this checkout against another one
+                                                        # (e.g. `git archive main | tar -x -C DIR`)
+
+--compare starts a warm Cluster(2) from each checkout at once and lets them take turns (12
+rounds, the order swapped every round): a round is the median of 50 trivial runs divided by a
+pipe ping-pong measured just before, so both sides see the same load.
 
 The walk: sys.setprofile on the notebook's main thread during one `cluster.run(f)` (after
 three runs that warm it up). Each call from one labkit file into another is noted. Printed: the
@@ -100,7 +106,54 @@ def pipe_pingpong(n: int = 300) -> float:
     return _pipe_pingpong(n)
 
 
+def _round(cluster) -> float:
+    pipe = pipe_pingpong()
+    ts = []
+    for _ in range(50):
+        t = time.perf_counter()
+        cluster.run(_trivial)
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts) / pipe
+
+
+def compare(other: str, rounds: int) -> None:
+    import subprocess
+    me = os.path.abspath(__file__)
+    sides = {name: subprocess.Popen([sys.executable, me, "--turns"], cwd=d, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True)
+             for name, d in ((other, os.path.abspath(other)), ("this checkout", ROOT))}
+    for p in sides.values():
+        while p.stdout.readline().strip() != "ready":
+            pass
+    got = {name: [] for name in sides}
+    for i in range(rounds):
+        for name, p in (list(sides.items())[::1 if i % 2 == 0 else -1]):
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            got[name].append(float(p.stdout.readline()))
+    for p in sides.values():
+        p.stdin.close()
+        p.wait()
+    for name, r in got.items():
+        print(f"{name}: round trip / pipe ping-pong, median {statistics.median(r):.0f}, "
+              f"best {min(r):.0f}; rounds {[round(x) for x in r]}")
+
+
 def main() -> None:
+    if "--compare" in sys.argv:
+        i = sys.argv.index("--compare")
+        return compare(sys.argv[i + 1], int(sys.argv[i + 2]) if len(sys.argv) > i + 2 else 12)
+    if "--turns" in sys.argv:                     # one side of --compare: a round per line read
+        sys.path.insert(0, os.getcwd())           # the labkit of the checkout it runs in
+        import labkit
+        assert labkit.__file__.startswith(os.getcwd()), labkit.__file__
+        with labkit.Cluster(2) as cluster:
+            for _ in range(30):
+                cluster.run(_trivial)
+            print("ready", flush=True)
+            for _ in sys.stdin:
+                print(f"{_round(cluster):.1f}", flush=True)
+        return
     import labkit
     speed = "--speed" in sys.argv
     with labkit.Cluster(2) as cluster:
@@ -111,14 +164,7 @@ def main() -> None:
             for _ in range(10):
                 cluster.run(_trivial)
             for _ in range(rounds):
-                pipe = pipe_pingpong()
-                ts = []
-                for _ in range(50):
-                    t = time.perf_counter()
-                    cluster.run(_trivial)
-                    ts.append(time.perf_counter() - t)
-                run = statistics.median(ts)
-                print(f"round trip {run * 1e3:.3f} ms, pipe {pipe * 1e6:.1f} us, ratio {run / pipe:.0f}")
+                print(f"round trip / pipe ping-pong: {_round(cluster):.0f}")
             return
         files, edges, again = walk(trace_one_run(cluster))
     print(f"{len(files)} labkit files entered by one cluster.run, in order (-> the files each calls):")
