@@ -20,7 +20,7 @@ from labkit.runtime import errors, portable, stacks
 from labkit.runtime.control import ControlServer
 from labkit.runtime.local import netns, procs
 from labkit.runtime.local.handle import LocalRank
-from labkit.runtime.local import zygote
+from labkit.runtime.local import userzygote, zygote
 
 
 class WorkerPool:
@@ -42,8 +42,13 @@ class WorkerPool:
         self.zygote = None
         if zygote.ENABLED:
             try:
-                self.zygote = zygote.Zygote(self.server, self.stack_dir, threads, self.env,
-                                            self._on_forked, self._on_zygote_lost, self.netns)
+                if not self.env and userzygote.wanted():   # env=: read before torch imports
+                    self.zygote = userzygote.connect(self.server, self.stack_dir, threads,
+                                                     self._on_forked, self._on_zygote_lost,
+                                                     self.netns)
+                if self.zygote is None:
+                    self.zygote = zygote.Zygote(self.server, self.stack_dir, threads, self.env,
+                                                self._on_forked, self._on_zygote_lost, self.netns)
             except OSError as exc:
                 print(f"labkit: could not start the process that forks ranks quickly ({exc}); "
                       "ranks start as fresh interpreters instead.", file=sys.stderr)
@@ -223,6 +228,8 @@ def zygote_exit(z) -> str:
         code = z.proc.wait(1.0)
     except Exception:                             # noqa: BLE001 - still running after 1 s
         code = None
+    if isinstance(z.proc, userzygote.Peer) and z.proc.poll() is not None:
+        return tr("it has ended; another notebook of yours started it (its exit status went there)")
     if code is None or code < 0:
         return errors.how_it_ended(code, "the zygote")
     try:
