@@ -186,6 +186,16 @@ def test_a_killed_notebook_takes_its_ranks_and_leaves_the_zygote(tmp_path, monke
         assert not os.path.exists(s["stack_dir"])
         assert not gone(z)
         assert mine.run(labkit.rank) == [0, 1]
+        # the bench's class figure reads the same from /proc (labkit/bench/start_class.py)
+        from labkit.bench.start_class import forked_by
+        assert forked_by([{"ranks": mine.run(os.getpid), "uid": os.getuid()}]) == {os.getuid(): {z}}
+        sleeper = subprocess.Popen(["sleep", "30"])
+        try:
+            with pytest.raises(RuntimeError, match="was forked by"):
+                forked_by([{"ranks": [sleeper.pid], "uid": os.getuid()}])
+        finally:
+            sleeper.kill()
+            sleeper.wait()
     finally:
         mine.close()
         stop_zygote(z)

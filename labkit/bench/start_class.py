@@ -17,7 +17,6 @@ import json
 import os
 import pwd
 import subprocess
-import sys
 import time
 
 CHILD = r"""
@@ -62,24 +61,26 @@ def _stat(pid: int) -> tuple:
 
 
 def forked_by(records: list) -> dict:
-    """uid -> the zygote pid that forked every rank of that user's kernels; raises when a rank's
-    parent is not a zygote of the rank's own user or one user's ranks come from two."""
+    """uid -> the set of zygote pids that forked that user's ranks (one, with the learner's
+    zygote); raises when a rank's parent is not a zygote running as the rank's own user, or
+    two users' ranks come from one zygote."""
     zygotes = {}
     for rec in records:
         for rank in rec["ranks"]:
             ppid, uid, _ = _stat(rank)
-            zpid, zuid, zcmd = (ppid, *_stat(ppid)[1:])
-            if uid != rec["uid"] or zuid != uid or "userzygote_main" not in zcmd:
-                raise RuntimeError(f"rank {rank} (uid {uid}) was forked by {zpid} (uid {zuid}): {zcmd}")
-            if zygotes.setdefault(uid, zpid) != zpid:
-                raise RuntimeError(f"uid {uid}'s ranks come from two zygotes: {zygotes[uid]}, {zpid}")
-    if len(set(zygotes.values())) != len(zygotes):
+            _, zuid, zcmd = _stat(ppid)
+            if uid != rec["uid"] or zuid != uid or "zygote_main" not in zcmd:
+                raise RuntimeError(f"rank {rank} (uid {uid}) was forked by {ppid} (uid {zuid}): {zcmd}")
+            zygotes.setdefault(uid, set()).add(ppid)
+    every = [z for zs in zygotes.values() for z in zs]
+    if len(set(every)) != len(every):
         raise RuntimeError(f"two users share a zygote: {zygotes}")
     return zygotes
 
 
 def class_round(users: list, world_size: int, env: dict, python: str, timeout: float = 900):
-    """(first result seconds of each kernel, uid -> its zygote pid)."""
+    """(first result seconds of each kernel, uid -> the zygote pids that forked its ranks)."""
+    python = os.path.abspath(python)              # (another user's kernel starts in their home)
     kernels = [subprocess.Popen([python, "-c", CHILD, str(world_size)], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True, **_as(u, env)) for u in users]
     try:
@@ -130,10 +131,8 @@ def stop_zygotes(pids) -> None:
     import signal
     for pid in pids:
         try:
-            os.kill(pid, signal.SIGTERM)
+            if "userzygote_main" in _stat(pid)[2]:    # (not a process that reused the pid)
+                os.kill(pid, signal.SIGTERM)
         except OSError:
             pass
 
-
-def child_python() -> str:
-    return sys.executable

@@ -34,6 +34,8 @@ class WorkerPool:
         self.env = dict(env or {})               # extra environment of every worker
         self.stack_dir = stacks.make_stack_dir()
         self.server = ControlServer(self._on_hello, path=os.path.join(self.stack_dir, "control"))
+        if zygote.ENABLED and not self.env and userzygote.wanted():
+            userzygote.prestart()                 # its torch import overlaps what follows
         self.netns, self.netns_why = netns.make()     # the ranks' own loopback, or why not
         self.forking = 0                          # asked of the zygote, pid not known yet
         self.spawning = 0                         # being spawned, pid not listed yet

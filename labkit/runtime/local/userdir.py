@@ -115,3 +115,13 @@ class Peer:
                 signal.pidfd_send_signal(self._fd, signal.SIGKILL)
         except OSError:
             pass
+
+
+def remove_cluster_folder(path: str) -> None:
+    """A notebook gone without closing its cluster leaves its folder: remove it (only such a
+    folder: labkit-<pid>-... in the temp folder, this user's)."""
+    import shutil
+    if (os.path.dirname(os.path.realpath(path)) == os.path.realpath(tempfile.gettempdir())
+            and os.path.basename(path).startswith("labkit-") and os.path.isdir(path)
+            and os.lstat(path).st_uid == os.getuid()):
+        shutil.rmtree(path, ignore_errors=True)

@@ -25,9 +25,9 @@ import socket
 import sys
 import time
 
-from labkit.runtime.local import zygote_main as zm
+from labkit.runtime.local import userdir, zygote_main as zm
 
-PRELOAD_AFTER = 0.5         # seconds without a request before the preloads start
+PRELOAD_AFTER = 2.0         # seconds without a request before the preloads start
 UNUSED = 120.0              # the idle time of a zygote no notebook has used yet (prestart)
 
 
@@ -37,18 +37,6 @@ class Client:
         self.hello = None
         self.fds = []                             # the cluster's namespace fds
         self.children = set()
-
-
-def _remove_stack_dir(path: str) -> None:
-    """A notebook gone without closing its cluster leaves its folder: remove it (only such a
-    folder: labkit-<pid>-... in the temp folder, this user's)."""
-    import shutil
-    import tempfile
-    name = os.path.basename(path)
-    if (os.path.dirname(os.path.realpath(path)) == os.path.realpath(tempfile.gettempdir())
-            and name.startswith("labkit-") and os.path.isdir(path)
-            and os.lstat(path).st_uid == os.getuid()):
-        shutil.rmtree(path, ignore_errors=True)
 
 
 class Server:
@@ -117,8 +105,7 @@ class Server:
             conn, _ = self.listener.accept()
         except OSError:
             return
-        from labkit.runtime.local.userdir import peer_uid
-        pid, uid = peer_uid(conn)
+        pid, uid = userdir.peer_uid(conn)
         if uid != os.getuid():                    # another user: nothing is read, nothing forked
             conn.close()
             return
@@ -131,16 +118,18 @@ class Server:
         self.clients[conn] = Client(conn, pid)
         self.sel.register(conn, selectors.EVENT_READ)
 
-    def drop(self, client: Client) -> None:
-        """The notebook closed its cluster or died: its ranks go with it, its folder too."""
+    def drop(self, client: Client, gone: bool = True) -> None:
+        """The notebook closed its cluster or died (`gone`: its folder goes too), or stopped
+        reading: its ranks go with it."""
+        if self.clients.pop(client.sock, None) is None:
+            return
         self.sel.unregister(client.sock)
-        del self.clients[client.sock]
         client.sock.close()
         zm._kill_children(client.children)
         for fd in client.fds:
             os.close(fd)
-        if client.hello is not None:
-            _remove_stack_dir(client.hello.stack_dir)
+        if client.hello is not None and gone:
+            userdir.remove_cluster_folder(client.hello.stack_dir)
         self.last_seen = time.monotonic()
 
     def serve(self, client: Client) -> None:
@@ -155,19 +144,43 @@ class Server:
             self.drop(client)
             return
         if client.hello is None:
-            client.hello, client.fds = pickle.loads(msg), fds
+            try:
+                client.hello, client.fds = pickle.loads(msg), fds
+            except Exception:                     # noqa: BLE001 - not a notebook of ours
+                client.fds = fds
+                self.drop(client)
+                return
             self.served = True
-            client.sock.send(pickle.dumps(protocol.ZygoteReady(os.getpid())))
+            self.send(client, protocol.ZygoteReady(os.getpid()))
+            return
+        if msg != b"fork" or not fds:
+            for fd in fds:
+                os.close(fd)
+            self.drop(client, gone=False)
             return
         close = self._fds_to_close(client) + fds[1:]   # (before the fork: nothing can raise after)
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:                           # (out of processes): the notebook spawns
+            pid = None
         if pid == 0:
             zm.child_for(fds[0], client.hello, client.fds, client.pid, close)
         for f in fds:
             os.close(f)
+        if pid is None:
+            self.drop(client, gone=False)
+            return
         client.children.add(pid)
         self.owner[pid] = client
-        client.sock.send(pickle.dumps(protocol.Forked(pid)))
+        self.send(client, protocol.Forked(pid))
+
+    def send(self, client: Client, msg) -> None:
+        """Never waits: a notebook that stopped reading (its kernel stopped) must not stop the
+        zygote for the user's other notebooks; it is dropped (its ranks end) instead."""
+        try:
+            client.sock.send(pickle.dumps(msg), socket.MSG_DONTWAIT)
+        except OSError:
+            self.drop(client, gone=False)
 
     def reap(self) -> bool:
         from labkit.runtime import protocol
@@ -185,10 +198,7 @@ class Server:
             ended = True
             client.children.discard(pid)
             if client.sock in self.clients:
-                try:
-                    client.sock.send(pickle.dumps(protocol.Exited(pid, status)))
-                except OSError:
-                    pass
+                self.send(client, protocol.Exited(pid, status))
         return ended
 
     def exit_if_unused(self) -> None:
