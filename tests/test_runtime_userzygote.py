@@ -37,9 +37,9 @@ def look():
         ppid = int(f.read().rsplit(")", 1)[1].split()[1])
     return ppid, os.getcwd(), helpers.VALUE, os.environ.get("LKT_MINE"), getattr(labkit, "ZPROBE", None)
 c = labkit.Cluster(2, backend="gloo", spares=0)
-print("ZYGOTE", c._source.pool.zygote.proc.pid, c._source.pool.zygote.shared, flush=True)
+print("ZYGOTE", c.source.pool.zygote.proc.pid, c.source.pool.zygote.shared, flush=True)
 print("RANKS", repr(c.run(look)), flush=True)
-print("PIDS", *[w.pid for w in c.ranks], c._source.pool.stack_dir, flush=True)
+print("PIDS", *[w.pid for w in c.ranks], c.source.pool.stack_dir, flush=True)
 if sys.argv[1] == "hold":
     sys.stdin.read()
 c.close()
@@ -168,7 +168,7 @@ def test_a_killed_notebook_takes_its_ranks_and_leaves_the_zygote(tmp_path, monke
     env = key_env()
     monkeypatch.setenv("LABKIT_ZYGOTE_IDLE", env["LABKIT_ZYGOTE_IDLE"])
     mine = labkit.Cluster(2, backend="gloo", spares=0)
-    z = mine._source.pool.zygote.proc.pid
+    z = mine.source.pool.zygote.proc.pid
     try:
         p = notebook(tmp_path / "a", env, 1, hold=True)
         s = said(p)
@@ -204,7 +204,7 @@ def test_a_killed_notebook_takes_its_ranks_and_leaves_the_zygote(tmp_path, monke
 def test_a_killed_zygote_leaves_the_ranks_and_the_next_cluster_starts_a_new_one(monkeypatch, capfd):
     monkeypatch.setenv("LABKIT_ZYGOTE_IDLE", key_env()["LABKIT_ZYGOTE_IDLE"])
     with labkit.Cluster(2, backend="gloo", spares=0) as c:
-        z = c._source.pool.zygote.proc.pid
+        z = c.source.pool.zygote.proc.pid
         pids = [w.pid for w in c.ranks]
         os.kill(z, signal.SIGKILL)
         assert c.run(labkit.rank) == [0, 1] and [w.pid for w in c.ranks] == pids
@@ -213,8 +213,8 @@ def test_a_killed_zygote_leaves_the_ranks_and_the_next_cluster_starts_a_new_one(
         assert c.run(labkit.rank) == [0, 1]                   # spawned instead
         assert "has stopped" in capfd.readouterr().err
     with labkit.Cluster(1, backend="gloo", spares=0) as c:
-        z2 = c._source.pool.zygote.proc.pid
-        assert z2 != z and c._source.pool.zygote.shared
+        z2 = c.source.pool.zygote.proc.pid
+        assert z2 != z and c.source.pool.zygote.shared
     stop_zygote(z2)
 
 
@@ -222,11 +222,11 @@ def test_env_gets_a_zygote_of_its_cluster_and_zero_none(monkeypatch):
     """env= may be read while torch imports: that cluster's ranks come from a zygote of its
     own, started with it. LABKIT_ZYGOTE=cluster: one per Cluster, as before; 0: spawned."""
     with labkit.Cluster(1, backend="gloo", spares=0, env={"LKT_MINE": "x"}) as c:
-        assert not c._source.pool.zygote.shared
+        assert not c.source.pool.zygote.shared
         assert c.run(lambda: os.environ.get("LKT_MINE")) == ["x"]
     monkeypatch.setenv("LABKIT_ZYGOTE", "cluster")
     with labkit.Cluster(1, backend="gloo", spares=0) as c:
-        assert not c._source.pool.zygote.shared
+        assert not c.source.pool.zygote.shared
 
 
 def test_idle_zygote_exits_after_its_idle_time(tmp_path):
@@ -268,7 +268,7 @@ def test_an_unsafe_folder_is_refused_and_the_cluster_still_starts(tmp_path, monk
     monkeypatch.setattr(userzygote, "_said", [])
     capfd.readouterr()
     with labkit.Cluster(1, backend="gloo", spares=0) as c:
-        assert not c._source.pool.zygote.shared
+        assert not c.source.pool.zygote.shared
         assert c.run(labkit.rank) == [0]
     err = capfd.readouterr().err
     assert err.count("starts its own process that forks ranks") == 1 and "not a folder" in err, err

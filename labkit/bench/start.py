@@ -48,7 +48,7 @@ def step():
 with labkit.Cluster(int(sys.argv[1]), backend="gloo") as c:
     assert c.run(step) == [float(c.world_size)] * c.world_size
     print(f"FIRST {time.perf_counter() - t0:.6f}", flush=True)
-    z = c._source.pool.zygote
+    z = c.source.pool.zygote
     print(f"ZYGOTE {z.proc.pid if z is not None and z.shared else 0}", flush=True)
 """
 

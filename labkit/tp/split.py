@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import labkit
+from labkit import trace
 from labkit.tp.vocab import vocab_parallel_cross_entropy
 
 
@@ -30,7 +31,7 @@ def compute_split(n_layer: int = 1, n_embd: int = 64, n_head: int = 4, b: int = 
                   group=None) -> dict:
     """This rank's FLOPs (forward + backward, matrix products) and weights of a TP block, and
     the same block's on one device (`labkit.tp.parity.reference_blocks`)."""
-    from labkit.clipping import _mark_replicated
+    from labkit.tp.layers import mark_replicated
     from labkit.tp.blocks import parallelize_blocks
     from labkit.tp.parity import batch, reference_blocks
     ref = reference_blocks(n_layer, n_embd, n_head)
@@ -38,7 +39,7 @@ def compute_split(n_layer: int = 1, n_embd: int = 64, n_head: int = 4, b: int = 
     full_flops = _flops(ref, x.clone().requires_grad_(), w)
     full = sum(p.numel() for p in ref.parameters())
     tp = parallelize_blocks(ref, group)
-    _mark_replicated(tp)
+    mark_replicated(tp)
     flops = _flops(tp, x.clone().requires_grad_(), w)
     split = sum(p.numel() for p in tp.parameters() if not p.tp_replicated)
     replicated = sum(p.numel() for p in tp.parameters() if p.tp_replicated)
@@ -49,15 +50,9 @@ def compute_split(n_layer: int = 1, n_embd: int = 64, n_head: int = 4, b: int = 
 
 def _saved_bytes(fn) -> int:
     """Bytes of the distinct storages autograd saves while `fn()` runs."""
-    seen = {}
-
-    def pack(t):
-        st = t.untyped_storage()
-        seen[st.data_ptr()] = st.nbytes()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with trace.saved_bytes(per="storage") as saved:
         fn()
-    return sum(seen.values())
+    return saved.bytes
 
 
 def vocab_memory(tokens_=512, vocab=4096, group=None) -> dict:
