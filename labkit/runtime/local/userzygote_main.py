@@ -2,19 +2,13 @@
 
     python -m labkit.runtime.local.userzygote_main LISTEN_FD FOLDER KEY IDLE_SECONDS
 
-One process per user (and interpreter): it imports torch, accepts the notebooks of its own
-user only (SO_PEERCRED, every connection), and forks each cluster's ranks as the per-cluster
-zygote does (zygote_main.py), with what is the cluster's own applied in the child: its
-environment, its folder, its network namespace (the fds came with the notebook's Hello; the
-child enters them with setns while it has one thread), its control socket and key. A rank
-watches its notebook (worker.py: the notebook's pid, a pidfd), and the zygote kills a
-notebook's ranks the moment that notebook's connection closes (even when the kernel was
-SIGKILLed, or a rank is stopped): ranks die with their notebook, not with the zygote, and a
-zygote that dies leaves the ranks of open notebooks running.
-
-The preloads (torch._dynamo, DTensor, FSDP: zygote_main.PRELOAD) come once the zygote has had
-nothing to do for PRELOAD_AFTER seconds: a notebook's first ranks do not wait for them, the
-spares and later notebooks have them.
+It imports torch once, accepts its own user's notebooks only (SO_PEERCRED, every connection)
+and forks each cluster's ranks, which take on what is their cluster's (zygote_main.child_for).
+A rank watches its notebook (worker.py: a pidfd), and the zygote kills a notebook's ranks the
+moment that notebook's connection closes (even when the kernel was SIGKILLed or a rank is
+stopped): ranks die with their notebook, not with the zygote, whose death leaves them running.
+The preloads (zygote_main.PRELOAD) come once it has had nothing to do for PRELOAD_AFTER
+seconds: a notebook's first ranks do not wait for them; spares and later notebooks have them.
 """
 import fcntl
 import os
@@ -29,6 +23,10 @@ from labkit.runtime.local import userdir, zygote_main as zm
 
 PRELOAD_AFTER = 2.0         # seconds without a request before the preloads start
 UNUSED = 120.0              # the idle time of a zygote no notebook has used yet (prestart)
+IMPORTS = ("torch", "torch.distributed", "labkit.runtime.learner", "labkit.runtime.wire",
+           "labkit.runtime.worker", "labkit.runtime.local.netns", "labkit.runtime.protocol",
+           "labkit.runtime.channel", "labkit.runtime.frames", "labkit.runtime.tasks",
+           "labkit.runtime.context")             # (worker.start's imports among them)
 
 
 class Client:
@@ -259,16 +257,9 @@ def main() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     zm._become_subreaper()                        # a rank's descendants end with the rank
     since = time.time_ns()
-    import torch                                  # noqa: F401 - what every fork inherits
-    import torch.distributed                      # noqa: F401
-    import labkit.runtime.learner                 # noqa: F401
-    import labkit.runtime.wire                    # noqa: F401
-    import labkit.runtime.worker                  # noqa: F401
-    import labkit.runtime.local.netns             # noqa: F401
-    import labkit.runtime.protocol                # noqa: F401
-    import labkit.runtime.context                 # noqa: F401 - what worker.start imports
-    import labkit.runtime.frames                  # noqa: F401
-    import labkit.runtime.tasks                   # noqa: F401
+    import importlib
+    for name in IMPORTS:                          # what every fork inherits
+        importlib.import_module(name)
     from labkit.runtime.local import stamps
     srv, told = Server(listen_fd, where, k, idle), []
     srv.wake_r, srv.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
