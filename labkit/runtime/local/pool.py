@@ -16,7 +16,7 @@ import threading
 import time
 
 from labkit.i18n.messages import tr
-from labkit.runtime import errors, portable, stacks
+from labkit.runtime import errors, learner, portable, stacks
 from labkit.runtime.control import ControlServer
 from labkit.runtime.local import netns, procs
 from labkit.runtime.local.handle import LocalRank
@@ -36,6 +36,7 @@ class WorkerPool:
         self.server = ControlServer(self._on_hello, path=os.path.join(self.stack_dir, "control"))
         if zygote.ENABLED and not self.env and userzygote.wanted():
             userzygote.prestart()                 # its torch import overlaps what follows
+        threading.Thread(target=learner.snapshot, daemon=True).start()   # the first run's, early
         self.netns, self.netns_why = netns.make()     # the ranks' own loopback, or why not
         self.forking = 0                          # asked of the zygote, pid not known yet
         self.spawning = 0                         # being spawned, pid not listed yet

@@ -30,11 +30,8 @@ IMPORTS = ("torch", "torch.distributed", "labkit.runtime.learner", "labkit.runti
 
 
 class Client:
-    def __init__(self, sock, pid: int):
-        self.sock, self.pid = sock, pid
-        self.hello = None
-        self.fds = []                             # the cluster's namespace fds
-        self.children = set()
+    def __init__(self, sock, pid: int):           # hello, the namespace fds, the ranks forked
+        self.sock, self.pid, self.hello, self.fds, self.children = sock, pid, None, [], set()
 
 
 class Server:
@@ -260,7 +257,9 @@ def main() -> None:
     import importlib
     for name in IMPORTS:                          # what every fork inherits
         importlib.import_module(name)
+    from labkit.runtime import learner
     from labkit.runtime.local import stamps
+    learner.snapshot()                            # which modules are the learner's: known in forks
     srv, told = Server(listen_fd, where, k, idle), []
     srv.wake_r, srv.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
     signal.set_wakeup_fd(srv.wake_w)
@@ -287,6 +286,7 @@ def main() -> None:
             zm._kill_adopted(set(srv.owner))
         if not preloaded and time.monotonic() - quiet_since >= PRELOAD_AFTER:
             zm._preload()
+            learner.snapshot()
             preloaded = True
             srv.watch.close()                     # again, over what the preloads imported
             srv.watch = stamps.Watch(since)
