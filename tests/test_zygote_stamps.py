@@ -29,6 +29,9 @@ def module(request, tmp_path, monkeypatch):
 def test_an_edit_a_touch_or_a_new_package_is_a_change_and_bytecode_is_not(module):
     path, how = module
     w = stamps.Watch()
+    if how == "inotify" and w.fd is None:
+        w.close()
+        pytest.skip("no inotify here (Linux only): the stamps are compared instead")
     try:
         assert (w.fd is not None) == (how == "inotify")
         assert w.changed() == ""

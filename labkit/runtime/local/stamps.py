@@ -62,7 +62,7 @@ class Watch:
         self.fd, self._dirs, self._why = None, {}, ""
         try:
             self._start_inotify()
-        except OSError:
+        except (OSError, AttributeError):         # refused, or no inotify (macOS)
             self.close()
         self._stamps = {f: _stamp(f) for f in self.files}
         if since_ns is not None:
