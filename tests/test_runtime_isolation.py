@@ -12,6 +12,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -69,7 +70,7 @@ def cluster_pids(c) -> list:
     pool = c.source.pool
     pids = [os.getpid(), *pool.workers]
     if pool.zygote is not None:
-        pids.append(pool.zygote.proc.pid)
+        pids.append(pool.zygote.proc.pid)               # the learner's zygote (it listens on none)
     return pids
 
 
@@ -103,6 +104,16 @@ def test_every_path_into_the_cluster_is_refused(c, other_python, tmp_path):
                                        {"key": key, "cert": "", "name": "x", "tls": True})
         folder = c.source.pool.stack_dir
         torchrun = os.getpid()                              # any pid: the name's public part
+        z = c.source.pool.zygote
+        assert z is not None and z.shared, "this cluster's ranks come from the learner's zygote"
+        # The zygote's socket, linked into a folder anyone may enter and opened to everyone:
+        # as if the folder's protection failed, so that its own check of the peer's uid is what
+        # stands (the folder itself stays 0700; the link goes at the end).
+        open_dir = pathlib.Path(tempfile.mkdtemp(prefix="lkt-open-"))
+        os.chmod(open_dir, 0o755)
+        link = open_dir / "zygote.sock"
+        os.link(z.path, link)
+        os.chmod(link, 0o777)
         targets = {
             "ports": listening_ports(cluster_pids(c)),
             "store_path": getattr(c.source, "store_path", None) or os.path.join(folder, "rendezvous"),
@@ -111,23 +122,34 @@ def test_every_path_into_the_cluster_is_refused(c, other_python, tmp_path):
             "control": c.source.pool.server.address, "next_gen": c._gen + 1,
             "agent_name_guess": f"\0labkit-agent-{os.getuid()}-{torchrun}",
             "agent_name": agent.socket_name(torchrun, bytes.fromhex(key)).decode("latin-1"),
+            "zygote_folder": os.path.dirname(z.path), "zygote_socket": z.path,
+            "zygote_link": str(link),
         }
         p = as_other(other_python, "probe")
         out, err = p.communicate(json.dumps(targets), timeout=120)
     finally:
         os.close(seg.fd)
         shutil.rmtree(key_dir, ignore_errors=True)
+        if "link" in locals():
+            os.chmod(link, 0o600)
+            shutil.rmtree(open_dir, ignore_errors=True)
     assert p.returncode == 0, err[-3000:]
     rows = json.loads(out.strip().splitlines()[-1])
     print(f"\n{OTHER} against {os.getuid()}'s cluster (ports {targets['ports']}):")
     for attempt, result in rows.items():
         print(f"  {attempt:52s} {result}")
-    assert len(rows) == 13
+    assert len(rows) == 16
     got_in = {a: r for a, r in rows.items() if not r.startswith(("refused", "bound the name")) or "GOT IN" in r}
     assert not got_in, f"another user got in: {got_in}"
     victim_works(c)                                         # the next run works
     c.restart()                                             # and a new process group forms
     victim_works(c)
+    assert all(_ppid(w.pid) == z.proc.pid for w in c.ranks)   # still the learner's zygote's
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 SQUAT = """

@@ -104,11 +104,12 @@ def _exit_with_3():
 
 
 @needs_zygote
-def test_a_stopped_zygote_is_noticed_and_ranks_are_spawned(capfd):
+def test_a_stopped_zygote_is_noticed_and_ranks_are_spawned(capfd, monkeypatch):
     """A zygote the kernel stopped reaps nothing and forks nothing: a rank that exited was
     called "closed its connection but is still running" and left a zombie, and the recovery
     waited the whole restart timeout (120 s) with "0 of 2 ready"."""
-    with labkit.Cluster(1, backend="gloo", spares=0, timeout=60) as cl:
+    monkeypatch.setenv("LABKIT_ZYGOTE_IDLE", f"60.{os.getpid()}")   # a zygote of its own key:
+    with labkit.Cluster(1, backend="gloo", spares=0, timeout=60) as cl:   # none other's is stopped
         z = cl.source.pool.zygote.proc.pid
         pids = cl.run(_pid)
         os.kill(z, signal.SIGSTOP)
