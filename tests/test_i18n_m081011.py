@@ -21,7 +21,7 @@ def test_invalid_layout_is_explained_in_chinese_with_its_numbers(zh_lang):
         validate(dp=3, pp=3, tp=16, world_size=128, gpus_per_node=8, layers=80, heads=60)
     text = str(err.value)
     assert text.startswith("并行布局无效：")
-    assert "dp(3) x pp(3) x tp(16) = 144 != world size（128）；各维并行度的乘积必须等于卡数" in text
+    assert "dp(3) × pp(3) × tp(16) = 144 != world size（128）；各维并行度的乘积必须等于卡数" in text
     assert "层数（80）不能被 pp(3) 整除：80 / 3 = 每个 stage 26.67 层" in text
     assert "注意力头数（60）不能被 tp(16) 整除：60 / 16 = 每个 rank 3.75 个头" in text
 
@@ -32,7 +32,7 @@ def test_layout_and_plan_print_in_chinese(zh_lang):
     from labkit.plan.models import MODELS, Hardware
     lay = Layout(dp=2, pp=2, tp=8, gpus_per_node=8)
     assert str(lay).splitlines()[0] == \
-        "32 卡 = dp 2 x pp 2 x tp 8，分布在 4 个节点上（每节点 8 卡）；顺序 tp-pp-dp（变化最快的在前）"
+        "32 卡 = dp 2 × pp 2 × tp 8，分布在 4 个节点上（每节点 8 卡）；顺序 tp-pp-dp（变化最快的在前）"
     assert "  pp：16 组，每组 2 个，例如 [0, 8]（跨节点）" in str(lay)
     p = str(plan(MODELS["70B"], Hardware(nodes=4)))
     assert "  1. 单卡装得下吗？: 模型状态 1104 GB（每参数 16 B，混合精度 Adam）" in p

@@ -9,6 +9,7 @@ from labkit.i18n import N_, tr
 from labkit.memory import GB
 from labkit.plan.flops import GPUS
 from labkit.plan.models import MODELS, Hardware, Model
+from labkit.parallel_dims import product
 from labkit.plan.planner import plan
 
 
@@ -23,8 +24,8 @@ def render(model: Model, hw: Hardware) -> str:
     c = p.chosen
     if c is None:
         return out + tr("<p><b>Nothing fits</b> on this hardware: add GPUs or memory.</p>")
-    cells = [("layout", f"TP {c.tp} x PP {c.pp} x DP {c.dp}"), ("sharding", tr(c.sharding)),
-             ("checkpointing", tr(c.checkpointing)), (N_("micro-batch x count"), f"{c.micro_batch} x {c.micro_batches}"),
+    cells = [("layout", product(f"TP {c.tp}", f"PP {c.pp}", f"DP {c.dp}")), ("sharding", tr(c.sharding)),
+             ("checkpointing", tr(c.checkpointing)), (N_("micro-batch x count"), product(c.micro_batch, c.micro_batches)),
              (N_("memory / GPU"), tr("{gb:.1f} GB (state {state:.1f}, activations {act:.1f}, gathered "
                                  "{gathered:.1f}) of {cap:g}", gb=c.memory / GB, state=c.model_state / GB,
                                  act=c.activations / GB, gathered=c.working / GB, cap=hw.gpu_gb)),
