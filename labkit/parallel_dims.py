@@ -222,8 +222,7 @@ class Layout:
 
     def dims(self) -> tuple:
         """The group dimensions this layout uses: tp, pp, dp, then cp and ep / edp when > 1."""
-        return ("tp", "pp", "dp") + (("cp",) if self.cp > 1 else ()) + \
-            (("ep", "edp") if self.ep > 1 else ())
+        return ("tp", "pp", "dp") + (("cp",) if self.cp > 1 else ()) + (("ep", "edp") if self.ep > 1 else ())
 
     def table(self) -> list:
         """[(rank, node, dp, pp, tp)] for every rank, then cp, ep when they are > 1."""
@@ -235,12 +234,10 @@ class Layout:
         return rows
 
     def describe(self) -> str:
-        numbers = dict(n=self.world_size, nodes=self.nodes, g=self.gpus_per_node, order=self.order,
-                       layout=product(*(f"{d} {getattr(self, d)}" for d in ("dp", "pp", "tp", "cp")
-                                        if d != "cp" or self.cp > 1)))
-        lines = [tr("{n} GPUs = {layout} (experts: {experts}) on {nodes} node(s) of {g}; order {order} "
-                    "(fastest first)", experts=product(f"ep {self.ep}", f"edp {self.edp}"), **numbers)
-                 if self.ep > 1 else
+        layout = product(*(f"{d} {getattr(self, d)}" for d in ("dp", "pp", "tp", "cp") if d != "cp" or self.cp > 1))
+        numbers = dict(n=self.world_size, layout=layout, nodes=self.nodes, g=self.gpus_per_node, order=self.order)
+        lines = [tr("{n} GPUs = {layout} (experts: {experts}) on {nodes} node(s) of {g}; order {order} (fastest "
+                    "first)", experts=product(f"ep {self.ep}", f"edp {self.edp}"), **numbers) if self.ep > 1 else
                  tr("{n} GPUs = {layout} on {nodes} node(s) of {g}; order {order} (fastest first)", **numbers)]
         for d in self.dims():
             gs = self.groups(d)

@@ -35,8 +35,8 @@ def test_layout_and_plan_print_in_chinese(zh_lang):
         "32 卡 = dp 2 × pp 2 × tp 8，分布在 4 个节点上（每节点 8 卡）；顺序 tp-pp-dp（变化最快的在前）"
     assert "  pp：16 组，每组 2 个，例如 [0, 8]（跨节点）" in str(lay)
     p = str(plan(MODELS["70B"], Hardware(nodes=4)))
-    assert "  1. 单卡装得下吗？: 模型状态 1104 GB（每参数 16 B，混合精度 Adam）" in p
-    assert "  => TP 4 x PP 2 x DP 4（ZeRO-2），梯度检查点 选择性，micro-batch 1：每卡 70.4 GB" in p
+    assert "  1. 单卡装得下吗：模型状态 1104 GB（每参数 16 B，混合精度 Adam）" in p
+    assert "  => TP 4 × PP 2 × DP 4（ZeRO-2），梯度检查点 选择性，micro-batch 1：每卡 70.4 GB" in p
     assert "流水线气泡 0.4%" in p
     tr = step_traffic(Layout(dp=4, pp=1, tp=8, gpus_per_node=8), n_params=7e10, layers=80,
                       hidden=8192, seq=4096, micro_batches=64, zero_stage=1)

@@ -30,13 +30,14 @@ Two more dimensions, each costed like the others and chosen only when it wins:
   MoE activations are costed as a dense layer's (Korthikanti's 4h FFN): for Mixtral's top-2 of
   FFN 14336 that undercounts the FFN part by 1.75x.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from labkit.i18n import N_, tr
 from labkit.memory import GB, activations, model_states
 from labkit.parallel_dims import Layout, product
 from labkit.plan.flops import bubble_ratio, flops_per_token
 from labkit.plan.models import Hardware, Model
+from labkit.plan.result import Plan
 from labkit.plan.dims import CP_MIN_TOKENS, cp_choices, cp_ep_reasons, ep_choices  # noqa: F401
 from labkit.plan.traffic import DIMS, Traffic, step_traffic
 
@@ -196,56 +197,6 @@ def _best(cands, pred=lambda c: True):
         return None
     fastest = min(c.step_seconds for c in ok)
     return min((c for c in ok if c.step_seconds <= fastest * 1.02), key=_simplicity)
-
-
-@dataclass
-class Plan:
-    model: Model
-    hardware: Hardware
-    chosen: Candidate               # None when nothing fits
-    reasons: list = field(default_factory=list)    # [(branch of the tree, sentence)]
-
-    @property
-    def tp(self):
-        return self.chosen.tp if self.chosen else None
-
-    @property
-    def pp(self):
-        return self.chosen.pp if self.chosen else None
-
-    @property
-    def dp(self):
-        return self.chosen.dp if self.chosen else None
-
-    @property
-    def cp(self):
-        return self.chosen.cp if self.chosen else None
-
-    @property
-    def ep(self):
-        return self.chosen.ep if self.chosen else None
-
-    def __str__(self) -> str:
-        hw = self.hardware
-        m = self.model
-        head = tr("{name} on {nodes} node(s) x {g} {gpu} ({gb:g} GB, {tflops:g} TFLOP/s); a step is "
-                  "one global batch of {batch:,} sequences x {seq:,} tokens = {mtok:.1f}M tokens",
-                  name=m.name, nodes=hw.nodes, g=hw.gpus_per_node, gpu=hw.gpu, gb=hw.gpu_gb,
-                  tflops=hw.peak_tflops, batch=m.global_batch, seq=m.seq, mtok=m.tokens_per_step / 1e6)
-        body = "\n".join(f"  {k}: {v}" for k, v in self.reasons)
-        if self.chosen is None:
-            return f"{head}\n{body}\n  => " + tr("nothing fits")
-        c = self.chosen
-        traffic = (f"TP {c.traffic.tp / GB:.1f}, PP {c.traffic.pp / GB:.2f}, DP {c.traffic.dp / GB:.1f}"
-                   + (f", CP {c.traffic.cp / GB:.1f}" if c.cp > 1 else "")
-                   + (f", EP {c.traffic.ep / GB:.1f}" if c.ep > 1 else ""))
-        tail = f"  => {c.short()}\n     " + tr(
-            "memory/GPU: model state {state:.1f} + activations {act:.1f} + gathered layers {gathered:.1f} "
-            "GB; traffic/GPU/step: {traffic} GB; bubble {bubble:.1%}", state=c.model_state / GB,
-            act=c.activations / GB, gathered=c.working / GB, traffic=traffic, bubble=c.bubble)
-        return f"{head}\n{body}\n{tail}"
-
-    __repr__ = __str__
 
 
 def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:

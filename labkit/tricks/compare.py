@@ -10,7 +10,7 @@
 import functools
 from dataclasses import dataclass
 
-from labkit.i18n import N_, tr, trc
+from labkit.i18n import N_, lang, tr, trc
 from labkit.tables import Table
 from labkit.tricks.formulas import NOTES_PRIORITY, NOTES_PRIORITY_EN, WORDS, Config, Shape, predict
 
@@ -192,13 +192,15 @@ PRIORITY_COLUMNS = {"rank": N_("notes' rank"), "notes": N_("the notes"), "measur
 
 def priority(results: list, english: bool = False, columns=None, title: str = None) -> Table:
     """The notes' order (1-5) next to the measured order of the single tricks by memory saved.
-    `english`: the notes' words in English (NOTES_PRIORITY_EN) instead of their Chinese;
+    `english`: the notes' words in English (NOTES_PRIORITY_EN) instead of their Chinese, unless the
+    learner reads Chinese (labkit.i18n.lang);
     `columns`: some of PRIORITY_COLUMNS' keys, in the order to show; `title`: "" for none
     (a slide whose heading says it)."""
     saved = single_savings(results)
     order = measured_order(results)
     key = NOTES_CODES
     rows = []
+    english = english and lang() != "zh"
     for i, (name, words) in enumerate(NOTES_PRIORITY_EN if english else NOTES_PRIORITY, 1):
         c = key[name]
         if c not in saved:
