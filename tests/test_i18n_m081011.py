@@ -62,10 +62,10 @@ def test_diagnosis_of_a_communication_bound_run_in_chinese(zh_lang):
     ranks = [Phases(data=0.001, forward=0.001, backward=0.001, wait=0.02, comm=0.08, optimizer=0.001)]
     text = report(diagnose(ranks, peak_bytes=7.6 * 2**20, budget_bytes=16 * 2**20), "== communication")
     lines = text.splitlines()
-    assert lines[1] == ("1. [!!] 利用率（step 中计算所占的比例）: 3% 在计算（低于 60% 算低）；"
+    assert lines[1] == ("1. [!!] 利用率（step 中计算所占的比例）：3% 在计算（低于 60% 算低）；"
                         "其余时间主要在通信（数据 1%，等其他 rank 19%，通信 77%）")
-    assert lines[2].startswith("2. [!!] 通信占比: 占 step 的 77%（讲义：超过 30% 就要减少通信")
-    assert lines[3].startswith("3. [ok] 显存峰值与预算之比: 峰值 7.6 MiB / 16.0 MiB = 48%")
+    assert lines[2].startswith("2. [!!] 通信占比：占 step 的 77%（讲义：超过 30% 就要减少通信")
+    assert lines[3].startswith("3. [ok] 显存峰值与预算之比：峰值 7.6 MiB / 16.0 MiB = 48%")
     assert lines[-1] == "瓶颈：通信"
 
 

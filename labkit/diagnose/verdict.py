@@ -75,7 +75,7 @@ class Finding:
 
     def __str__(self) -> str:
         mark = "!!" if self.flagged else "ok"
-        return f"{self.step}. [{mark}] {self.check}: {self.detail}"
+        return f"{self.step}. [{mark}] " + tr("{check}: {detail}", check=self.check, detail=self.detail)
 
 
 def _as_phases(r) -> Phases:
