@@ -14,7 +14,7 @@ The data (`data.py`): the bytes of a standard-library source file every Python h
 (`textwrap.py`), tokens 0..255; step k's global batch is `cfg.batch` windows of `cfg.seq + 1`
 bytes at offsets fixed by k, the same on every rank and in the reference.
 
-The model (`model.py`): `labkit.models.TinyGPT` (untied head: the embedding lives on the first
+The model (`model.py`): `labkit.toy_models.TinyGPT` (untied head: the embedding lives on the first
 stage, the head on the last), written for one process and parallelised from outside in
 torchtitan's order: the pipeline split first (`stage_of`: embeddings + the first blocks on stage
 0, the last blocks + ln_f + head on the last), then tensor parallelism (`labkit.tp.TPBlock` on each
@@ -26,13 +26,13 @@ parallelism, each TP rank holding s / t positions between the TP regions, so the
 parameters' gradients (embeddings, norms, row-parallel biases, head) are summed over TP: the
 rule notebook 14's exercise states (without it they are already equal on the TP ranks).
 
-The groups (`trainer.groups`) come from one grid, `labkit.parallel_dims.Layout(dp, pp, tp)` in the
+The groups (`trainer.groups`) come from one grid, `labkit.nd.layout.Layout(dp, pp, tp)` in the
 notes' order (TP fastest, then PP, DP outermost: picotron's `torch.arange(world).view(dp, pp, tp)`),
 which validates the layout; the pipeline's point-to-point peers are `Layout.rank_of`.
 
 The step (`trainer.train`): the DP rank's rows of the global batch cut into `cfg.microbatches`
 micro-batches, run by a `labkit.pipeline.one_f_one_b` schedule (each micro-batch's loss divided by
-the micro-batch count); the DP all-reduce; the global gradient norm (`labkit.clipping.
+the micro-batch count); the DP all-reduce; the global gradient norm (`labkit.nd.clipping.
 global_grad_norm`: TP-split weights summed over TP, TP replicas counted once, stages summed over PP)
 and torch's clip rule; an SGD step. `reference` is the same on one process (torch's
 `clip_grad_norm_`).

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from labkit.i18n import tr
 from labkit.memory import GB
-from labkit.plan.models import Hardware, Model
+from labkit.plan.shapes import Hardware, Model
 
 
 @dataclass

@@ -17,21 +17,13 @@
   whole block's forward runs again in backward (one extra forward: about +1/3 of the compute).
 """
 import functools
-import math
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from labkit.toy_models import math_core  # attention that keeps its scores (labkit.toy_models)
+
 MODES = ("none", "selective", "full")
-
-
-def math_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal attention that keeps the s x s scores for backward (no fused kernel)."""
-    s = q.size(-2)
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
-    mask = torch.triu(torch.ones(s, s, dtype=torch.bool, device=q.device), 1)
-    att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
-    return att @ v
 
 
 def _checkpointed_core(q, k, v):
@@ -52,7 +44,7 @@ def apply(model: torch.nn.Module, mode: str = "full", attention: str = "math") -
         raise ValueError(f"attention must be 'math' or 'sdpa', got {attention!r}")
     blocks = getattr(model, "blocks", None)
     if blocks is None:
-        raise TypeError("apply() expects a labkit.models.TinyGPT (a model with .blocks)")
+        raise TypeError("apply() expects a labkit.toy_models.TinyGPT (a model with .blocks)")
     for block in blocks:
         for name in ("core", "forward"):
             block.__dict__.pop(name, None)                 # undo an earlier apply()
@@ -76,7 +68,7 @@ def count_flops(mode: str, shape=None, seed: int = 0) -> dict:
     backward does not need (a block's last matmul) is not run again."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from labkit.models import GPTConfig, TinyGPT, lm_loss, token_batch
+    from labkit.toy_models import GPTConfig, TinyGPT, lm_loss, token_batch
     from labkit.tricks.formulas import Shape
     shape = shape or Shape()
     torch.manual_seed(seed)
