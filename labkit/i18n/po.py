@@ -306,9 +306,38 @@ def write_catalog(cat, path, omit_header=False) -> None:
         cat.revision_date = cat.creation_date
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
+    with open(path, "wb") as f, _previous_unwrapped():
         write_po(f, cat, width=0, include_previous=True, sort_output=False, omit_header=omit_header,
                  include_lineno=False)
+
+
+class _PreviousWrapper:
+    """Babel wraps every comment at 76 columns, the previous English (``#| msgid "..."``) too, which
+    splits it into lines msgfmt and polib cannot read: keep that one whole, one line per line."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __call__(self, *args, **kw):
+        wrapper = self.inner(*args, **kw)
+        wrap = wrapper.wrap
+        wrapper.wrap = lambda text: text.split("\n") if text.startswith(("msgid ", "msgid_plural ")) else wrap(text)
+        return wrapper
+
+
+def _previous_unwrapped():
+    import contextlib
+    from babel.messages import pofile
+
+    @contextlib.contextmanager
+    def patched():
+        inner = pofile.TextWrapper
+        pofile.TextWrapper = _PreviousWrapper(inner)
+        try:
+            yield
+        finally:
+            pofile.TextWrapper = inner
+    return patched()
 
 
 def read_catalog(path, lang=None):

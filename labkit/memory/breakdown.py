@@ -6,6 +6,8 @@ measured and may be fractional when a formula divides by the world size.
 """
 from dataclasses import dataclass, replace
 
+from labkit.i18n import tr
+
 GB = 1e9            # bytes; the notes and the ZeRO paper count in decimal GB (70B x 2 B = 140 GB)
 GiB = 2 ** 30       # bytes; what nvidia-smi and DeepSpeed's estimator print
 
@@ -102,8 +104,10 @@ class Breakdown:
     def __repr__(self) -> str:
         parts = " + ".join(f"{c} {fmt_bytes(v)}" for c, v in self.nonzero().items())
         head = f"Breakdown({self.label}: " if self.label else "Breakdown("
-        host = f", {fmt_bytes(self.host)} of it on host" if self.on_host else ""
-        return f"{head}{parts or '0 B'} = {fmt_bytes(self.total)}{host})"
+        if self.on_host:                   # the one sentence in it, in the learner's language
+            return tr("{head}{parts} = {total}, {host} of it on host)", head=head, parts=parts or "0 B",
+                      total=fmt_bytes(self.total), host=fmt_bytes(self.host))
+        return f"{head}{parts or '0 B'} = {fmt_bytes(self.total)})"
 
 
 def category_help() -> dict:
