@@ -112,6 +112,20 @@ def N_(text: str) -> str:
     return text
 
 
+# a list in the learner's language: one message per separator, two fields each, so that a
+# language picks its own mark (Chinese: "{a}；{b}", "{a}，{b}") and no message is a fragment
+_JOINED = {", ": N_("{a}, {b}"), "; ": N_("{a}; {b}")}
+
+
+def tr_join(items, sep: str = ", ") -> str:
+    """`sep`.join(items) in the current language (`sep`: ", " or "; "): English unchanged."""
+    items = [str(x) for x in items]
+    out = items[0] if items else ""
+    for item in items[1:]:
+        out = tr(_JOINED[sep], a=out, b=item)
+    return out
+
+
 def tr_fig(text: str, /, **fields) -> str:
     """`tr` for text drawn in a figure: in a language with its own script, matplotlib is set
     to draw it first (or `fonts.MissingFont` says which font to install)."""

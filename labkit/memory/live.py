@@ -138,7 +138,7 @@ class Display(LiveFigure):
     """Notebook side: stacked bars by category, one panel per rank, one bar per (step, phase),
     redrawn while the run goes on (labkit.livefig.LiveFigure); the final figure stays as a PNG."""
 
-    def __init__(self, cluster, title: str = "memory per rank, live (labkit.emit)", fps: float = 3.0,
+    def __init__(self, cluster, title: str = N_("memory per rank, live (labkit.emit)"), fps: float = 3.0,
                  unit: float = 1e6, unit_name: str = "MB"):
         super().__init__(cluster, fps)
         self.title, self.unit, self.unit_name = title, unit, unit_name

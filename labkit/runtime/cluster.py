@@ -85,7 +85,7 @@ class Cluster:
         self.pg_timeout = pg_timeout if pg_timeout else max(600.0, 2 * self.timeout)
         self.env = check_env(env)
         count(spares, "spares", none_ok=True, what=N_("a whole number of standby workers"),
-              none_means="as many as world_size")
+              none_means=N_("as many as world_size"))
         check_backend(backend)
         self.output_lines, self.output_bytes = output_lines, output_bytes
         self.max_events, self.max_event_bytes = max_events, max_event_bytes

@@ -40,8 +40,8 @@ def seconds(value, name: str, none_ok: bool = True):
     return float(value)
 
 
-def count(value, name: str, minimum: int = 0, none_ok: bool = False, what: str = "a whole number",
-          none_means: str = "no limit"):
+def count(value, name: str, minimum: int = 0, none_ok: bool = False, what: str = N_("a whole number"),
+          none_means: str = N_("no limit")):
     """A whole number >= `minimum` (or None where allowed), else a ValueError naming `name`."""
     from labkit.i18n.messages import tr
     if value is None and none_ok:
@@ -83,7 +83,7 @@ def check_env(env) -> dict:
 class Count:
     """An attribute of whole numbers checked whenever it is set (`count`)."""
 
-    def __init__(self, minimum: int = 0, none_ok: bool = False, what: str = "a whole number"):
+    def __init__(self, minimum: int = 0, none_ok: bool = False, what: str = N_("a whole number")):
         self.minimum, self.none_ok, self.what = minimum, none_ok, what
 
     def __set_name__(self, owner, name):

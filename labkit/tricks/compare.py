@@ -9,7 +9,7 @@
 """
 from dataclasses import dataclass
 
-from labkit.i18n import N_, tr, trc
+from labkit.i18n import N_, tr, tr_join
 from labkit.tables import Table
 from labkit.tricks.formulas import NOTES_PRIORITY, NOTES_PRIORITY_EN, WORDS, Config, Shape, predict
 
@@ -167,14 +167,14 @@ def conclusion(results: list) -> str:
     order = measured_order(results)
     notes = [NOTES_CODES[name] for name, _ in NOTES_PRIORITY if NOTES_CODES[name] in saved]
     word = lambda c: tr(WORDS[c])                                       # noqa: E731
-    listed = trc("list separator", ", ").join(tr("{i}. {trick} ({mb:,.2f} MB)", i=i, trick=word(c), mb=saved[c][0] / 1e6)
+    listed = tr_join(tr("{i}. {trick} ({mb:,.2f} MB)", i=i, trick=word(c), mb=saved[c][0] / 1e6)
                            for i, c in enumerate(order, 1))
     out = tr("Measured on this model, most memory saved per rank first: {listed}.", listed=listed)
     if order == notes:
         return out + tr(" That is the notes' order.")
     same = [word(c) for c, d in zip(order, notes) if c == d]
     out += tr(" The notes' order of these {n} is: {order}", n=len(notes),
-              order=trc("list separator", ", ").join(word(c) for c in notes))
+              order=tr_join(word(c) for c in notes))
     if not same:
         return out + tr("; no trick keeps its place.")
     if len(same) == 1:

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from labkit.i18n.messages import tr
+from labkit.i18n.messages import N_, tr
 from labkit.runtime import errors, portable, stacks
 from labkit.runtime.control import ControlServer
 from labkit.runtime.local import netns, procs
@@ -224,7 +224,7 @@ def zygote_exit(z) -> str:
     except Exception:                             # noqa: BLE001 - still running after 1 s
         code = None
     if code is None or code < 0:
-        return errors.how_it_ended(code, "the zygote")
+        return errors.how_it_ended(code, N_("the zygote"))
     try:
         with open(z.log_path, errors="replace") as f:
             tail = f.read()[-400:].strip()
