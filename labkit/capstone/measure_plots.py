@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
 from labkit.capstone.measure import memory_rows, traffic_rows
-from labkit.i18n import tr, tr_fig
+from labkit.i18n import tr, tr_fig, trc
 from labkit.pipeline.draw import COLOURS
 from labkit.tables import Table
 from labkit.verdict import verdict
@@ -18,6 +18,11 @@ from labkit.verdict import verdict
 __all__ = ["traffic_report", "memory_report", "step_gantt", "speed_report"]
 
 EXTRA = {"tp": "#f58518", "dp": "#b279a2", "pp": "#9d755d", "wait": "#bab0ac"}
+
+
+def _category(cat: str) -> str:
+    """A memory category in the learner's language ("parameters": the memory they take, not a count)."""
+    return trc("memory taken by", "parameters") if cat == "parameters" else tr(cat)
 
 
 def _span(lo_hi) -> str:
@@ -59,9 +64,9 @@ def memory_report(results, cfg, dp, pp, tp) -> Table:
             continue
         verdict(all(r["ok"] for r in rs),
                 tr("{cat}, stage {stage}: counted {got} B on ranks {ranks}; formula {want} B",
-                   cat=tr(cat), stage=stage, got=_span((min(r["bytes"] for r in rs), max(r["bytes"] for r in rs))),
+                   cat=_category(cat), stage=stage, got=_span((min(r["bytes"] for r in rs), max(r["bytes"] for r in rs))),
                    ranks=", ".join(str(r["rank"]) for r in rs), want=rs[0]["formula"]))
-    body = [[stage, tr(cat), _span((min(r["bytes"] for r in rs), max(r["bytes"] for r in rs))),
+    body = [[stage, _category(cat), _span((min(r["bytes"] for r in rs), max(r["bytes"] for r in rs))),
              "" if rs[0]["formula"] is None else rs[0]["formula"],
              "" if rs[0]["planner"] is None else int(rs[0]["planner"])]
             for (stage, cat), rs in seen.items()]
@@ -118,7 +123,7 @@ def speed_report(rows) -> Table:
     the order the planner predicts for the same model on 8 H100s."""
     measured = sorted(rows, key=lambda r: -r["tokens_s"])
     predicted = sorted(rows, key=lambda r: -r["predicted"])
-    name = lambda r: "dp {} x pp {} x tp {}".format(*r["layout"])   # noqa: E731
+    name = lambda r: tr("dp {dp} x pp {pp} x tp {tp}", dp=r["layout"][0], pp=r["layout"][1], tp=r["layout"][2])  # noqa: E731
     body = [[name(r), f"{r['ratio']:.2f}", measured.index(r) + 1, f"{r['predicted'] / predicted[0]['predicted']:.2f}",
              predicted.index(r) + 1] for r in rows]
     return Table(["layout", "tokens/s here, vs the first", "order here", "planner on 8 H100, vs its best",

@@ -374,7 +374,8 @@ class Cluster:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{len(self._ranks)} ranks ready, {self._source.spare_count()} spares"
+        state = tr("closed") if self._closed else tr("{ranks} ranks ready, {spares} spares", ranks=len(self._ranks),
+                                                    spares=self._source.spare_count())
         where = self._source.describe()
         return (f"Cluster(world_size={self.world_size}, backend={self.backend!r}, "
                 f"device={self.device_type!r}, threads_per_rank={self.threads_per_rank}"
