@@ -209,10 +209,15 @@ def table_texts(code: str) -> list:
             return [node]
         if isinstance(node, (ast.List, ast.Tuple)):
             return [e for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):     # ["..."] + [f"rank {r}" ...]
+            return header(node.left) + header(node.right)
         return []
+
+    def header(node):
+        return strings(node) if isinstance(node, (ast.List, ast.Tuple, ast.BinOp)) else []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) in TABLE_CALLS:
-            found = strings(node.args[0]) if node.args and isinstance(node.args[0], (ast.List, ast.Tuple)) else []
+            found = header(node.args[0]) if node.args else []
             for kw in node.keywords:
                 if kw.arg in ("title", "notes"):
                     found += strings(kw.value)
