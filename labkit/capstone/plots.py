@@ -148,9 +148,9 @@ def curves_figure(reference: list, runs: dict, bounds: list, title: str = ""):
     tiny = min(bounds) * 1e-6                     # |diff| 0 drawn here (a log axis has no 0)
     for k, (label, losses) in enumerate(runs.items()):
         color = f"C{k}"
-        left.plot(steps, losses, "o-", color=color, label=label)
+        left.plot(steps, losses, "o-", color=color, label=format(label))     # a ShownName: translated
         diffs = [max(abs(a - b), tiny) for a, b in zip(losses, reference)]
-        right.plot(steps, diffs, "o-", color=color, label=label)
+        right.plot(steps, diffs, "o-", color=color, label=format(label))
     right.plot(steps, bounds, "k:", lw=2, label=tr_fig("derived bound (equal to one process below it)"))
     right.set_yscale("log")
     for ax in (left, right):

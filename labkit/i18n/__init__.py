@@ -9,6 +9,6 @@
 - `fonts`: a font with Chinese characters for matplotlib, or a clear error.
 """
 from labkit.i18n.lang import LANGS, lang, set_lang
-from labkit.i18n.messages import N_, tr, tr_fig, tr_join, trc, trn
+from labkit.i18n.messages import N_, ShownName, tr, tr_fig, tr_join, trc, trn
 
-__all__ = ["LANGS", "lang", "set_lang", "tr", "tr_fig", "tr_join", "trc", "trn", "N_"]
+__all__ = ["LANGS", "lang", "set_lang", "tr", "tr_fig", "tr_join", "trc", "trn", "N_", "ShownName"]

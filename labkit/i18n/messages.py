@@ -171,6 +171,17 @@ def tr_join(items, sep: str = ", ") -> str:
     return out
 
 
+class ShownName(str):
+    """A name that is also a program value (a dict key, an argument such as train(wrong=...)):
+    equal to its English text everywhere a program reads it, and shown in the learner's language
+    where it is formatted (an f-string's field, a Table cell): ShownName("no DP reduction").
+    `str(name)` and `repr(name)` stay English. Extraction finds a literal ShownName("...") as a key."""
+    __slots__ = ()
+
+    def __format__(self, spec: str) -> str:
+        return format(tr(str(self)), spec)
+
+
 def tr_fig(text: str, /, **fields) -> str:
     """`tr` for text drawn in a figure: in a language with its own script, matplotlib is set
     to draw it first (or `fonts.MissingFont` says which font to install)."""

@@ -29,7 +29,8 @@ MESSAGES_POT = LOCALE / f"{DOMAIN}.pot"
 FOLDERS = ("notebooks", "slides")
 # Babel's keyword specs: tr(text), tr_fig(text), N_(text) (a text translated later, where it is
 # used: table headers, widget choices), trn(singular, plural, n), trc(context, text)
-KEYWORDS = {"tr": None, "tr_fig": None, "N_": None, "trn": (1, 2), "trc": ((1, "c"), 2)}
+KEYWORDS = {"tr": None, "tr_fig": None, "N_": None, "trn": (1, 2), "trc": ((1, "c"), 2),
+            "ShownName": None}     # labkit.i18n.ShownName("..."): a program value shown translated
 PLURALS = {"zh": "nplurals=1; plural=0;"}
 LANGUAGE_NAMES = {"zh": "Chinese (Simplified)"}
 HEADER_COMMENT = ("# labkit's messages: what it prints and draws (tr, tr_fig, trn, trc, N_).\n"
