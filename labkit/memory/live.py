@@ -168,7 +168,7 @@ def figure(bars: dict, title: str = "", unit: float = 1e6, unit_name: str = "MB"
         for c in CATEGORIES:
             vals = [snap.get(c, 0) / unit for _, snap in rows]
             if any(vals):
-                ax.bar(range(len(rows)), vals, bottom=bottom, color=COLORS[c], label=c, width=0.8)
+                ax.bar(range(len(rows)), vals, bottom=bottom, color=COLORS[c], label=tr_fig(c), width=0.8)
                 bottom = [b + v for b, v in zip(bottom, vals)]
         ax.set_xticks(range(len(rows)))
         ax.set_xticklabels([_short(lbl) for lbl, _ in rows], rotation=90, fontsize=_fs(7))
@@ -189,5 +189,5 @@ def figure(bars: dict, title: str = "", unit: float = 1e6, unit_name: str = "MB"
 
 def _short(label: str) -> str:
     step, _, phase = label.partition(":")
-    phase = {"after forward": "fwd", "during backward": "bwd", "after step": "step"}.get(phase, phase)
-    return f"s{step} {phase}"
+    phase = {"after forward": N_("fwd"), "during backward": N_("bwd"), "after step": N_("step")}.get(phase, phase)
+    return f"s{step} {tr_fig(phase)}"
