@@ -64,11 +64,11 @@ def test_a_stale_mo_is_not_read(tmp_path):
     shutil.copy(PO, po)
     MO.compile_po(po, po.with_suffix(".mo"))
     p = polib.pofile(str(po))
-    e = next(e for e in p if e.msgid == "{ranks} ranks ready, {spares} spares")
-    e.msgstr = "{ranks} 个 rank 就绪了，{spares} 个备用"          # a translator's edit, not compiled
+    e = next(e for e in p if e.msgid == "{ranks} ranks ready, {where}")
+    e.msgstr = "{ranks} 个 rank 就绪了，{where}"          # a translator's edit, not compiled
     p.save(str(po))
     assert M._load_mo(po.with_suffix(".mo"), po) is None
-    assert M.load("zh", po)[e.msgid] == "{ranks} 个 rank 就绪了，{spares} 个备用"
+    assert M.load("zh", po)[e.msgid] == "{ranks} 个 rank 就绪了，{where}"
 
 
 def test_the_wheel_carries_the_compiled_catalog(tmp_path):
