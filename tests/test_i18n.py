@@ -402,13 +402,13 @@ def test_a_rejoined_fragment_prints_what_the_two_pieces_printed(monkeypatch, lan
 
 def test_the_catalogs_plural_entry(monkeypatch):
     from labkit.i18n.messages import trn
-    one, many = "deadlock: {n} stage can never move: {waits}{hint}", "deadlock: {n} stages can never move: {waits}{hint}"
+    one, many = "deadlock: {n} stage can never move: {waits}", "deadlock: {n} stages can never move: {waits}"
     monkeypatch.setenv("LABKIT_LANG", "zh")
-    assert trn(one, many, 1, waits="w", hint="") == "死锁：1 个 stage 永远无法推进：w"
-    assert trn(one, many, 3, waits="w", hint="") == "死锁：3 个 stage 永远无法推进：w"
+    assert trn(one, many, 1, waits="w") == "死锁：1 个 stage 永远无法推进：w"
+    assert trn(one, many, 3, waits="w") == "死锁：3 个 stage 永远无法推进：w"
     monkeypatch.setenv("LABKIT_LANG", "en")
-    assert trn(one, many, 1, waits="w", hint="") == "deadlock: 1 stage can never move: w"
-    assert trn(one, many, 3, waits="w", hint="") == "deadlock: 3 stages can never move: w"
+    assert trn(one, many, 1, waits="w") == "deadlock: 1 stage can never move: w"
+    assert trn(one, many, 3, waits="w") == "deadlock: 3 stages can never move: w"
 
 
 def test_marked_lines_may_translate_their_string_literals_only():

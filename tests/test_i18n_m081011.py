@@ -118,5 +118,5 @@ def test_errors_raised_on_a_rank_in_chinese(zh_lang):
     finally:
         dist.destroy_process_group()
     assert str(step.value).startswith("rank 0：自上次 zero_grad() 以来还没有调用过 loss.backward()，"
-                                      "就调用了 optimizer.step()：没有可以归约的梯度。")
+                                      "就调用了 optimizer.step()：没有可以规约的梯度。")
     assert str(unused.value).startswith("rank 0 上的 BucketedDDP：这次反向中 'unused'（5 个元素）没有收到梯度")

@@ -6,7 +6,7 @@ measured and may be fractional when a formula divides by the world size.
 """
 from dataclasses import dataclass, replace
 
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 
 GB = 1e9            # bytes; the notes and the ZeRO paper count in decimal GB (70B x 2 B = 140 GB)
 GiB = 2 ** 30       # bytes; what nvidia-smi and DeepSpeed's estimator print
@@ -94,9 +94,9 @@ class Breakdown:
         rows = [[c, f"{v / unit:,.3f}", f"{100 * v / tot:.1f} %", "host" if c in self.on_host else ""]
                 for c, v in self.nonzero().items()]
         rows.append(["total", f"{self.total / unit:,.3f}", "100.0 %", ""])
-        notes = ([f"on the device {self.device / unit:,.3f} {name}, on the host "
-                  f"{self.host / unit:,.3f} {name}"] if self.on_host else [])
-        header = ["category", name, "share", "held on"] if self.on_host else ["category", name, "share"]
+        notes = ([tr("on the device {device:,.3f} {name}, on the host {host:,.3f} {name}",
+                     device=self.device / unit, host=self.host / unit, name=name)] if self.on_host else [])
+        header = [N_("category"), name, N_("share"), N_("held on")] if self.on_host else [N_("category"), name, N_("share")]
         if not self.on_host:
             rows = [r[:3] for r in rows]
         return Table(header, rows, align="lrrl"[:len(header)], title=self.label, notes=notes)

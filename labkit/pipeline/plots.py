@@ -22,7 +22,7 @@ __all__ = ["COLOURS", "gantt", "gantts", "side_by_side", "live_gantt", "bubble_v
            "held_plot"]
 
 COLOURS = {"F": "#4c78a8", "B": "#54a24b", "I": "#f58518", "W": "#b279a2", "idle": "#eeeeee"}
-LABELS = {"F": "forward", "B": "backward", "I": N_("input grad (I)"), "W": N_("weight grad (W)"), "idle": "idle"}
+LABELS = {"F": N_("forward"), "B": N_("backward"), "I": N_("input grad (I)"), "W": N_("weight grad (W)"), "idle": N_("idle")}
 
 
 def _gantt_size(stages: int) -> tuple:
@@ -77,20 +77,24 @@ def gantt(t: Timeline, ax=None, title: str = None, unit: str = None, formula: bo
     head = title or f"{t.name}: " + (tr_fig("measured") if t.measured else
                                      tr_fig("simulated with the measured times") if seconds else
                                      tr_fig("simulated"))
-    line = tr_fig("bubble {bubble:.1%}", bubble=t.bubble)
-    if t.layout != "loop":
-        line += tr_fig(", {bubble:.1%} within each rank's own span", bubble=t.span_bubble)
+    f = dict(bubble=t.bubble, span=t.span_bubble, vm="vm" if t.chunks > 1 else "m",
+             ratio=bubble_ratio(t.stages, t.microbatches, t.chunks))
+    spans = t.layout != "loop"
     if formula and t.name.split(" (")[0] not in ("ZB-H1", "ZB-V", "DualPipeV", "DualPipe"):
-        line += tr_fig(", formula (p-1)/({vm}+p-1) = {ratio:.1%}", vm="vm" if t.chunks > 1 else "m",
-                       ratio=bubble_ratio(t.stages, t.microbatches, t.chunks))
+        line = (tr_fig("bubble {bubble:.1%}, {span:.1%} within each rank's own span, formula "
+                       "(p-1)/({vm}+p-1) = {ratio:.1%}", **f) if spans else
+                tr_fig("bubble {bubble:.1%}, formula (p-1)/({vm}+p-1) = {ratio:.1%}", **f))
+    else:
+        line = (tr_fig("bubble {bubble:.1%}, {span:.1%} within each rank's own span", **f) if spans else
+                tr_fig("bubble {bubble:.1%}", **f))
     ax.set_title(f"{head} (p={t.stages}, m={t.microbatches}" + (f", v={t.chunks}" if t.chunks > 1 else "")
                  + ("):\n" if figtext.slides() else "): ") + line, fontsize=figtext.size(9))
     handles = [Patch(color=COLOURS[k], label=tr_fig(LABELS[k])) for k in ("F", "B", "I", "W", "idle")
                if k in kinds or k == "idle"]
     if t.chunks > 1:
         handles.append(Patch(facecolor=COLOURS["F"], alpha=0.6, label=tr_fig("paler: chunk 1, 2, ...")))
-    handles.append(Patch(color="none", label=tr_fig("numbers: micro-batch") +
-                         (tr_fig("\n(left out where\na bar is too narrow)") if dropped else "")))
+    handles.append(Patch(color="none", label=tr_fig("numbers: micro-batch\n(left out where\na bar is too narrow)")
+                         if dropped else tr_fig("numbers: micro-batch")))
     ax.legend(handles=handles, fontsize=figtext.size(7), loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax
 
@@ -196,8 +200,9 @@ def held_plot(timelines: dict, path: str = None):
     _stage_bars(ax, timelines, held_measured, lambda t: held_in_order(_schedule_of(t)), "{:g}")
     ax.set_ylabel(tr_fig("micro-batches' worth held"))
     ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
-    ax.set_title(tr_fig("Activations held at the peak: bars measured on the ranks") +
-                 ("\n" if figtext.slides() else tr_fig(", ")) + tr_fig("numbers counted from the schedule"),
+    ax.set_title(tr_fig("Activations held at the peak: bars measured on the ranks\nnumbers counted from the schedule")
+                 if figtext.slides() else
+                 tr_fig("Activations held at the peak: bars measured on the ranks, numbers counted from the schedule"),
                  fontsize=figtext.size(9))
     ax.legend(fontsize=figtext.size(7), loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _done(fig, path)

@@ -28,7 +28,7 @@ from labkit.runtime.kernel import close_all, current, opened   # noqa: F401 - la
 from labkit.runtime.local.source import LocalRanks
 from labkit.runtime.options import Count, check_cluster, check_remote, seconds
 from labkit.runtime.output import Outputs
-from labkit.i18n import N_
+from labkit.i18n import N_, tr
 
 class Cluster:
     """A pool of `world_size` ranks. See the module docstring; docs/architecture.md has how a run flows."""
@@ -277,6 +277,7 @@ class Cluster:
 
     def __repr__(self) -> str:
         where = self.source.describe()            # "2 spares", "2 node(s) x 4 at host:port", ...
-        state = "closed" if self._closed else f"{len(self.ranks)} ranks ready" + (f", {where}" if where else "")
+        state = (tr("closed") if self._closed else tr("{ranks} ranks ready, {where}", ranks=len(self.ranks), where=where)
+                 if where else tr("{ranks} ranks ready", ranks=len(self.ranks)))
         return (f"Cluster(world_size={self.world_size}, backend={self.backend!r}, "
                 f"device={self.device_type!r}, threads_per_rank={self.threads_per_rank}; {state})")

@@ -15,6 +15,7 @@ raise NotImplementedError.
 """
 import os
 
+from labkit.i18n import N_
 from labkit.runtime import errors, frames, stacks
 
 
@@ -79,7 +80,7 @@ class RankHandle:
 
     # -- how it ended -------------------------------------------------------------------------
     def how_it_died(self) -> str:
-        return errors.how_it_ended(self.exit_code(), "the rank's process", stopped_by=self.stopped_by,
+        return errors.how_it_ended(self.exit_code(), N_("the rank's process"), stopped_by=self.stopped_by,
                                    lost=self.lost())
 
     def death(self) -> str:

@@ -30,7 +30,8 @@ def opened(cluster) -> None:
     others = [c for c in _open if not c.closed]
     if others:
         procs_held = sum(c.source.process_count() for c in others)
-        print(f"labkit: {len(others)} other cluster(s) still open in this kernel, holding "
-              f"{procs_held} processes; close them with .close() or labkit.close_all() if "
-              "you no longer need them.", file=sys.stderr)
+        from labkit.i18n import tr
+        print(tr("labkit: {n} other cluster(s) still open in this kernel, holding {procs} processes; "
+                 "close them with .close() or labkit.close_all() if you no longer need them.",
+                 n=len(others), procs=procs_held), file=sys.stderr)
     _open.add(cluster)

@@ -40,8 +40,8 @@ def seconds(value, name: str, none_ok: bool = True):
     return float(value)
 
 
-def count(value, name: str, minimum: int = 0, none_ok: bool = False, what: str = "a whole number",
-          none_means: str = "no limit"):
+def count(value, name: str, minimum: int = 0, none_ok: bool = False, what: str = N_("a whole number"),
+          none_means: str = N_("no limit")):
     """A whole number >= `minimum` (or None where allowed), else a ValueError naming `name`."""
     from labkit.i18n.messages import tr
     if value is None and none_ok:
@@ -85,7 +85,7 @@ class Count:
     through here: the value is kept in the instance under the same name, so reading it is a
     plain attribute read (a descriptor without __get__ leaves reads to the instance)."""
 
-    def __init__(self, minimum: int = 0, none_ok: bool = False, what: str = "a whole number"):
+    def __init__(self, minimum: int = 0, none_ok: bool = False, what: str = N_("a whole number")):
         self.minimum, self.none_ok, self.what = minimum, none_ok, what
 
     def __set_name__(self, owner, name):
@@ -105,7 +105,7 @@ def check_cluster(world_size, backend, timeout, spares, start_timeout, env, pg_t
     pg_timeout = seconds(pg_timeout, "pg_timeout") or max(600.0, 2 * timeout)
     env = check_env(env)
     count(spares, "spares", none_ok=True, what=N_("a whole number of standby workers"),
-          none_means="as many as world_size")
+          none_means=N_("as many as world_size"))
     check_backend(backend)
     return world_size, timeout, start_timeout, pg_timeout, env
 

@@ -10,7 +10,7 @@
 import functools
 from dataclasses import dataclass
 
-from labkit.i18n import N_, lang, tr, trc
+from labkit.i18n import N_, lang, tr, tr_join
 from labkit.tables import Table
 from labkit.tricks.formulas import NOTES_PRIORITY, NOTES_PRIORITY_EN, WORDS, Config, Shape, predict
 
@@ -168,13 +168,13 @@ def conclusion(results: list) -> str:
     order = measured_order(results)
     notes = [NOTES_CODES[name] for name, _ in NOTES_PRIORITY if NOTES_CODES[name] in saved]
     word = lambda c: tr(WORDS[c])                                       # noqa: E731
-    listed = trc("list separator", ", ").join(tr("{i}. {trick} ({mb:,.2f} MB)", i=i, trick=word(c), mb=saved[c][0] / 1e6)
+    listed = tr_join(tr("{i}. {trick} ({mb:,.2f} MB)", i=i, trick=word(c), mb=saved[c][0] / 1e6)
                            for i, c in enumerate(order, 1))
     if order == notes:
         return tr("Measured on this model, most memory saved per rank first: {listed}. That is the notes' order.",
                   listed=listed)
     same = [word(c) for c, d in zip(order, notes) if c == d]
-    numbers = dict(listed=listed, n=len(notes), order=trc("list separator", ", ").join(word(c) for c in notes))
+    numbers = dict(listed=listed, n=len(notes), order=tr_join(word(c) for c in notes))
     if not same:
         return tr("Measured on this model, most memory saved per rank first: {listed}. The notes' order of these {n} "
                   "is: {order}; no trick keeps its place.", **numbers)

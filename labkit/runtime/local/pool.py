@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from labkit.i18n.messages import tr
+from labkit.i18n.messages import N_, tr
 from labkit.runtime import errors, learner, portable, stacks
 from labkit.runtime.control import ControlServer
 from labkit.runtime.local import netns, procs
@@ -234,7 +234,7 @@ def zygote_exit(z) -> str:
     if isinstance(z.proc, userzygote.Peer) and z.proc.poll() is not None:
         return tr("it has ended; another notebook of yours started it (its exit status went there)")
     if code is None or code < 0:
-        return errors.how_it_ended(code, "the zygote")
+        return errors.how_it_ended(code, N_("the zygote"))
     try:
         with open(z.log_path, errors="replace") as f:
             tail = f.read()[-400:].strip()

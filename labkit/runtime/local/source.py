@@ -87,11 +87,12 @@ class LocalRanks:
     def describe(self) -> str:
         """The spares; with NCCL under a spawner's CUDA_VISIBLE_DEVICES, which given GPU each
         rank uses."""
-        spares = f"{len(self.pool.spares) if self.pool else 0} spares"
+        spares = len(self.pool.spares) if self.pool else 0
         if self.backend != "nccl" or self.cvd is None:
-            return spares
+            return tr("{n} spares", n=spares)
         shown = gpus.rank_gpus(self.world_size, self.cvd, None)
-        return f"{spares}; rank r on the r-th GPU of {gpus.VAR}={self.cvd} ({', '.join(map(str, shown))})"
+        return tr("{n} spares; rank r on the r-th GPU of {var}={cvd} ({gpus})", n=spares, var=gpus.VAR,
+                  cvd=self.cvd, gpus=", ".join(map(str, shown)))
 
     def close(self) -> None:
         """Every process of the pool killed, its sockets and folder (with the rendezvous file)
