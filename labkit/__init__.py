@@ -39,3 +39,15 @@ def load_ipython_extension(ip) -> None:
     """``%load_ext labkit`` registers the ``%%ranks`` cell magic."""
     from labkit.runtime.magic import load_ipython_extension as _load
     _load(ip)
+
+
+def _start_the_zygote_early() -> None:
+    """In a notebook's kernel, `import labkit` starts the learner's zygote in the background (if
+    none runs): its `import torch` overlaps the kernel's own (runtime/local/userzygote.py)."""
+    from labkit.runtime.local.userzygote import prestart
+    prestart()
+
+
+if "ipykernel" in __import__("sys").modules:
+    __import__("threading").Thread(target=_start_the_zygote_early, daemon=True,
+                                   name="labkit-zygote-start").start()

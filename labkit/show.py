@@ -14,7 +14,7 @@ from matplotlib.ticker import MaxNLocator
 
 from labkit.figtext import scale as _k, size as _fs   # text and figures grow on slides (labkit.slides.style())
 from labkit.livefig import LiveFigure  # re-exported: labkit.show.LiveFigure
-from labkit.i18n import tr_fig
+from labkit.i18n import N_, tr, tr_fig, tr_join
 
 
 def _as_array(t) -> np.ndarray:
@@ -34,13 +34,13 @@ def _row(ax, y: float, values: np.ndarray, x0: float, norm, cmap) -> None:
                 color="white" if dark else "black")
 
 
-def before_after(results, title: str, labels=("before", "after"), notes=None) -> None:
+def before_after(results, title: str, labels=(N_("before"), N_("after")), notes=None) -> None:
     """Show every rank's tensor before and after a collective (see before_after_figure)."""
     before_after_figure(results, title, labels, notes)
     plt.show()
 
 
-def before_after_figure(results, title: str, labels=("before", "after"), notes=None):
+def before_after_figure(results, title: str, labels=(N_("before"), N_("after")), notes=None):
     """Draw every rank's tensor before and after a collective, one row per rank.
 
     `results` is what `cluster.run` returned when each rank returned ``(before, after)``;
@@ -151,4 +151,5 @@ class progress:
 
     def __exit__(self, *exc):
         self._unsubscribe()
-        print("progress: " + ", ".join(f"rank {r} {d}/{self.total}" for r, d in enumerate(self.done)))
+        print(tr("progress: {ranks}", ranks=tr_join(tr("rank {rank} {done}/{total}", rank=r, done=d, total=self.total)
+                                                    for r, d in enumerate(self.done))))

@@ -14,7 +14,7 @@ from labkit.i18n import tr
 
 
 def _cell(v) -> str:
-    return v if isinstance(v, str) else format(v)
+    return v if type(v) is str else format(v)      # a labkit.i18n.ShownName formats in the learner's language
 
 
 class Table(str):

@@ -107,7 +107,9 @@ class Hub:
         start.chmod(0o755)
         self.port, hub_port, api_port = free_ports(3)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JUPYTER_PATH": kernels,
-               "LANG": "C.UTF-8", **(environment or {})}     # more: tests/test_hub_grading.py
+               "LANG": "C.UTF-8", **(environment or {}),     # more: tests/test_hub_grading.py
+               "LABKIT_ZYGOTE_IDLE": "5"}   # a learner's zygote ends 5 s after their last kernel
+        # (default 15 min: labkit/runtime/local/userzygote.py); the test wants nothing left
         if os.environ.get("PYTHONPATH"):               # a development checkout's extra packages
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         (self.folder / "jupyterhub_config.py").write_text(CONFIG.format(

@@ -99,6 +99,34 @@ def _control_hello(address) -> str:
         return _refused(exc)
 
 
+def _zygote_fork(path: str) -> str:
+    """Ask the learner's zygote for a rank as its notebooks do (labkit's Hello, then a fork
+    request with a pipe): what it answers, if anything."""
+    import pickle
+    from labkit.runtime.local.userzygote import Hello
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.settimeout(10)
+        s.connect(path)
+        r, w = os.pipe()
+        socket.send_fds(s, [pickle.dumps(Hello(dict(os.environ), "/tmp", "/nonexistent", "/tmp",
+                                                b"k", ()))], [])
+        socket.send_fds(s, [b"fork"], [w])
+        answers = []
+        while len(answers) < 2:
+            data = s.recv(65536)
+            if not data:
+                break
+            answers.append(type(pickle.loads(data)).__name__)
+        if answers:
+            return f"GOT IN: the zygote answered {answers}"
+        return "refused: the zygote closed the connection without an answer"
+    except Exception as exc:                      # noqa: BLE001
+        return _refused(exc)
+    finally:
+        s.close()
+
+
 def probe(t: dict) -> dict:
     out = {}
     out["list and read the rendezvous store over TCP"], store = _store_over_tcp(t["ports"])
@@ -134,6 +162,9 @@ def probe(t: dict) -> dict:
     out["open a shared-memory tensor (/proc/PID/fd)"] = _read(t["shm_path"])
     out["read the key file"] = _read(t["key_file"])
     out["hello on the control socket with a key of our own"] = _control_hello(t["control"])
+    out["list the learner's zygote folder"] = _read(t["zygote_folder"])
+    out["ask the learner's zygote for a rank"] = _zygote_fork(t["zygote_socket"])
+    out["the same through a link to its socket in an open folder"] = _zygote_fork(t["zygote_link"])
     try:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.bind(t["agent_name_guess"].encode("latin-1"))

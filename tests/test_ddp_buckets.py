@@ -66,11 +66,29 @@ def test_bucket_layout_matches_torch(cluster2, cap, find_unused):
         assert len(ours[0]) == 1 and len(ours[1]) > 1          # one bucket, then rebuilt
 
 
+def _worst_against_allreduce(ddp, model, x, y, steps: int) -> float:
+    """On a rank: `steps` steps of `ddp`; after each, the largest difference of every trainable
+    gradient from the same backward's gradients all-reduced and averaged by hand."""
+    import torch.distributed as dist
+    from labkit.ddp.data_parallel import trainable
+    from labkit.toy_models import lm_loss
+    worst = 0.0
+    for _ in range(steps):
+        lm_loss(ddp(x), y).backward()
+        expected = {n: p.grad.clone() for n, p in trainable(model)}
+        for g in expected.values():
+            dist.all_reduce(g)
+            g /= dist.get_world_size()
+        ddp.sync_gradients()
+        worst = max([worst] + [(p.grad - expected[n]).abs().max().item() for n, p in trainable(model)])
+        model.zero_grad(set_to_none=True)
+    return worst
+
+
 def test_state_is_reset_after_the_unused_parameter_error(cluster2):
     def run():
         import torch.distributed as dist
         from labkit.ddp import BucketedDDP
-        from labkit.ddp.data_parallel import trainable
         from labkit.ddp.parity import _model
         from labkit.toy_models import awkward_batch, lm_loss
         model = _model(dist.get_rank(), "early")
@@ -84,17 +102,7 @@ def test_state_is_reset_after_the_unused_parameter_error(cluster2):
             error = str(e)
         model.zero_grad(set_to_none=True)
         model.use_unused = True                              # fixed: every parameter used
-        worst = 0.0
-        for _ in range(3):
-            lm_loss(ddp(x), y).backward()
-            expected = {n: p.grad.clone() for n, p in trainable(model)}
-            for g in expected.values():
-                dist.all_reduce(g)
-                g /= dist.get_world_size()
-            ddp.sync_gradients()
-            worst = max([worst] + [(p.grad - expected[n]).abs().max().item() for n, p in trainable(model)])
-            model.zero_grad(set_to_none=True)
-        return error, worst
+        return error, _worst_against_allreduce(ddp, model, x, y, steps=3)
     for error, worst in cluster2.run(run):
         assert "'unused' (5 elements)" in error
         assert worst <= SAME_SUM_BOUND
@@ -105,22 +113,12 @@ def test_rewrapping_removes_the_old_hooks(cluster2):
         import torch.distributed as dist
         from labkit.comm.traffic import measure
         from labkit.ddp import BucketedDDP
-        from labkit.ddp.data_parallel import trainable
         from labkit.toy_models import AwkwardNet, awkward_batch, lm_loss
         model = AwkwardNet()
         BucketedDDP(model, bucket_cap_mb=0.0005)             # the cell's first run
         ddp = BucketedDDP(model, bucket_cap_mb=0.0005)       # the cell run again
         x, y = awkward_batch(3, seed=dist.get_rank())
-        worst = 0.0
-        for _ in range(2):
-            lm_loss(ddp(x), y).backward()
-            expected = {n: p.grad.clone() for n, p in trainable(model)}
-            for g in expected.values():
-                dist.all_reduce(g)
-                g /= dist.get_world_size()
-            ddp.sync_gradients()
-            worst = max([worst] + [(p.grad - expected[n]).abs().max().item() for n, p in trainable(model)])
-            model.zero_grad(set_to_none=True)
+        worst = _worst_against_allreduce(ddp, model, x, y, steps=2)
         import pickle
         pickle.dumps(model)                                  # a wrapped module still pickles (torch.save)
         ddp.remove_hooks()                                   # back to a plain module

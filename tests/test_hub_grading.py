@@ -193,7 +193,8 @@ def test_release_submit_autograde_feedback_on_the_hub():
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "JUPYTER_CONFIG_PATH": str(config),
            "JUPYTER_PATH": data, "LANG": "C.UTF-8"}
     teaching_python, extra = instructor_python(python)
-    teacher_env = {**env, **extra, "PATH": f"{pathlib.Path(teaching_python).parent}:/usr/bin:/bin"}
+    teacher_env = {**env, **extra, "PATH": f"{pathlib.Path(teaching_python).parent}:/usr/bin:/bin",
+                   "LABKIT_ZYGOTE_IDLE": "5"}      # the grading kernels' zygote: nothing left after
     cores = sorted(os.sched_getaffinity(0))
     hub = Hub(folder, {u: str(cores[i % len(cores)]) for i, u in enumerate(USERS)}, python, kernels,
               environment={"PATH": env["PATH"], "JUPYTER_CONFIG_PATH": str(config), "JUPYTER_PATH": data})

@@ -123,7 +123,7 @@ def test_tricks_conclusion_in_chinese(zh):
     assert text == ("在这个模型上实测，按每个 rank 省下的显存从多到少：1. 梯度累积（8.00 MB），2. 完整梯度检查点"
                     "（6.40 MB），3. 混合精度（bf16 + FP32 主权重）（4.40 MB），4. 8-bit Adam（2.90 MB）。"
                     "讲义中这 4 项的顺序是：混合精度（bf16 + FP32 主权重），完整梯度检查点，梯度累积，8-bit Adam"
-                    "；完整梯度检查点和8-bit Adam 的位置相同。"), text
+                    "；完整梯度检查点、8-bit Adam 的位置相同。"), text
 
 
 # -- notebook 12: online_softmax_merge ----------------------------------------------------------

@@ -21,7 +21,7 @@ def test_invalid_layout_is_explained_in_chinese_with_its_numbers(zh_lang):
         validate(dp=3, pp=3, tp=16, world_size=128, gpus_per_node=8, layers=80, heads=60)
     text = str(err.value)
     assert text.startswith("并行布局无效：")
-    assert "dp(3) x pp(3) x tp(16) = 144 != world size（128）；各维并行度的乘积必须等于卡数" in text
+    assert "dp(3) × pp(3) × tp(16) = 144 != world size（128）；各维并行度的乘积必须等于卡数" in text
     assert "层数（80）不能被 pp(3) 整除：80 / 3 = 每个 stage 26.67 层" in text
     assert "注意力头数（60）不能被 tp(16) 整除：60 / 16 = 每个 rank 3.75 个头" in text
 
@@ -32,11 +32,11 @@ def test_layout_and_plan_print_in_chinese(zh_lang):
     from labkit.plan.shapes import MODELS, Hardware
     lay = Layout(dp=2, pp=2, tp=8, gpus_per_node=8)
     assert str(lay).splitlines()[0] == \
-        "32 卡 = dp 2 x pp 2 x tp 8，分布在 4 个节点上（每节点 8 卡）；顺序 tp-pp-dp（变化最快的在前）"
+        "32 卡 = dp 2 × pp 2 × tp 8，分布在 4 个节点上（每节点 8 卡）；顺序 tp-pp-dp（变化最快的在前）"
     assert "  pp：16 组，每组 2 个，例如 [0, 8]（跨节点）" in str(lay)
     p = str(plan(MODELS["70B"], Hardware(nodes=4)))
-    assert "  1. 单卡装得下吗？: 模型状态 1104 GB（每参数 16 B，混合精度 Adam）" in p
-    assert "  => TP 4 x PP 2 x DP 4（ZeRO-2），梯度检查点 选择性，micro-batch 1：每卡 70.4 GB" in p
+    assert "  1. 单卡装得下吗：模型状态 1104 GB（每参数 16 B，混合精度 Adam）" in p
+    assert "  => TP 4 × PP 2 × DP 4（ZeRO-2），梯度检查点 选择性，micro-batch 1：每卡 70.4 GB" in p
     assert "流水线气泡 0.4%" in p
     tr = step_traffic(Layout(dp=4, pp=1, tp=8, gpus_per_node=8), n_params=7e10, layers=80,
                       hidden=8192, seq=4096, micro_batches=64, zero_stage=1)
@@ -62,10 +62,10 @@ def test_diagnosis_of_a_communication_bound_run_in_chinese(zh_lang):
     ranks = [Phases(data=0.001, forward=0.001, backward=0.001, wait=0.02, comm=0.08, optimizer=0.001)]
     text = report(diagnose(ranks, peak_bytes=7.6 * 2**20, budget_bytes=16 * 2**20), "== communication")
     lines = text.splitlines()
-    assert lines[1] == ("1. [!!] 利用率（step 中计算所占的比例）: 3% 在计算（低于 60% 算低）；"
+    assert lines[1] == ("1. [!!] 利用率（step 中计算所占的比例）：3% 在计算（低于 60% 算低）；"
                         "其余时间主要在通信（数据 1%，等其他 rank 19%，通信 77%）")
-    assert lines[2].startswith("2. [!!] 通信占比: 占 step 的 77%（讲义：超过 30% 就要减少通信")
-    assert lines[3].startswith("3. [ok] 显存峰值与预算之比: 峰值 7.6 MiB / 16.0 MiB = 48%")
+    assert lines[2].startswith("2. [!!] 通信占比：占 step 的 77%（讲义：超过 30% 就要减少通信")
+    assert lines[3].startswith("3. [ok] 显存峰值与预算之比：峰值 7.6 MiB / 16.0 MiB = 48%")
     assert lines[-1] == "瓶颈：通信"
 
 
@@ -118,5 +118,5 @@ def test_errors_raised_on_a_rank_in_chinese(zh_lang):
     finally:
         dist.destroy_process_group()
     assert str(step.value).startswith("rank 0：自上次 zero_grad() 以来还没有调用过 loss.backward()，"
-                                      "就调用了 optimizer.step()：没有可以归约的梯度。")
+                                      "就调用了 optimizer.step()：没有可以规约的梯度。")
     assert str(unused.value).startswith("rank 0 上的 BucketedDDP：这次反向中 'unused'（5 个元素）没有收到梯度")

@@ -174,11 +174,14 @@ def test_numpy_and_bytes_reach_every_rank(c2):
 
 
 @pytest.mark.skipif(not zygote.ENABLED, reason="no zygote without fork and pidfd (LABKIT_PORTABLE=1, macOS)")
-def test_a_killed_zygote_is_named_as_killed(capfd):
+def test_a_killed_zygote_is_named_as_killed(capfd, monkeypatch):
+    """(A zygote of this cluster's own: only its parent, the notebook, reads how it ended; the
+    learner's zygote: test_runtime_userzygote.py.)"""
     import signal
+    monkeypatch.setenv("LABKIT_ZYGOTE", "cluster")
     with labkit.Cluster(2, backend="gloo", spares=1) as c:
         c.wait_for_spares()
-        os.kill(c._source.pool.zygote.proc.pid, signal.SIGKILL)
+        os.kill(c.source.pool.zygote.proc.pid, signal.SIGKILL)
         t0 = time.monotonic()
         while "forks ranks quickly has stopped" not in (err := capfd.readouterr().err):
             assert time.monotonic() - t0 < 10

@@ -8,9 +8,12 @@ Then, read from /proc as root (not from labkit's own bookkeeping):
   (they really ran at the same time);
 - the TCP ports each cluster listens on (its kernel's, minus the kernel's own ZeroMQ ports, and
   its zygote's and ranks') never collide between clusters, and each rank holds one;
-- after `close()` only the kernels are left, and after the kernels shut down no process of either
-  user is; no new file of theirs in /tmp, /var/tmp, /dev/shm or their homes (stack folders,
-  rendezvous files, shared memory).
+- each user's ranks (all four clusters of theirs) are forked by one zygote of that user's own
+  (labkit/runtime/local/userzygote.py), a different one for each user;
+- after `close()` only the kernels and each user's idle zygote are left, and after the kernels
+  shut down the zygotes exit by themselves (their idle time, set to 20 s here) and no process of
+  either user is left; no new file of theirs in /tmp, /var/tmp, /dev/shm or their homes (stack
+  folders, rendezvous files, shared memory, the zygote's folder).
 """
 import json
 import pathlib
@@ -28,7 +31,9 @@ pytestmark = pytest.mark.cluster
 USERS = ["lktclass1", "lktclass2"] * 4       # eight kernels, four per user, interleaved
 WORLD = 4
 
-WARM = "import json, os, time\nimport torch, torch.distributed as dist\nimport labkit\nprint('UID', os.getuid())"
+IDLE = 20
+WARM = (f"import json, os, time\nos.environ['LABKIT_ZYGOTE_IDLE'] = '{IDLE}'\n"
+        "import torch, torch.distributed as dist\nimport labkit\nprint('UID', os.getuid())")
 
 START = f"""
 def _first(x):
@@ -113,12 +118,18 @@ def test_eight_clusters_of_four_from_eight_kernels_of_two_users(kernels):
     # from /proc: each cluster's ranks listen (gloo) inside one network namespace of their own,
     # shared with no other cluster and not the kernel's; the kernel listens on no TCP port for
     # its cluster (its control socket is a Unix socket in the cluster's folder)
-    owner, families = {}, []
+    owner, families, zygotes = {}, [], {}
     for k, info in zip(kernels, infos):
-        fam = proc_view.family(k.pid, k.uid)
-        families.append(fam)
         ranks = {pid for _, _, pid in info["results"]}
-        assert ranks <= fam, f"ranks {ranks - fam} of {k.user} not found under kernel {k.pid}"
+        fam = proc_view.family(k.pid, k.uid) | ranks
+        families.append(fam)
+        forked_by = {proc_view._parent(p) for p in ranks}
+        assert len(forked_by) == 1, f"{k.user}'s ranks have parents {forked_by}"
+        z = forked_by.pop()
+        assert "userzygote_main" in proc_view.describe(z) and z not in proc_view.family(k.pid, k.uid), \
+            f"{k.user}'s ranks come from {proc_view.describe(z)}"
+        assert z in proc_view.pids_of(k.uid), f"{k.user}'s zygote {z} runs as another user"
+        assert zygotes.setdefault(k.user, z) == z, f"two zygotes for {k.user}: {zygotes[k.user]}, {z}"
         ports = proc_view.listening_ports(ranks, own_namespace=True)
         assert all(ports[p] for p in ranks), f"a rank of {k.user} listens on no port: {ports}"
         spaces = {proc_view.net_namespace(p) for p in ranks}
@@ -131,7 +142,8 @@ def test_eight_clusters_of_four_from_eight_kernels_of_two_users(kernels):
         kernel_ports = _cluster_ports(k, fam)[k.pid]
         assert not kernel_ports - _before_ports[k.pid], (
             f"kernel {k.pid} ({k.user}) opened TCP ports {kernel_ports} for its cluster")
-    print(f"{len(owner)} distinct network namespaces over the 8 clusters")
+    assert len(set(zygotes.values())) == 2, f"one zygote per user: {zygotes}"
+    print(f"{len(owner)} distinct network namespaces over the 8 clusters; zygotes {zygotes}")
 
     # close every cluster at once: only the kernels are left, nothing new on disk
     closed = execute_all(kernels, CLOSE, timeout=120)
@@ -143,14 +155,21 @@ def test_eight_clusters_of_four_from_eight_kernels_of_two_users(kernels):
         assert _wait(lambda: not left(), 30), (
             f"after close(), {k.user}'s cluster left: " + "; ".join(map(proc_view.describe, left())))
     for u, uid in uids.items():
-        others = [p for p in proc_view.pids_of(uid) if p not in kernel_pids]
+        others = [p for p in proc_view.pids_of(uid) if p not in kernel_pids and p != zygotes[u]]
         assert not others, f"{u} runs more than its kernels: " + "; ".join(map(proc_view.describe, others))
-        new = proc_view.owned_files(uid, homes[u]) - before[u] - _torch_cache(u)
+        new = proc_view.owned_files(uid, homes[u]) - before[u] - _torch_cache(u) - _zygote_folder(uid)
         assert not new, f"{u}'s clusters left files behind: {sorted(new)}"
 
-    # the kernels go: no process of either user is left
+    # the kernels go; then the idle zygotes: no process and no new file of either user is left
     print(f"closed in {time.monotonic() - t0 - took:.1f} s")
     shutdown_all(kernels)
     for u, uid in uids.items():
-        assert _wait(lambda: not proc_view.pids_of(uid), 30), (
+        assert _wait(lambda: not proc_view.pids_of(uid), IDLE + 30), (
             f"{u} still runs: " + "; ".join(map(proc_view.describe, proc_view.pids_of(uid))))
+        new = proc_view.owned_files(uid, homes[u]) - before[u] - _torch_cache(u)
+        assert not new, f"{u}'s zygote left files behind: {sorted(new)}"
+
+
+def _zygote_folder(uid: int) -> set:
+    """The learner's zygote's folder (socket, lock), there while it runs."""
+    return {str(pathlib.Path(tempfile.gettempdir(), f"labkit-zygote-{uid}"))}

@@ -18,6 +18,8 @@ Three things must hold for a CP rank to compute its share of one process's step
 import torch
 import torch.nn as nn
 
+from labkit.i18n import ShownName
+
 LAYOUT = "zigzag"
 
 
@@ -94,7 +96,7 @@ def dp_cp_groups(dp: int, pp: int, tp: int, cp: int) -> dict:
     return layout, g
 
 
-WRONG_CP = ("no CP reduction",)
+WRONG_CP = (ShownName("no CP reduction"),)
 
 
 class Recompute(nn.Module):

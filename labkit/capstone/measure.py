@@ -157,7 +157,7 @@ def record_step(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2) -
         torch.Tensor.backward, trainer.stage_of = real_backward, real_stage_of
     from labkit.memory.accounting import measure
     b = measure(held["stage"])
-    memory = {"parameters": b.params, "gradients": b.grads, N_("optimizer states"): 0,
+    memory = {"parameters": b.params, N_("gradients"): b.grads, N_("optimizer states"): 0,
               N_("activations (saved, all micro-batches)"): saved[0]}
     return {"rank": res["rank"], "coords": res["coords"], "losses": res["losses"],
             "counts": counts, "events": events, "memory": memory}

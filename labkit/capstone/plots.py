@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
 from labkit.capstone.measure import memory_rows, traffic_rows
-from labkit.i18n import tr, tr_fig
+from labkit.i18n import tr, tr_fig, trc
 from labkit.pipeline.plots import COLOURS
 from labkit.tables import Table
 from labkit.verdict import verdict
@@ -20,6 +20,11 @@ from labkit.verdict import verdict
 __all__ = ["curves_figure", "traffic_report", "memory_report", "step_gantt", "speed_report"]
 
 EXTRA = {"tp": "#f58518", "dp": "#b279a2", "pp": "#9d755d", "wait": "#bab0ac"}
+
+
+def _category(cat: str) -> str:
+    """A memory category in the learner's language ("parameters": the memory they take, not a count)."""
+    return trc("memory taken by", "parameters") if cat == "parameters" else tr(cat)
 
 
 def _span(lo_hi) -> str:
@@ -61,9 +66,9 @@ def memory_report(results, cfg, dp, pp, tp) -> Table:
             continue
         verdict(all(r["ok"] for r in rs),
                 tr("{cat}, stage {stage}: counted {got} B on ranks {ranks}; formula {want} B",
-                   cat=tr(cat), stage=stage, got=_span((min(r["bytes"] for r in rs), max(r["bytes"] for r in rs))),
+                   cat=_category(cat), stage=stage, got=_span((min(r["bytes"] for r in rs), max(r["bytes"] for r in rs))),
                    ranks=", ".join(str(r["rank"]) for r in rs), want=rs[0]["formula"]))
-    body = [[stage, tr(cat), _span((min(r["bytes"] for r in rs), max(r["bytes"] for r in rs))),
+    body = [[stage, _category(cat), _span((min(r["bytes"] for r in rs), max(r["bytes"] for r in rs))),
              "" if rs[0]["formula"] is None else rs[0]["formula"],
              "" if rs[0]["planner"] is None else int(rs[0]["planner"])]
             for (stage, cat), rs in seen.items()]
@@ -120,7 +125,7 @@ def speed_report(rows) -> Table:
     the order the planner predicts for the same model on 8 H100s."""
     measured = sorted(rows, key=lambda r: -r["tokens_s"])
     predicted = sorted(rows, key=lambda r: -r["predicted"])
-    name = lambda r: "dp {} x pp {} x tp {}".format(*r["layout"])   # noqa: E731
+    name = lambda r: tr("dp {dp} x pp {pp} x tp {tp}", dp=r["layout"][0], pp=r["layout"][1], tp=r["layout"][2])  # noqa: E731
     body = [[name(r), f"{r['ratio']:.2f}", measured.index(r) + 1, f"{r['predicted'] / predicted[0]['predicted']:.2f}",
              predicted.index(r) + 1] for r in rows]
     return Table(["layout", "tokens/s here, vs the first", "order here", "planner on 8 H100, vs its best",
@@ -143,9 +148,9 @@ def curves_figure(reference: list, runs: dict, bounds: list, title: str = ""):
     tiny = min(bounds) * 1e-6                     # |diff| 0 drawn here (a log axis has no 0)
     for k, (label, losses) in enumerate(runs.items()):
         color = f"C{k}"
-        left.plot(steps, losses, "o-", color=color, label=label)
+        left.plot(steps, losses, "o-", color=color, label=format(label))     # a ShownName: translated
         diffs = [max(abs(a - b), tiny) for a, b in zip(losses, reference)]
-        right.plot(steps, diffs, "o-", color=color, label=label)
+        right.plot(steps, diffs, "o-", color=color, label=format(label))
     right.plot(steps, bounds, "k:", lw=2, label=tr_fig("derived bound (equal to one process below it)"))
     right.set_yscale("log")
     for ax in (left, right):

@@ -16,10 +16,11 @@ import torch.nn.functional as F
 
 from labkit.capstone.data import global_batch
 from labkit.capstone.model import Config, build, stage_of, tp_replicated
+from labkit.i18n import ShownName
 
 __all__ = ["groups", "train", "reference", "WRONG"]
 
-WRONG = ("loss not divided by micro-batches", "clip norm summed over TP", "no DP reduction")
+WRONG = (ShownName("loss not divided by micro-batches"), ShownName("clip norm summed over TP"), ShownName("no DP reduction"))
 WRONG_SP = ("replicated gradients not summed over TP",)      # with sequence_parallel=True
 
 

@@ -131,17 +131,20 @@ def judge_grid(grid, layouts=LAYOUTS):
             flat = [r for g in got[d] for r in g]
             outside = sorted({r for r in flat if not 0 <= r < world})
             if outside:
-                return False, tr("{shape}: your {d} groups hold rank {r}, but the ranks are 0..{last}"
-                                 "{hint}", shape=shape, d=d, r=outside[0], last=world - 1,
-                                 hint=tr(" (counted from 1?)") if outside[0] == world else "")
+                f = dict(shape=shape, d=d, r=outside[0], last=world - 1)
+                return False, (tr("{shape}: your {d} groups hold rank {r}, but the ranks are 0..{last} "
+                                  "(counted from 1?)", **f) if outside[0] == world else
+                               tr("{shape}: your {d} groups hold rank {r}, but the ranks are 0..{last}", **f))
             sizes = sorted({len(g) for g in got[d]})
             if sizes != [degree[d]]:
                 same = [o for o in DIMS if o != d and sizes == [degree[o]] and degree[o] != degree[d]]
+                f = dict(shape=shape, d=d, sizes=" or ".join(map(str, sizes)), k=degree[d])
+                if same:
+                    return False, tr("{shape}: your {d} groups have {sizes} ranks, a {d} group has {d} = {k} "
+                                     "ranks (one per {d} coordinate): those are {o}'s sizes, are two "
+                                     "dimensions swapped?", o=same[0], **f)
                 return False, tr("{shape}: your {d} groups have {sizes} ranks, a {d} group has {d} = {k} "
-                                 "ranks (one per {d} coordinate){hint}", shape=shape, d=d,
-                                 sizes=" or ".join(map(str, sizes)), k=degree[d],
-                                 hint=tr(": those are {o}'s sizes, are two dimensions swapped?",
-                                         o=same[0]) if same else "")
+                                 "ranks (one per {d} coordinate)", **f)
             twice = sorted({r for r in flat if flat.count(r) > 1})
             absent = sorted(set(range(world)) - set(flat))
             if twice or absent:
@@ -185,11 +188,12 @@ def _dims(reduce_over, kind) -> set:
                             "e.g. ['dp', 'cp']", kind=kind, value=got)) from None
     unknown = [d for d in got if d not in NAMES]
     if unknown:
+        f = dict(kind=kind, d=unknown[0], names=", ".join(NAMES))
         raise ValueError(tr("reduce_over({kind!r}) returned {d!r}, not a dimension: the names are "
-                            "{names}{hint}", kind=kind, d=unknown[0], names=", ".join(NAMES),
-                            hint=tr(" (the whole world is every dimension at once, and the pipeline "
-                                    "stages hold different layers)") if unknown[0] in ("world", "all")
-                            else ""))
+                            "{names} (the whole world is every dimension at once, and the pipeline "
+                            "stages hold different layers)", **f) if unknown[0] in ("world", "all") else
+                         tr("reduce_over({kind!r}) returned {d!r}, not a dimension: the names are "
+                            "{names}", **f))
     return set(got)
 
 
@@ -298,7 +302,8 @@ def capstone_groups(grid, reduce_over, cluster=None, timeout: float = HANG_LIMIT
         return report(NAME, False, tr("raised {error}", error=f"{type(exc).__name__}: {exc}"))
     if not ok or shape is None:
         if ok:
-            detail += tr(" (without ranks: start labkit.Cluster(8) to sum real gradients too)")
+            detail = tr("{judged} (without ranks: start labkit.Cluster(8) to sum real gradients too)",
+                        judged=detail)
         return report(NAME, ok, detail)
     try:
         got = c.run(_on_rank, groups, dims, shape, timeout=max(timeout, 30.0))
@@ -313,6 +318,6 @@ def capstone_groups(grid, reduce_over, cluster=None, timeout: float = HANG_LIMIT
                                               "process's gradient sums ranks {want}", r=r, kind=kind,
                                               got=_bits(res[kind]), want=_bits(want)))
     dp, pp, tp, cp, ep = shape
-    return report(NAME, True, detail + tr("; on {n} ranks (dp {dp} x pp {pp} x tp {tp} x cp {cp}, "
-                                          "ep {ep}) every gradient sums the ranks one process's does",
-                                          n=c.world_size, dp=dp, pp=pp, tp=tp, cp=cp, ep=ep))
+    return report(NAME, True, tr("{judged}; on {n} ranks (dp {dp} x pp {pp} x tp {tp} x cp {cp}, ep {ep}) "
+                                 "every gradient sums the ranks one process's does", judged=detail,
+                                 n=c.world_size, dp=dp, pp=pp, tp=tp, cp=cp, ep=ep))

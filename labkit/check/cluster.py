@@ -1,7 +1,7 @@
 """Checkers for notebook 00 (your cluster)."""
 from labkit.check.core import caught_verdict, checker, new_token
 from labkit.check.guard import HANG_LIMIT_S
-from labkit.i18n import tr
+from labkit.i18n import tr, tr_join, trn
 
 __all__ = ["mean_over_ranks"]
 
@@ -79,9 +79,11 @@ def _drive_mean(fn, token):
         elif not isinstance(got, torch.Tensor):
             rows.append((k, tr("returned {type}, not a tensor", type=type(got).__name__)))
         elif got.shape != expected.shape:
-            rows.append((k, tr("shape {got}, expected {want}", got=tuple(got.shape), want=tuple(expected.shape)) +
-                         (tr(": the mean over ranks is taken element by element, not over the "
-                             "tensor's elements") if got.numel() == 1 and expected.numel() > 1 else "")))
+            shapes = dict(got=tuple(got.shape), want=tuple(expected.shape))
+            rows.append((k, tr("shape {got}, expected {want}: the mean over ranks is taken element by "
+                               "element, not over the tensor's elements", **shapes)
+                         if got.numel() == 1 and expected.numel() > 1 else
+                         tr("shape {got}, expected {want}", **shapes)))
         elif not _close(got.to(expected.dtype), expected, bound):
             rows.append((k, _what_is_wrong(got.to(expected.dtype), t, expected, biggest, n, bound)))
         else:
@@ -104,9 +106,9 @@ def mean_over_ranks(fn, cluster, timeout: float = HANG_LIMIT_S):
         generic = problem.startswith(DIFFER)
         problem = problem.replace(DIFFER, "", 1)
         if right and generic:
-            problem += tr("; {ranks} got the mean, so the sum reached only some ranks: "
-                          "dist.reduce leaves it on one rank, all_reduce on every rank",
-                          ranks=("ranks " if len(right) > 1 else "rank ") + ", ".join(map(str, right)))
+            problem = tr("{problem}; {ranks} got the mean, so the sum reached only some ranks: "
+                         "dist.reduce leaves it on one rank, all_reduce on every rank", problem=problem,
+                         ranks=trn("rank {ranks}", "ranks {ranks}", len(right), ranks=tr_join(map(str, right))))
         return False, tr("rank {rank}, case {k} (shape {shape}, {dtype}): {problem}",
                          rank=rank, k=k, shape=shape, dtype=dtype, problem=problem)
     return True, tr("{n} ranks, {cases} tensors of different shapes and dtypes",

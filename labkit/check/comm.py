@@ -14,7 +14,7 @@ import torch
 
 from labkit.check.core import caught_verdict, checker, new_token, _learner_frame
 from labkit.check.guard import HANG_LIMIT_S
-from labkit.i18n import tr
+from labkit.i18n import tr, tr_join, trn
 
 __all__ = ["ring_all_reduce"]
 
@@ -35,10 +35,13 @@ def _wrong_values(t, x, out, expected, log, rank, k, length, dt):
         return ""
     if torch.equal(t, x):
         fresh = isinstance(out, torch.Tensor) and out.data_ptr() != t.data_ptr()
-        return tr("rank {rank}: your function left `tensor` unchanged{fresh}: the exercise asks "
-                  "for an in-place all-reduce (write the sum into `tensor`, for example through "
-                  "the views flat[a:b] of flat = tensor.view(-1))", rank=rank,
-                  fresh=tr(" and returned a new tensor") if fresh else "")
+        if fresh:
+            return tr("rank {rank}: your function left `tensor` unchanged and returned a new tensor: "
+                      "the exercise asks for an in-place all-reduce (write the sum into `tensor`, for "
+                      "example through the views flat[a:b] of flat = tensor.view(-1))", rank=rank)
+        return tr("rank {rank}: your function left `tensor` unchanged: the exercise asks for an "
+                  "in-place all-reduce (write the sum into `tensor`, for example through the views "
+                  "flat[a:b] of flat = tensor.view(-1))", rank=rank)
     i = bad[0].item()
     bounds = chunk_bounds(length, k)
     chunk = next(c for c, (a, b) in enumerate(bounds) if a <= i < b)
@@ -48,7 +51,7 @@ def _wrong_values(t, x, out, expected, log, rank, k, length, dt):
                  for a, b in bounds)
     cause = why.dropped_remainder(log, rank, k, length) or \
         why.schedule(log, rank, k, length, summed=summed)
-    return text + tr("; ") + (cause or _arithmetic(t, x, expected, bounds, rank, k, tol))
+    return tr_join([text, cause or _arithmetic(t, x, expected, bounds, rank, k, tol)], "; ")
 
 
 def _arithmetic(t, x, expected, bounds, rank, k, tol) -> str:
@@ -71,11 +74,12 @@ def _arithmetic(t, x, expected, bounds, rank, k, tol) -> str:
 def _chunk_hint(caught, k, length) -> str:
     if caught.type == "IndexError" and len(torch.empty(length).chunk(k)) < k:
         m = len(torch.empty(length).chunk(k))
-        made = tr("tensor.chunk({k}) makes only {m} chunks", k=k, m=m) if m > 1 else \
-            tr("tensor.chunk({k}) makes only {m} chunk", k=k, m=m)
-        return made + tr(" of a length-{length} tensor (chunks of ceil(length / n) elements, no "
-                         "empty ones): cut with chunk_bounds(numel, n), which always makes n "
-                         "chunks, some of them empty", length=length)
+        return trn("tensor.chunk({k}) makes only {n} chunk of a length-{length} tensor (chunks of "
+                   "ceil(length / n) elements, no empty ones): cut with chunk_bounds(numel, n), which "
+                   "always makes n chunks, some of them empty",
+                   "tensor.chunk({k}) makes only {n} chunks of a length-{length} tensor (chunks of "
+                   "ceil(length / n) elements, no empty ones): cut with chunk_bounds(numel, n), which "
+                   "always makes n chunks, some of them empty", m, k=k, length=length)
     return ""
 
 
@@ -217,15 +221,18 @@ def ring_all_reduce(fn, cluster, timeout: float = HANG_LIMIT_S):
     if not found:
         w = cluster.world_size
         sizes = ", ".join(str(k) for k in range(2, min(4, w) + 1))
-        shifted = tr(" and {k} on global ranks 1..{k}", k=w - 1) if w > 2 else ""
-        return True, tr("world sizes {sizes}{shifted}; lengths {lengths}; {dtypes}", sizes=sizes,
-                        shifted=shifted, lengths=", ".join(map(str, _LENGTHS)),
-                        dtypes=", ".join(_DTYPES))
+        lengths, dtypes = ", ".join(map(str, _LENGTHS)), ", ".join(_DTYPES)
+        if w > 2:
+            return True, tr("world sizes {sizes} and {k} on global ranks 1..{k}; lengths {lengths}; "
+                            "{dtypes}", sizes=sizes, k=w - 1, lengths=lengths, dtypes=dtypes)
+        return True, tr("world sizes {sizes}; lengths {lengths}; {dtypes}", sizes=sizes,
+                        lengths=lengths, dtypes=dtypes)
     _tidy(cluster, found)
     if any(p.get("caught") for p in found):
-        return False, found[0]["case"] + tr(": ") + caught_verdict([p.get("caught") for p in found])
+        return False, tr("{case}: {problem}", case=found[0]["case"],
+                         problem=caught_verdict([p.get("caught") for p in found]))
     p = min((p for p in found if p["text"]), key=lambda p: p["grank"])
-    return False, p["case"] + tr(": ") + p["text"]
+    return False, tr("{case}: {problem}", case=p["case"], problem=p["text"])
 
 
 def _describe_crash(exc, events):
@@ -241,15 +248,10 @@ def _describe_crash(exc, events):
     text = tr("rank {r} crashed ({why}) in {frame}", r=r, why=lines[0], frame=frames[0]) if frames \
         else tr("rank {r} crashed ({why})", r=r, why=lines[0])
     if k is not None:
-        text = tr("world size {k}, length {length}, {dtype}", k=k, length=length,
-                  dtype=dtype) + tr(": ") + text
-        clash = why.size_clash(logs, k, length)
-        if clash:
-            text += tr("; ") + clash
-        for q in sorted(logs):
-            cause = why.schedule(logs[q], q, k, length, partial=True)
-            if cause:
-                text += tr("; ") + cause
-                break
-    return text + tr(". gloo aborts when a send and the recv it meets differ in size: each "
-                     "receive must be exactly as long as the chunk its neighbour sends")
+        first = next((c for c in (why.schedule(logs[q], q, k, length, partial=True) for q in sorted(logs))
+                      if c), "")
+        causes = [c for c in (why.size_clash(logs, k, length), first) if c]
+        text = tr("world size {k}, length {length}, {dtype}: {crash}", k=k, length=length,
+                  dtype=dtype, crash=tr_join([text] + causes, "; "))
+    return tr("{crash}. gloo aborts when a send and the recv it meets differ in size: each "
+              "receive must be exactly as long as the chunk its neighbour sends", crash=text)

@@ -12,13 +12,15 @@ from labkit.runtime import cluster as _cluster
 from labkit.runtime.errors import RankError, RankTimeout
 from labkit.check.guard import OutOfTime
 from labkit.check.ring_diagnosis import stuck_in
-from labkit.i18n import tr
+from labkit.i18n import tr, tr_join, trn
 from labkit.verdict import FAIL, graded
 
 
-def NOT_IMPLEMENTED_HOW() -> str:        # noqa: N802 - a sentence, in the current language
-    """What follows "name: not implemented yet" (those words stay English: tests read them)."""
-    return tr(" (replace the `raise NotImplementedError` line with your code, then run this cell again)")
+def not_implemented_line(name: str) -> str:
+    """"name: not implemented yet (what to do)": the first words stay English in every language
+    (tests and graders read them), what to do is in the learner's language."""
+    return tr("{name}: not implemented yet (replace the `raise NotImplementedError` line with your "
+              "code, then run this cell again)", name=name)
 
 
 def report(name: str, ok: bool, detail: str = "") -> bool:
@@ -34,7 +36,7 @@ def report(name: str, ok: bool, detail: str = "") -> bool:
 
 def not_implemented(name: str) -> bool:
     """Print "name: not implemented yet (...)"; under nbgrader a stub loses the cell's points."""
-    line = f"{name}: not implemented yet" + NOT_IMPLEMENTED_HOW()
+    line = not_implemented_line(name)
     print(line)
     graded(name, False, line)
     return False
@@ -82,16 +84,21 @@ def _learner_frame(where: str) -> str:
 def describe_hang(stuck: dict, returned=()) -> str:
     """'hung: rank r stuck in recv() at Cell In[5], line 7 ...' for the first stuck rank."""
     r, where = sorted(stuck.items())[0]
-    at = _learner_frame(where)
-    text = (tr("hung: rank {rank} stuck {where} at {at}", rank=r, where=stuck_in(where), at=at) if at
-            else tr("hung: rank {rank} stuck {where}", rank=r, where=stuck_in(where)))
+    at, where = _learner_frame(where), stuck_in(where)
     if returned:
-        text += tr(", while {ranks} had returned from your function (every rank must make "
-                   "the same collective calls, in the same order)",
-                   ranks=("ranks " if len(returned) > 1 else "rank ") + ", ".join(map(str, returned)))
-    else:
-        text += tr(" (a send without a recv, or a collective not every rank called?)")
-    return text
+        ranks = trn("rank {ranks}", "ranks {ranks}", len(returned), ranks=tr_join(map(str, returned)))
+        if at:
+            return tr("hung: rank {rank} stuck {where} at {at}, while {ranks} had returned from your "
+                      "function (every rank must make the same collective calls, in the same order)",
+                      rank=r, where=where, at=at, ranks=ranks)
+        return tr("hung: rank {rank} stuck {where}, while {ranks} had returned from your function "
+                  "(every rank must make the same collective calls, in the same order)",
+                  rank=r, where=where, ranks=ranks)
+    if at:
+        return tr("hung: rank {rank} stuck {where} at {at} (a send without a recv, or a collective "
+                  "not every rank called?)", rank=r, where=where, at=at)
+    return tr("hung: rank {rank} stuck {where} (a send without a recv, or a collective not every "
+              "rank called?)", rank=r, where=where)
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -225,24 +225,37 @@ def _range(fn, label, kind, a, b, o_want, lse_want, o, lse) -> str:
     (exp overflows); still wrong on blocks far apart, it exponentiated their difference."""
     import torch
     finite = torch.isfinite
-    hid = tr(" (your result has no inf or nan: something such as torch.nan_to_num or a clamp hid "
-             "them, and the numbers left are wrong)") if bool(finite(o).all() and finite(lse).all()) else ""
+    hid = bool(finite(o).all() and finite(lse).all())     # no inf or nan left: something hid them
     top = torch.maximum(a[1], b[1])
     shift = float(top[finite(top)].max())
     so, slse = _call(fn, (a[0], a[1] - shift), (b[0], b[1] - shift))
     if torch.is_tensor(so) and torch.is_tensor(slse) and so.shape == o_want.shape and slse.shape == lse_want.shape:
         tol_o, tol_lse = _tolerances(a, b, None)     # the reference was rounded at the original level
         if _close(so.detach().float(), o_want, tol_o) and _close(slse.detach().float(), lse_want - shift, tol_lse):
+            if hid:
+                return tr("on {label}: right once both log-sum-exps are shifted down near 0, wrong at lse "
+                          "= {level:.0f}: exp() of a log-sum-exp overflows (float32 above 88, float64 "
+                          "above 709) (your result has no inf or nan: something such as "
+                          "torch.nan_to_num or a clamp hid them, and the numbers left are wrong); never "
+                          "exponentiate a log-sum-exp alone: subtract the larger one first "
+                          "(exp(lse_a - lse) with lse = torch.logaddexp(lse_a, lse_b))",
+                          label=label, level=shift)
             return tr("on {label}: right once both log-sum-exps are shifted down near 0, wrong at lse = "
                       "{level:.0f}: exp() of a log-sum-exp overflows (float32 above 88, float64 above "
-                      "709){hid}; never exponentiate a log-sum-exp alone: subtract the larger one first "
+                      "709); never exponentiate a log-sum-exp alone: subtract the larger one first "
                       "(exp(lse_a - lse) with lse = torch.logaddexp(lse_a, lse_b))",
-                      label=label, level=shift, hid=hid)
+                      label=label, level=shift)
     if kind == "apart":
         gap = float((a[1] - b[1]).abs().min())
+        if hid:
+            return tr("on {label}: with log-sum-exps {gap:.0f} apart, exp() of their difference overflows "
+                      "(float32 above 88) (your result has no inf or nan: something such as "
+                      "torch.nan_to_num or a clamp hid them, and the numbers left are wrong): exponentiate "
+                      "only differences that are <= 0, such as lse_x - max(lse_a, lse_b) or lse_x - lse",
+                      label=label, gap=gap)
         return tr("on {label}: with log-sum-exps {gap:.0f} apart, exp() of their difference overflows "
-                  "(float32 above 88){hid}: exponentiate only differences that are <= 0, such as "
-                  "lse_x - max(lse_a, lse_b) or lse_x - lse", label=label, gap=gap, hid=hid)
+                  "(float32 above 88): exponentiate only differences that are <= 0, such as "
+                  "lse_x - max(lse_a, lse_b) or lse_x - lse", label=label, gap=gap)
     if not _close(o, o_want, _tolerances(a, b, None)[0]):
         return tr("on {label}: o differs from the softmax over both blocks by up to {err:.3g}: "
                   "o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b", label=label, err=_gap(o, o_want))

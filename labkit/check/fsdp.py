@@ -45,9 +45,13 @@ def _validate(choice):
     missing = [k for k in KEYS if k not in choice]
     extra = [k for k in choice if k not in KEYS]
     if missing or extra:
-        return (tr("the dict needs exactly the keys {keys}", keys=list(KEYS))
-                + (tr("; missing {missing}", missing=missing) if missing else "")
-                + (tr("; unknown {extra}", extra=extra) if extra else ""))
+        if missing and extra:
+            return tr("the dict needs exactly the keys {keys}; missing {missing}; unknown {extra}",
+                      keys=list(KEYS), missing=missing, extra=extra)
+        if missing:
+            return tr("the dict needs exactly the keys {keys}; missing {missing}", keys=list(KEYS),
+                      missing=missing)
+        return tr("the dict needs exactly the keys {keys}; unknown {extra}", keys=list(KEYS), extra=extra)
     w, s, p, o = (choice[k] for k in KEYS)
     if w not in WRAPS:
         return tr("wrap={w!r} is not one of {wraps} (whole model, one unit per transformer block, "
@@ -59,8 +63,10 @@ def _validate(choice):
     if s not in STRATEGIES:
         return tr("strategy={s!r} is not one of {names}", s=s, names=sorted(STRATEGIES))
     if p not in ("fp32", "bf16"):
-        hint = tr(" (fp16 needs a loss scaler; FSDP2's policy here is bf16)") if p == "fp16" else ""
-        return tr("precision={p!r} is not 'fp32' or 'bf16'{hint}", p=p, hint=hint)
+        if p == "fp16":
+            return tr("precision={p!r} is not 'fp32' or 'bf16' (fp16 needs a loss scaler; FSDP2's policy "
+                      "here is bf16)", p=p)
+        return tr("precision={p!r} is not 'fp32' or 'bf16'", p=p)
     if not isinstance(o, bool):
         return tr("offload must be True or False, got {o!r} ({kind})", o=o, kind=type(o).__name__)
     return None

@@ -49,11 +49,13 @@ def mixed_adam_bytes(fn) -> bool:
         except NotImplementedError:
             return not_implemented("mixed_adam_bytes")
         except Exception as exc:       # noqa: BLE001 - a checker never raises at the learner
+            error = f"{type(exc).__name__}: {exc}"
             return report("mixed_adam_bytes", False,
-                          f"n_params={n:g}: " + tr("raised {error}", error=f"{type(exc).__name__}: {exc}") +
-                          (tr(" (n_params may be a float such as 7e9: use it in arithmetic, not in "
-                              "range() or as an index)") if isinstance(n, float) and
-                           isinstance(exc, TypeError) else ""))
+                          f"n_params={n:g}: " + (tr("raised {error} (n_params may be a float such as 7e9: "
+                                                    "use it in arithmetic, not in range() or as an index)",
+                                                    error=error)
+                                                 if isinstance(n, float) and isinstance(exc, TypeError)
+                                                 else tr("raised {error}", error=error)))
         if not isinstance(got, dict):
             return report("mixed_adam_bytes", False,
                           f"n_params={n:g}: " + tr("returned {type}; return a dict with keys {keys}",

@@ -94,11 +94,13 @@ class _Splits:
         for name, splits in (("input_split_sizes", input_split_sizes), ("output_split_sizes", output_split_sizes)):
             if splits is not None and len(splits) != n:
                 per_expert = self.experts is not None and len(splits) in (self.experts * n, self.experts)
+                f = dict(i=self.i, rank=rank, count=len(splits), name=name, n=n)
                 self._stop(tr("in all-to-all number {i} rank {rank} gave {count} {name} for {n} ranks: a split "
-                              "list has one entry per rank (rows to or from each rank){hint}", i=self.i,
-                              rank=rank, count=len(splits), name=name, n=n,
-                              hint=tr(", not one per expert: add up each rank's experts (per_expert.view(n, "
-                                      "E // n).sum(1))") if per_expert else ""))
+                              "list has one entry per rank (rows to or from each rank), not one per expert: "
+                              "add up each rank's experts (per_expert.view(n, E // n).sum(1))", **f)
+                           if per_expert else
+                           tr("in all-to-all number {i} rank {rank} gave {count} {name} for {n} ranks: a split "
+                              "list has one entry per rank (rows to or from each rank)", **f))
         outs = list(output_split_sizes or [output.shape[0] // n] * n)
         ins = list(input_split_sizes or [input.shape[0] // n] * n)
         for rows, splits, what in ((input.shape[0], input_split_sizes, "input"),
@@ -127,11 +129,14 @@ class _Splits:
         lengths = [e[2 * n] for e in every]
         if all(e[2 * n + 1] for e in every) and (len(set(lengths)) > 1 or lengths[0] % n):
             short = min(range(n), key=lambda j: lengths[j])
+            f = dict(i=self.i, n=n, a=short, la=lengths[short], b=max(range(n), key=lambda j: lengths[j]),
+                     lb=max(lengths))
             self._stop(tr("all-to-all number {i} has no split sizes, so every rank must send the same number "
-                          "of values, a multiple of {n}; rank {a} sends {la} and rank {b} {lb}{hint}",
-                          i=self.i, n=n, a=short, la=lengths[short], b=max(range(n), key=lambda j: lengths[j]),
-                          lb=max(lengths), hint=tr(": torch.bincount(expert) stops at the largest expert "
-                                                   "present; count with minlength=E") if self.i == 1 else ""))
+                          "of values, a multiple of {n}; rank {a} sends {la} and rank {b} {lb}: "
+                          "torch.bincount(expert) stops at the largest expert present; count with "
+                          "minlength=E", **f) if self.i == 1 else
+                       tr("all-to-all number {i} has no split sizes, so every rank must send the same number "
+                          "of values, a multiple of {n}; rank {a} sends {la} and rank {b} {lb}", **f))
         mismatch = any(every[src][dst] != every[dst][n + src] for dst in range(n) for src in range(n))
         if mismatch and self.counts is not None and self.counts.numel() % n == 0:
             table = self.counts.view(n, -1)
@@ -303,11 +308,15 @@ def diagnose(res: dict) -> str:
         bad = [i for i in range(len(out)) if which[i] and which[i][0] != int(e[i])]
         if bad:
             i, got, L = bad[0], which[bad[0]][0], len(every) // n
-            rr = tr(" (expert e on rank e % n: round-robin)") if got == (int(e[i]) % n) * L + int(e[i]) // n else ""
-            return tr("rank {r}: row {i} went through expert {got} instead of expert {want}{rr}: expert e "
+            if got == (int(e[i]) % n) * L + int(e[i]) // n:
+                return tr("rank {r}: row {i} went through expert {got} instead of expert {want} (expert e on "
+                          "rank e % n: round-robin): expert e lives on rank e // (E/n) as local expert "
+                          "e % (E/n), and rows arrive grouped by source rank first: regroup them by expert "
+                          "before running the experts", r=r, i=i, got=got, want=int(e[i]))
+            return tr("rank {r}: row {i} went through expert {got} instead of expert {want}: expert e "
                       "lives on rank e // (E/n) as local expert e % (E/n), and rows arrive grouped by "
                       "source rank first: regroup them by expert before running the experts",
-                      r=r, i=i, got=got, want=int(e[i]), rr=rr)
+                      r=r, i=i, got=got, want=int(e[i]))
         return tr("rank {r}: the rows differ from gate x expert(row) by {err:.3g}", r=r,
                   err=(out - want).abs().max().item())
     if res["gx"] is None:

@@ -108,5 +108,5 @@ def schedule_1f1b(fn, cluster, microbatches: int = 8, timeout: float = HANG_LIMI
         return False, tr("ran on {p} ranks but the gradients differ from one process's "
                          "(max |diff| {diff:.3g}, missing or extra: {missing})",
                          p=p, diff=diff, missing=missing[:3])
-    return True, detail + tr("; ran on {p} ranks with m={m}, gradients equal one process's",
-                             p=p, m=microbatches)
+    return True, tr("{judged}; ran on {p} ranks with m={m}, gradients equal one process's",
+                    judged=detail, p=p, m=microbatches)

@@ -9,7 +9,7 @@ labkit follows.
 import re
 
 from labkit.comm.formulas import chunk_bounds, ring_schedule
-from labkit.i18n import tr
+from labkit.i18n import tr, tr_join
 
 
 def stuck_in(where: str) -> str:
@@ -94,17 +94,19 @@ def schedule(log, r, k, length, partial=False, summed=False) -> str:
                       "(chunk_bounds({length}, {k}) = {bounds})", where=where, a=a,
                       b=a + sends[s][3] - 1, length=length, k=k, bounds=bounds)
         if c is not None and c != st.send:
-            text = tr("{where}: sent chunk {c}, the ring sends chunk {want} at this step",
-                      where=where, c=c, want=st.send)
             if st.phase == "all-gather":
                 own = ring_schedule(r, k, shift)[k - 2].recv      # the last reduce-scatter step's
-                return text + tr(": after your reduce-scatter rank {r} holds the whole sum of "
-                                 "chunk {own}, so the all-gather sends that chunk first, then at "
-                                 "each step the chunk it received the step before", r=r, own=own)
-            before = ring_schedule(r, k, shift)[st.step - 1].recv if st.step else None
-            return text + (tr(": at each reduce-scatter step a rank passes on the chunk it added "
-                              "into the step before (chunk {before})", before=before)
-                           if st.step else "")
+                return tr("{where}: sent chunk {c}, the ring sends chunk {want} at this step: after "
+                          "your reduce-scatter rank {r} holds the whole sum of chunk {own}, so the "
+                          "all-gather sends that chunk first, then at each step the chunk it "
+                          "received the step before", where=where, c=c, want=st.send, r=r, own=own)
+            if not st.step:
+                return tr("{where}: sent chunk {c}, the ring sends chunk {want} at this step",
+                          where=where, c=c, want=st.send)
+            return tr("{where}: sent chunk {c}, the ring sends chunk {want} at this step: at each "
+                      "reduce-scatter step a rank passes on the chunk it added into the step before "
+                      "(chunk {before})", where=where, c=c, want=st.send,
+                      before=ring_schedule(r, k, shift)[st.step - 1].recv)
     if len(sends) > len(want):
         return tr("rank {r}: {sent} sends, the ring needs {need}", r=r, sent=len(sends),
                   need=len(want))
@@ -217,21 +219,20 @@ def hang(stuck: dict, events, frame_of) -> str:
         parts.append(tr("rank {r} waits {where} at {at} ({msg})", r=r, where=stuck_in(where),
                         at=at, msg=msg) if at else
                      tr("rank {r} waits {where} ({msg})", r=r, where=stuck_in(where), msg=msg))
-    head = tr("hung (world size {k}, length {length}, {dtype})", k=k, length=length,
-              dtype=dtype) if k else tr("hung")
-    text = head + tr(": ") + tr("; ").join(parts)
+    waits = tr_join(parts, "; ")
+    text = tr("hung (world size {k}, length {length}, {dtype}): {waits}", k=k, length=length,
+              dtype=dtype, waits=waits) if k else tr("hung: {waits}", waits=waits)
     mine = {r: v for r, v in logs.items() if k is None or r in case}
     dropped = [e.data["dropped"] for e in events if "dropped" in e.data]
     if dropped:
-        return text + tr(". {sentence}", sentence=dropped[0][0].upper() + dropped[0][1:])
+        return tr("{hung}. {sentence}", hung=text, sentence=dropped[0][0].upper() + dropped[0][1:])
     last = [mine[r][-1][0] for r in stuck if mine.get(r)]
     if last and all(kind in ("send", "recv") for kind in last):
-        return text + tr(". A blocking send or recv waits for the other side, and every rank "
-                         "started with the same one: post them with isend/irecv, then wait on "
-                         "both")
+        return tr("{hung}. A blocking send or recv waits for the other side, and every rank "
+                  "started with the same one: post them with isend/irecv, then wait on both", hung=text)
     pair = unmatched(mine)
     if pair:
-        return text + tr(". {pair}: every send needs a matching receive on the other side",
-                         pair=pair)
-    return text + tr(". Every rank waits for a message no one sends: post the step's irecv and "
-                     "isend before waiting on either")
+        return tr("{hung}. {pair}: every send needs a matching receive on the other side",
+                  hung=text, pair=pair)
+    return tr("{hung}. Every rank waits for a message no one sends: post the step's irecv and "
+              "isend before waiting on either", hung=text)

@@ -119,19 +119,25 @@ def _global_peer(kind, me, want, peer, group, no_group) -> str:
     there = _group_rank(group, peer)
     reads = (tr("global rank {peer} (not in the group)", peer=peer) if there is None
              else tr("global rank {peer} (rank {there} of the group)", peer=peer, there=there))
-    head = (tr("rank {me} of the group (global rank {mine}) sends to rank {want} of the group "
-               "(global rank {theirs})", me=me, mine=mine, want=want, theirs=theirs) if send else
-            tr("rank {me} of the group (global rank {mine}) receives from rank {want} of the "
-               "group (global rank {theirs})", me=me, mine=mine, want=want, theirs=theirs))
+    f = dict(me=me, mine=mine, want=want, theirs=theirs, kind=kind, arg=arg, peer=peer, reads=reads,
+             garg=garg)
     if no_group:
-        return head + tr(" as {kind}(..., {arg}={peer}) without group=: on the whole world that "
-                         "is {reads}. Pass group=group and {garg}={want} (group ranks; or "
-                         "{arg}=dist.get_global_rank(group, {want}))", kind=kind, arg=arg,
-                         peer=peer, reads=reads, garg=garg, want=want)
-    return head + tr(" as {kind}(..., {arg}={peer}, group=group): {arg}= is a global rank even "
-                     "with group=, so that is {reads}; use {garg}={want} (or "
-                     "{arg}=dist.get_global_rank(group, {want}))", kind=kind, arg=arg, peer=peer,
-                     reads=reads, garg=garg, want=want)
+        return (tr("rank {me} of the group (global rank {mine}) sends to rank {want} of the group "
+                   "(global rank {theirs}) as {kind}(..., {arg}={peer}) without group=: on the whole "
+                   "world that is {reads}. Pass group=group and {garg}={want} (group ranks; or "
+                   "{arg}=dist.get_global_rank(group, {want}))", **f) if send else
+                tr("rank {me} of the group (global rank {mine}) receives from rank {want} of the "
+                   "group (global rank {theirs}) as {kind}(..., {arg}={peer}) without group=: on "
+                   "the whole world that is {reads}. Pass group=group and {garg}={want} (group "
+                   "ranks; or {arg}=dist.get_global_rank(group, {want}))", **f))
+    return (tr("rank {me} of the group (global rank {mine}) sends to rank {want} of the group "
+               "(global rank {theirs}) as {kind}(..., {arg}={peer}, group=group): {arg}= is a "
+               "global rank even with group=, so that is {reads}; use {garg}={want} (or "
+               "{arg}=dist.get_global_rank(group, {want}))", **f) if send else
+            tr("rank {me} of the group (global rank {mine}) receives from rank {want} of the group "
+               "(global rank {theirs}) as {kind}(..., {arg}={peer}, group=group): {arg}= is a "
+               "global rank even with group=, so that is {reads}; use {garg}={want} (or "
+               "{arg}=dist.get_global_rank(group, {want}))", **f))
 
 
 @contextlib.contextmanager
@@ -179,13 +185,12 @@ def watch(flat, group, k, world, log, notes, emit):
             real, convert = tensor, None
             if tensor.dtype != flat.dtype and tensor.numel():
                 fields = dict(me=me, dtype=str(tensor.dtype)[6:], want=str(flat.dtype)[6:])
-                head = (tr("rank {me} sends a {dtype} buffer while the tensor is {want}", **fields)
-                        if send else
-                        tr("rank {me} receives into a {dtype} buffer while the tensor is {want}",
-                           **fields))
-                notes.append(head + tr(": make buffers with torch.empty_like(chunk), the same "
-                                       "dtype as the tensor (gloo and NCCL match messages by "
-                                       "bytes)"))
+                notes.append(tr("rank {me} sends a {dtype} buffer while the tensor is {want}: make "
+                                "buffers with torch.empty_like(chunk), the same dtype as the tensor "
+                                "(gloo and NCCL match messages by bytes)", **fields) if send else
+                             tr("rank {me} receives into a {dtype} buffer while the tensor is {want}: "
+                                "make buffers with torch.empty_like(chunk), the same dtype as the "
+                                "tensor (gloo and NCCL match messages by bytes)", **fields))
                 if send:
                     real = tensor.to(flat.dtype)
                 else:

@@ -21,7 +21,7 @@ import time
 
 from labkit.check.core import checker
 from labkit.check.guard import HANG_LIMIT_S
-from labkit.i18n import lang, tr
+from labkit.i18n import lang, tr, tr_join
 
 __all__ = ["row_parallel"]
 
@@ -149,7 +149,7 @@ def _mismatch_text(calls: list, i: int, phase: str) -> str:
     return tr("the ranks disagree at the {nth} collective of {phase}: {said}. Every rank must call "
               "the same collectives in the same order with the same shapes (gloo hangs or aborts "
               "the process otherwise): no collective under `if rank == ...`", nth=_nth(i),
-              phase=phase, said=tr("; ").join(said))
+              phase=phase, said=tr_join(said, "; "))
 
 
 def _case(fn, token: str = "", timeout: float = 30):

@@ -78,17 +78,22 @@ def _diagnose(results, n) -> tuple:
                              "{k} elements only (you updated the full parameter)",
                              r=r, L=L, lo=lo, hi=hi, k=hi - lo)
         if sizes and sizes != {hi - lo}:
-            equal = tr("; equal shards of {L} // {n} = {q} leave {rem} element(s) to no rank",
-                       L=L, n=n, q=L // n, rem=L % n) if sizes == {L // n} and L % n else ""
+            f = dict(r=r, sizes=sorted(sizes), L=L, n=n, lo=lo, hi=hi, k=hi - lo, rem=L % n, q=L // n)
             torch_cut = _torch_chunks(L, n)
-            if sizes == {torch_cut[r]} and not equal:
-                equal = tr("; params.chunk({n}) cuts {cuts}, not the shards the ring collectives use",
-                           n=n, cuts=", ".join(map(str, torch_cut)))
-            return False, tr("wrong shard bounds: rank {r} keeps state for {sizes} elements, "
-                             "its shard is chunk_bounds({L}, {n})[{r}] = [{lo}, {hi}) ({k} "
-                             "elements: with an uneven size the first {rem} shard(s) are one "
-                             "longer{equal})", r=r, sizes=sorted(sizes), L=L, n=n, lo=lo, hi=hi,
-                             k=hi - lo, rem=L % n, equal=equal)
+            if sizes == {L // n} and L % n:
+                return False, tr("wrong shard bounds: rank {r} keeps state for {sizes} elements, its "
+                                 "shard is chunk_bounds({L}, {n})[{r}] = [{lo}, {hi}) ({k} elements: with "
+                                 "an uneven size the first {rem} shard(s) are one longer; equal shards of "
+                                 "{L} // {n} = {q} leave {rem} element(s) to no rank)", **f)
+            if sizes == {torch_cut[r]}:
+                return False, tr("wrong shard bounds: rank {r} keeps state for {sizes} elements, its "
+                                 "shard is chunk_bounds({L}, {n})[{r}] = [{lo}, {hi}) ({k} elements: with "
+                                 "an uneven size the first {rem} shard(s) are one longer; params.chunk({n}) "
+                                 "cuts {cuts}, not the shards the ring collectives use)",
+                                 cuts=", ".join(map(str, torch_cut)), **f)
+            return False, tr("wrong shard bounds: rank {r} keeps state for {sizes} elements, its shard "
+                             "is chunk_bounds({L}, {n})[{r}] = [{lo}, {hi}) ({k} elements: with an uneven "
+                             "size the first {rem} shard(s) are one longer)", **f)
     init = results[0]["init"]
     for step in range(len(results[0]["after"])):
         one = results[0]["one"][step]
@@ -96,70 +101,73 @@ def _diagnose(results, n) -> tuple:
         bad = [(r, d) for r, d in bad if d.max().item() > TOL]
         if not bad:
             continue
-        where = tr("after step {step}", step=step + 1)
+        where = {"step": step + 1}            # every message below begins "after step {step}: "
         if step > 0:
-            return False, where + tr(": step 1 matched one process but this one differs "
-                                     "(momentum not kept between steps? store it in the `momentum` dict)")
+            return False, tr("after step {step}: step 1 matched one process but this one differs "
+                             "(momentum not kept between steps? store it in the `momentum` dict)", **where)
         # which elements are right on which rank
         right = [(res["after"][0] - one).abs() <= TOL for res in results]
         if all(right[r][lo:hi].all() and not right[r].all() for r, (lo, hi) in enumerate(bounds)):
-            return False, where + tr(": on each rank only its own shard is up to date (rank 0 holds "
-                                     "[{lo}, {hi}) right, the rest stale): after updating your shard, "
-                                     "all-gather (ring_all_gather(params)) so every rank gets every "
-                                     "updated shard", lo=bounds[0][0], hi=bounds[0][1])
+            return False, tr("after step {step}: on each rank only its own shard is up to date (rank 0 holds "
+                             "[{lo}, {hi}) right, the rest stale): after updating your shard, "
+                             "all-gather (ring_all_gather(params)) so every rank gets every "
+                             "updated shard", lo=bounds[0][0], hi=bounds[0][1], **where)
         stale = [i for i in range(L) if all((res["after"][0][i] - init[i]).abs() <= TOL
                                             for res in results)]
         if len(stale) == L:
-            return False, where + tr(": no element changed on any rank: update params in place "
-                                     "(params[lo:hi] -= ...) where lo, hi = chunk_bounds({L}, {n})[rank], "
-                                     "the shard the all-gather takes from this rank", L=L, n=n)
+            return False, tr("after step {step}: no element changed on any rank: update params in place "
+                             "(params[lo:hi] -= ...) where lo, hi = chunk_bounds({L}, {n})[rank], "
+                             "the shard the all-gather takes from this rank", L=L, n=n, **where)
         from labkit.zero.exercise import local_grad
         lr = results[0].get("lr", 0.1)
         for r, (res, (lo, hi)) in enumerate(zip(results, bounds)):
             mine = res["after"][0][lo:hi] - init[lo:hi]
             if hi > lo and (mine + lr * local_grad(L, 0, r)[lo:hi]).abs().max() <= TOL:
-                return False, where + tr(": rank {r} updated its shard with its own local gradient: "
-                                         "reduce the gradients over ranks first (reduce-scatter, then "
-                                         "divide by {n})", r=r, n=n)
+                return False, tr("after step {step}: rank {r} updated its shard with its own local gradient: "
+                                 "reduce the gradients over ranks first (reduce-scatter, then "
+                                 "divide by {n})", r=r, n=n, **where)
         if stale and len(stale) < L:
-            return False, where + tr(": elements {stale} were updated by no rank: your shards do "
-                                     "not cover all {L} elements; use chunk_bounds({L}, {n}) = {bounds} "
-                                     "(equal shards of {L} // {n} = {q} miss the remainder)",
-                                     stale=stale[:4], L=L, n=n, bounds=bounds, q=L // n)
+            return False, tr("after step {step}: elements {stale} were updated by no rank: your shards do "
+                             "not cover all {L} elements; use chunk_bounds({L}, {n}) = {bounds} "
+                             "(equal shards of {L} // {n} = {q} miss the remainder)",
+                             stale=stale[:4], L=L, n=n, bounds=bounds, q=L // n, **where)
         upd = results[0]["after"][0] - init
         want = one - init
         ratio = (upd.norm() / want.norm()).item() if want.norm() > 0 else 0
         if abs(ratio - n) < 0.05 * n and n > 1:
-            return False, where + tr(": the update is {n} times too large (a factor N = {n}): divide "
-                                     "the summed gradient by the world size ({n}) to get the mean", n=n)
+            return False, tr("after step {step}: the update is {n} times too large (a factor N = {n}): divide "
+                             "the summed gradient by the world size ({n}) to get the mean", n=n, **where)
         if n > 1 and abs(ratio - 1 / n) < 0.05 / n:
-            return False, where + tr(": the update is 1/{n} of one process's (a factor 1/N): the "
-                                     "gradient was divided by {n} twice; ring_reduce_scatter sums, so "
-                                     "divide once, before or after it", n=n)
+            return False, tr("after step {step}: the update is 1/{n} of one process's (a factor 1/N): the "
+                             "gradient was divided by {n} twice; ring_reduce_scatter sums, so "
+                             "divide once, before or after it", n=n, **where)
         if n > 2 and abs(ratio - (n - 1) / n) < 0.05:
-            return False, where + tr(": the update is {m}/{n} of one process's (a factor "
-                                     "(N-1)/N): one rank's gradient is missing from the sum", m=n - 1, n=n)
+            return False, tr("after step {step}: the update is {m}/{n} of one process's (a factor "
+                             "(N-1)/N): one rank's gradient is missing from the sum", m=n - 1, n=n, **where)
         disagree = any((res["after"][0] - results[0]["after"][0]).abs().max() > TOL
                        for res in results)
         r, d = bad[0]
         i = int(d.argmax())
         hint = (tr("ranks disagree with each other: was the gradient reduced over ranks?")
                 if disagree else tr("reduce-scatter the gradient, update your shard, all-gather"))
-        return False, where + tr(": rank {r} element {i} differs from one process by {d:.3g} ({hint})",
-                                 r=r, i=i, d=d[i].item(), hint=hint)
+        return False, tr("after step {step}: rank {r} element {i} differs from one process by {d:.3g} ({hint})",
+                         r=r, i=i, d=d[i].item(), hint=hint, **where)
     sent = max(res.get("sent", 0) for res in results)
     big = results[0].get("big")
     if big and n > 1:
         ideal = 2 * (n - 1) / n * big * 4
         if sent > 1.2 * ideal:
             factor = sent / ideal
-            named = (tr(" (3/2 as much: an all-reduce, 2(N-1)/N, plus the all-gather, (N-1)/N, is "
-                        "3(N-1)/N against 2(N-1)/N; the right bytes are 2/3 of yours)")
-                     if abs(factor - 1.5) < 0.1 else tr(" ({factor:.2f} times as much)", factor=factor))
+            f = dict(sent=sent / (big * 4), ideal=ideal / (big * 4), factor=factor)
+            if abs(factor - 1.5) < 0.1:
+                return False, tr("right values, but each rank sent {sent:.2f}x the vector's bytes where "
+                                 "reduce-scatter + all-gather send {ideal:.2f}x (3/2 as much: an "
+                                 "all-reduce, 2(N-1)/N, plus the all-gather, (N-1)/N, is 3(N-1)/N against "
+                                 "2(N-1)/N; the right bytes are 2/3 of yours): an all-reduce where a "
+                                 "reduce-scatter suffices?", **f)
             return False, tr("right values, but each rank sent {sent:.2f}x the vector's bytes where "
-                             "reduce-scatter + all-gather send {ideal:.2f}x{named}: an all-reduce "
-                             "where a reduce-scatter suffices?", sent=sent / (big * 4),
-                             ideal=ideal / (big * 4), named=named)
+                             "reduce-scatter + all-gather send {ideal:.2f}x ({factor:.2f} times as "
+                             "much): an all-reduce where a reduce-scatter suffices?", **f)
     return True, tr("{n} ranks, {steps} steps on {L} elements (uneven shards): same as labkit's "
                     "reference and as one process; momentum kept for the own shard only; "
                     "reduce-scatter + all-gather bytes", n=n, steps=len(results[0]["after"]), L=L)

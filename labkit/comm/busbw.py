@@ -13,7 +13,7 @@ here: no GPU). The command line is `python -m labkit.bench collectives`.
 """
 import statistics
 from labkit.figtext import figsize as _figsize, size as _fs
-from labkit.i18n import N_, tr, tr_fig, trc
+from labkit.i18n import N_, tr, tr_fig, tr_join
 
 OPS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "ring_all_reduce", "naive_all_reduce"]
 FACTOR_OP = {"ring_all_reduce": "all_reduce", "naive_all_reduce": "all_reduce"}
@@ -141,7 +141,7 @@ def observations(rows, margin: float = 1.1) -> list:
                  for s in sizes if (slow, s) in get and (fast, s) in get}
         hits = [s for s, x in times.items() if x > margin]
         if hits:
-            said.append(words.format(sizes=trc("list separator", ", ").join(
+            said.append(words.format(sizes=tr_join(
                 tr("{size} (the ring {x:.1f}x the time)", size=human(s), x=times[s]) for s in hits)))
     return said
 

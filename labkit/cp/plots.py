@@ -43,9 +43,12 @@ def ring_steps(n: int = 4, seq: int = 16, layout: str = "contiguous", causal: bo
     if legend:
         ax.legend(*_ring_legend(), loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3,
                   fontsize=fs(8), frameon=False)
-    ax.set_title(title or tr_fig("ring attention, {layout} layout{causal}\nthe K/V block each rank holds; "
-                                 "arrows: sent on (rank {last}'s to rank 0)", layout=layout,
-                                 causal=tr_fig(", causal") if causal else "", last=n - 1), fontsize=fs(10))
+    ax.set_title(title or (tr_fig("ring attention, {layout} layout, causal\nthe K/V block each rank holds; "
+                                  "arrows: sent on (rank {last}'s to rank 0)", layout=layout, last=n - 1)
+                           if causal else
+                           tr_fig("ring attention, {layout} layout\nthe K/V block each rank holds; "
+                                  "arrows: sent on (rank {last}'s to rank 0)", layout=layout, last=n - 1)),
+                 fontsize=fs(10))
     return ax
 
 
@@ -59,8 +62,8 @@ def ring_steps_pair(n: int = 4, seq: int = 16, causal: bool = True, figsize=(12.
     fig, axes = plt.subplots(1, 2, figsize=figsize)
     for ax, lay, name in zip(axes, L.LAYOUTS, (tr_fig("contiguous"), tr_fig("zig-zag"))):
         ring_steps(n, seq, lay, causal, ax=ax, legend=False,
-                   title=tr_fig("{name}{causal}: K/V block held per step", name=name,
-                                causal=tr_fig(", causal") if causal else ""))
+                   title=tr_fig("{name}, causal: K/V block held per step", name=name) if causal else
+                   tr_fig("{name}: K/V block held per step", name=name))
     fig.legend(*_ring_legend(), loc="lower center", ncol=3, fontsize=fs(8), frameon=False,
                title=tr_fig("one square per (query chunk, key chunk) pair: 1 contiguous, 2 x 2 zig-zag"),
                title_fontsize=fs(8))

@@ -7,6 +7,9 @@
     check [--lang zh]         what is wrong with the translations (exit 1 if any): stale or fuzzy
                               cells, code cells whose code changed, untranslated markdown cells,
                               messages untranslated or fuzzy
+    mo                        compile labkit/locale/<lang>/LC_MESSAGES/labkit.po into labkit.mo
+                              beside it (what the standard library's gettext reads; scripts/setup
+                              runs it, the package's build does it into the wheel: setup.py)
     convert [--lang zh] [--delete]
                               carry the old store (labkit/i18n/zh*.py, i18n/zh/*/*.md), where a
                               merged branch still has it, into the .po files (labkit.i18n.convert)
@@ -76,12 +79,18 @@ def check(lang: str) -> list:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m labkit.i18n")
     sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("mo")
     for name in ("update", "check", "convert"):
         s = sub.add_parser(name)
         s.add_argument("--lang", default="zh")
         if name == "convert":
             s.add_argument("--delete", action="store_true", help="remove the old store once imported")
     args = p.parse_args(argv)
+    if args.cmd == "mo":
+        from labkit.i18n.mo import build_all
+        from labkit.i18n.po import LOCALE, ROOT
+        print("\n".join(str(m.relative_to(ROOT)) for m in build_all(LOCALE)))
+        return 0
     if args.cmd == "convert":
         from labkit.i18n.convert import convert
         print("\n".join(convert(args.lang, delete=args.delete)))

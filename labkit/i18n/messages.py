@@ -13,9 +13,23 @@ name stay as they are in every language (labkit.verdict). Keys are string litera
 built from pieces or computed, so that `pybabel extract` (labkit.i18n.po.KEYWORDS) finds them.
 """
 import gettext
+import pathlib
 
 from labkit.i18n.lang import lang
-from labkit.i18n.po import fields_of, messages_po  # noqa: F401  (fields_of: part of the API)
+
+LOCALE = pathlib.Path(__file__).resolve().parents[1] / "locale"     # as labkit.i18n.po.LOCALE
+
+
+def messages_po(code: str) -> pathlib.Path:
+    """labkit/locale/<code>/LC_MESSAGES/labkit.po (labkit.i18n.po.messages_po, without
+    importing polib and Babel: a learner's import reads only the compiled .mo)."""
+    return LOCALE / code / "LC_MESSAGES" / "labkit.po"
+
+
+def fields_of(text: str) -> list:
+    """The format fields of a message, in order (labkit.i18n.po.fields_of)."""
+    from labkit.i18n.po import fields_of as fields
+    return fields(text)
 
 _catalogs = {}
 
@@ -44,11 +58,16 @@ class Catalog(dict):
 
 
 def load(code: str, path=None) -> Catalog:
-    """The catalog of `code` from its .po file (empty when there is none)."""
-    import polib
-    path = path or messages_po(code)
+    """The catalog of `code`: its compiled .mo beside the .po, read with the standard library's
+    gettext, where one was built from the .po as it is now (labkit.i18n.mo); else the .po itself,
+    read with polib (empty when there is neither)."""
+    path = pathlib.Path(path or messages_po(code))
+    compiled = _load_mo(path.with_suffix(".mo"), path)
+    if compiled is not None:
+        return compiled
     if not path.exists():
         return Catalog()
+    import polib
     po = polib.pofile(str(path))
     out = Catalog(plural=po.metadata.get("Plural-Forms", ""))
     for e in po:
@@ -60,6 +79,32 @@ def load(code: str, path=None) -> Catalog:
                 out[(e.msgctxt, e.msgid)] = forms
         elif e.msgstr:
             out[(e.msgctxt, e.msgid)] = e.msgstr
+    return out
+
+
+def _load_mo(mo: pathlib.Path, po: pathlib.Path):
+    """The Catalog of a .mo file, or None where there is none or it was built from another
+    version of `po` (a translator's edit not compiled yet: the .po is read instead)."""
+    from labkit.i18n.mo import is_current
+    if not mo.exists():
+        return None
+    with open(mo, "rb") as f:
+        t = gettext.GNUTranslations(f)
+    if po.exists() and not is_current(t.info(), po):
+        return None
+    out = Catalog(plural=t.info().get("plural-forms", ""))
+    plurals = {}
+    for key, text in t._catalog.items():        # gettext's own table: msgid or (msgid, form)
+        msgid, form = key if isinstance(key, tuple) else (key, None)
+        if not msgid:
+            continue                            # the header
+        ctx, _, msgid = msgid.rpartition("\x04") if "\x04" in msgid else (None, "", msgid)
+        if form is None:
+            out[(ctx, msgid)] = text
+        else:
+            plurals.setdefault((ctx, msgid), {})[form] = text
+    for k, forms in plurals.items():
+        out[k] = [forms[i] for i in sorted(forms)]
     return out
 
 
@@ -110,6 +155,31 @@ def N_(text: str) -> str:
     """`text` unchanged: marks a key that is translated later, where it is shown (a table's
     header, a widget's choice, a value in a dict of labels), so that extraction finds it."""
     return text
+
+
+# a list in the learner's language: one message per separator, two fields each, so that a
+# language picks its own mark (Chinese: "{a}；{b}", "{a}，{b}") and no message is a fragment
+_JOINED = {", ": N_("{a}, {b}"), "; ": N_("{a}; {b}")}
+
+
+def tr_join(items, sep: str = ", ") -> str:
+    """`sep`.join(items) in the current language (`sep`: ", " or "; "): English unchanged."""
+    items = [str(x) for x in items]
+    out = items[0] if items else ""
+    for item in items[1:]:
+        out = tr(_JOINED[sep], a=out, b=item)
+    return out
+
+
+class ShownName(str):
+    """A name that is also a program value (a dict key, an argument such as train(wrong=...)):
+    equal to its English text everywhere a program reads it, and shown in the learner's language
+    where it is formatted (an f-string's field, a Table cell): ShownName("no DP reduction").
+    `str(name)` and `repr(name)` stay English. Extraction finds a literal ShownName("...") as a key."""
+    __slots__ = ()
+
+    def __format__(self, spec: str) -> str:
+        return format(tr(str(self)), spec)
 
 
 def tr_fig(text: str, /, **fields) -> str:

@@ -29,7 +29,8 @@ MESSAGES_POT = LOCALE / f"{DOMAIN}.pot"
 FOLDERS = ("notebooks", "slides")
 # Babel's keyword specs: tr(text), tr_fig(text), N_(text) (a text translated later, where it is
 # used: table headers, widget choices), trn(singular, plural, n), trc(context, text)
-KEYWORDS = {"tr": None, "tr_fig": None, "N_": None, "trn": (1, 2), "trc": ((1, "c"), 2)}
+KEYWORDS = {"tr": None, "tr_fig": None, "N_": None, "trn": (1, 2), "trc": ((1, "c"), 2),
+            "ShownName": None}     # labkit.i18n.ShownName("..."): a program value shown translated
 PLURALS = {"zh": "nplurals=1; plural=0;"}
 LANGUAGE_NAMES = {"zh": "Chinese (Simplified)"}
 HEADER_COMMENT = ("# labkit's messages: what it prints and draws (tr, tr_fig, trn, trc, N_).\n"
@@ -212,10 +213,15 @@ def table_texts(code: str) -> list:
             return [node]
         if isinstance(node, (ast.List, ast.Tuple)):
             return [e for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):     # ["..."] + [f"rank {r}" ...]
+            return header(node.left) + header(node.right)
         return []
+
+    def header(node):
+        return strings(node) if isinstance(node, (ast.List, ast.Tuple, ast.BinOp)) else []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) in TABLE_CALLS:
-            found = strings(node.args[0]) if node.args and isinstance(node.args[0], (ast.List, ast.Tuple)) else []
+            found = header(node.args[0]) if node.args else []
             for kw in node.keywords:
                 if kw.arg in ("title", "notes"):
                     found += strings(kw.value)
@@ -224,6 +230,25 @@ def table_texts(code: str) -> list:
 
 
 TABLE_COMMENT = "a table's header, title or note (labkit.tables.Table translates it where it is shown)"
+# Calls in notebook and deck code cells that translate their second argument where they show it,
+# when it is a string literal (an f-string is translated in the cell's translation instead):
+# labkit.verdict.verdict(ok, "text") and labkit.show.before_after(results, "title")
+TEXT_CALLS = ("verdict", "before_after", "before_after_figure")
+TEXT_COMMENT = "a code cell's verdict(ok, ...) text or before_after(..., title) (translated where it is shown)"
+
+
+def call_texts(code: str) -> list:
+    """[(line, text)]: the literal second arguments of the TEXT_CALLS in `code`."""
+    import ast
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    return [(node.lineno, node.args[1].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and len(node.args) > 1
+            and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) in TEXT_CALLS
+            and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+            and node.args[1].value.strip()]
 
 
 def extract_messages(package: pathlib.Path = PKG, root: pathlib.Path = ROOT, listed_too: bool = True,
@@ -237,7 +262,7 @@ def extract_messages(package: pathlib.Path = PKG, root: pathlib.Path = ROOT, lis
     from babel.messages.extract import extract_from_dir, extract_python
     cat = Catalog(project=DOMAIN, charset="utf-8", fuzzy=False)
     for filename, lineno, message, comments, context in extract_from_dir(
-            str(package), method_map=[("**/i18n/**.py", "ignore"), ("**.py", "python")],
+            str(package), method_map=[("**/i18n/messages.py", "python"), ("**/i18n/**.py", "ignore"), ("**.py", "python")],
             keywords=KEYWORDS, comment_tags=("i18n:",), strip_comment_tags=True):
         cat.add(message, None, [(f"labkit/{filename}", lineno)], auto_comments=comments,
                 context=context)
@@ -248,6 +273,8 @@ def extract_messages(package: pathlib.Path = PKG, root: pathlib.Path = ROOT, lis
     for where, code in _notebook_sources(root):
         for lineno, text in table_texts(code) if tables else ():
             _add_table_text(cat, text, where, lineno)
+        for lineno, text in call_texts(code):
+            _add_table_text(cat, text, where, lineno, TEXT_COMMENT)
         try:
             found = list(extract_python(io.BytesIO(code.encode("utf-8")), KEYWORDS, ("i18n:",),
                                         {"encoding": "utf-8"}))
@@ -285,10 +312,10 @@ def merge_messages(cat, pot) -> None:
             m.previous_id = []
 
 
-def _add_table_text(cat, text, where, lineno):
+def _add_table_text(cat, text, where, lineno, comment=TABLE_COMMENT):
     m = cat.get(text)
     if m is None:
-        cat.add(text, None, [(where, lineno)], auto_comments=[TABLE_COMMENT])
+        cat.add(text, None, [(where, lineno)], auto_comments=[comment])
     else:
         m.locations.append((where, lineno))
 
@@ -306,9 +333,38 @@ def write_catalog(cat, path, omit_header=False) -> None:
         cat.revision_date = cat.creation_date
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
+    with open(path, "wb") as f, _previous_unwrapped():
         write_po(f, cat, width=0, include_previous=True, sort_output=False, omit_header=omit_header,
                  include_lineno=False)
+
+
+class _PreviousWrapper:
+    """Babel wraps every comment at 76 columns, the previous English (``#| msgid "..."``) too, which
+    splits it into lines msgfmt and polib cannot read: keep that one whole, one line per line."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __call__(self, *args, **kw):
+        wrapper = self.inner(*args, **kw)
+        wrap = wrapper.wrap
+        wrapper.wrap = lambda text: text.split("\n") if text.startswith(("msgid ", "msgid_plural ")) else wrap(text)
+        return wrapper
+
+
+def _previous_unwrapped():
+    import contextlib
+    from babel.messages import pofile
+
+    @contextlib.contextmanager
+    def patched():
+        inner = pofile.TextWrapper
+        pofile.TextWrapper = _PreviousWrapper(inner)
+        try:
+            yield
+        finally:
+            pofile.TextWrapper = inner
+    return patched()
 
 
 def read_catalog(path, lang=None):
@@ -348,7 +404,8 @@ def computed_keys(package: pathlib.Path = PKG) -> list:
 
 def is_fragment(msgid: str) -> bool:
     """A piece of a sentence: begins or ends with whitespace, or begins with a punctuation mark
-    (", while ...", " at {at}", "; ..."), or opens a bracket it does not close."""
+    (", while ...", " at {at}", "; ..."; an ellipsis, "... {n:,} bytes not shown", begins a
+    sentence), or opens a bracket it does not close."""
     import re
-    return (msgid != msgid.strip() or bool(re.match(r"^[,;:.)（]", msgid))
+    return (msgid != msgid.strip() or bool(re.match(r"^[,;:.)（]", msgid) and not msgid.startswith("... "))
             or (msgid[:1] == "(" and msgid[-1:] != ")"))

@@ -139,7 +139,7 @@ def table(breakdowns: list, formula: Breakdown = None, unit: str = "B"):
     cats = [k for k in Breakdown.__dataclass_fields__
             if k in rows[0].as_dict() and any(getattr(b, k) for b in rows)]
     fmt = (lambda v: f"{v / div:,.0f}") if unit == "B" else (lambda v: f"{v / div:,.3f}")
-    header = [""] + cats + ["total"] + (["measured - formula"] if formula is not None else [])
+    header = [""] + cats + ["total"] + ([N_("measured - formula")] if formula is not None else [])
     out = []
     for b in rows:
         name = tr("formula") if b is formula else (" ".join(b.label.split()[:2])

@@ -6,6 +6,8 @@ measured and may be fractional when a formula divides by the world size.
 """
 from dataclasses import dataclass, replace
 
+from labkit.i18n import N_, tr
+
 GB = 1e9            # bytes; the notes and the ZeRO paper count in decimal GB (70B x 2 B = 140 GB)
 GiB = 2 ** 30       # bytes; what nvidia-smi and DeepSpeed's estimator print
 
@@ -92,9 +94,9 @@ class Breakdown:
         rows = [[c, f"{v / unit:,.3f}", f"{100 * v / tot:.1f} %", "host" if c in self.on_host else ""]
                 for c, v in self.nonzero().items()]
         rows.append(["total", f"{self.total / unit:,.3f}", "100.0 %", ""])
-        notes = ([f"on the device {self.device / unit:,.3f} {name}, on the host "
-                  f"{self.host / unit:,.3f} {name}"] if self.on_host else [])
-        header = ["category", name, "share", "held on"] if self.on_host else ["category", name, "share"]
+        notes = ([tr("on the device {device:,.3f} {name}, on the host {host:,.3f} {name}",
+                     device=self.device / unit, host=self.host / unit, name=name)] if self.on_host else [])
+        header = [N_("category"), name, N_("share"), N_("held on")] if self.on_host else [N_("category"), name, N_("share")]
         if not self.on_host:
             rows = [r[:3] for r in rows]
         return Table(header, rows, align="lrrl"[:len(header)], title=self.label, notes=notes)
@@ -102,8 +104,10 @@ class Breakdown:
     def __repr__(self) -> str:
         parts = " + ".join(f"{c} {fmt_bytes(v)}" for c, v in self.nonzero().items())
         head = f"Breakdown({self.label}: " if self.label else "Breakdown("
-        host = f", {fmt_bytes(self.host)} of it on host" if self.on_host else ""
-        return f"{head}{parts or '0 B'} = {fmt_bytes(self.total)}{host})"
+        if self.on_host:                   # the one sentence in it, in the learner's language
+            return tr("{head}{parts} = {total}, {host} of it on host)", head=head, parts=parts or "0 B",
+                      total=fmt_bytes(self.total), host=fmt_bytes(self.host))
+        return f"{head}{parts or '0 B'} = {fmt_bytes(self.total)})"
 
 
 def category_help() -> dict:

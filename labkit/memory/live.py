@@ -138,7 +138,7 @@ class Display(LiveFigure):
     """Notebook side: stacked bars by category, one panel per rank, one bar per (step, phase),
     redrawn while the run goes on (labkit.livefig.LiveFigure); the final figure stays as a PNG."""
 
-    def __init__(self, cluster, title: str = "memory per rank, live (labkit.emit)", fps: float = 3.0,
+    def __init__(self, cluster, title: str = N_("memory per rank, live (labkit.emit)"), fps: float = 3.0,
                  unit: float = 1e6, unit_name: str = "MB"):
         super().__init__(cluster, fps)
         self.title, self.unit, self.unit_name = title, unit, unit_name
@@ -168,7 +168,7 @@ def figure(bars: dict, title: str = "", unit: float = 1e6, unit_name: str = "MB"
         for c in CATEGORIES:
             vals = [snap.get(c, 0) / unit for _, snap in rows]
             if any(vals):
-                ax.bar(range(len(rows)), vals, bottom=bottom, color=COLORS[c], label=c, width=0.8)
+                ax.bar(range(len(rows)), vals, bottom=bottom, color=COLORS[c], label=tr_fig(c), width=0.8)
                 bottom = [b + v for b, v in zip(bottom, vals)]
         ax.set_xticks(range(len(rows)))
         ax.set_xticklabels([_short(lbl) for lbl, _ in rows], rotation=90, fontsize=_fs(7))
@@ -189,5 +189,5 @@ def figure(bars: dict, title: str = "", unit: float = 1e6, unit_name: str = "MB"
 
 def _short(label: str) -> str:
     step, _, phase = label.partition(":")
-    phase = {"after forward": "fwd", "during backward": "bwd", "after step": "step"}.get(phase, phase)
-    return f"s{step} {phase}"
+    phase = {"after forward": N_("fwd"), "during backward": N_("bwd"), "after step": N_("step")}.get(phase, phase)
+    return f"s{step} {tr_fig(phase)}"

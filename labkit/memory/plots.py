@@ -12,11 +12,20 @@ from labkit.memory.activations import activations, fits, gpt_shape
 from labkit.memory.breakdown import CATEGORIES, GB, Breakdown
 from labkit.memory.formulas import model_states
 from labkit.figtext import figsize as _figsize, size as _fs, slides as _on_slide
-from labkit.i18n import lang, tr_fig           # figure text in the learner's language
+from labkit.i18n import N_, tr_fig, trc        # figure text in the learner's language
 
 COLORS = {"params": "#4C72B0", "grads": "#DD8452", "master": "#55A868", "momentum": "#8172B3",
           "variance": "#937860", "other": "#DA8BC3", "buffers": "#8C8C8C",
           "activations": "#CCB974", "temporary": "#64B5CD"}
+# what the legend says for each of Breakdown's fields (the field names stay as they are)
+LABELS = {"params": N_("params"), "grads": N_("grads"), "master": N_("master"), "momentum": N_("momentum"),
+          "variance": N_("variance"), "other": N_("other"), "buffers": N_("buffers"),
+          "activations": N_("activations"), "temporary": N_("temporary")}
+
+
+def _patch(c: str) -> Patch:
+    """A legend entry for category `c`, in the learner's language."""
+    return Patch(color=COLORS[c], label=tr_fig(LABELS[c]))
 
 
 def _unit(values) -> tuple:
@@ -38,12 +47,12 @@ def _stack(ax, x, b: Breakdown, div: float, width: float, hatch=None, alpha=1.0)
 
 
 def _legend(ax, used) -> None:
-    handles = [Patch(color=COLORS[c], label=c) for c in CATEGORIES if c in used]
+    handles = [_patch(c) for c in CATEGORIES if c in used]
     handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label=tr_fig("formula")))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=_fs(8))
 
 
-def plot_ranks(measured: list, formula=None, title: str = "memory per rank", ax=None):
+def plot_ranks(measured: list, formula=None, title: str = N_("memory per rank"), ax=None):
     """Measured stacked bar per rank with the formula's bar (hatched) beside it.
 
     `formula` is one Breakdown for every rank or a list, one per rank. The difference
@@ -81,7 +90,7 @@ def plot_ranks(measured: list, formula=None, title: str = "memory per rank", ax=
 
 
 def plot_breakdown(breakdowns: list, labels=None, gpu_gb: float = None, title: str = "", ax=None,
-                   per: str = "GPU", log: bool = False):
+                   per: str = N_("GPU"), log: bool = False):
     """Formula (or measured) bars side by side, with an optional GPU memory line (in GB).
 
     Stacked by category on a linear axis; `log=True` draws each group (parameters,
@@ -106,7 +115,7 @@ def plot_breakdown(breakdowns: list, labels=None, gpu_gb: float = None, title: s
     ax.set_title(tr_fig(title), fontsize=_fs(10))
     top = max([b.total / div for b in breakdowns] + [(gpu_gb or 0) * GB / div])
     ax.set_ylim(0, 1.15 * top)
-    handles = [Patch(color=COLORS[c], label=c) for c in CATEGORIES if c in used]
+    handles = [_patch(c) for c in CATEGORIES if c in used]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=_fs(8))
     if fig is not None:
         fig.tight_layout()
@@ -115,7 +124,7 @@ def plot_breakdown(breakdowns: list, labels=None, gpu_gb: float = None, title: s
 
 def _gpu_line(ax, gpu_gb: float, div: float) -> None:
     ax.axhline(gpu_gb * GB / div, color="crimson", linestyle="--", linewidth=1.2)
-    ax.annotate(tr_fig("{gb:g} GB GPU ", gb=gpu_gb), (0.99, gpu_gb * GB / div), color="crimson",
+    ax.annotate(tr_fig("{gb:g} GB GPU", gb=gpu_gb) + " ", (0.99, gpu_gb * GB / div), color="crimson",
                 xycoords=("axes fraction", "data"), va="bottom", ha="right", fontsize=_fs(8))
 
 
@@ -124,11 +133,10 @@ GROUPS = {"parameters": ("params",), "gradients": ("grads",),
           "optimizer state": ("master", "momentum", "variance", "other"),
           "activations": ("activations", "temporary")}
 def _group_label(g: str) -> str:
-    """A group's legend label in the learner's language. The catalog's "parameters" is a count
-    (a widget's 参数量); the memory that parameters take is its one category's word ("params")."""
-    if lang() != "en" and g == "parameters":
-        return tr_fig(GROUPS[g][0])
-    return tr_fig(g)
+    """A group's legend label in the learner's language ("parameters" with a context: elsewhere
+    it is a count, a widget's 参数量; here the memory they take)."""
+    return {"parameters": trc("memory taken by", "parameters"), "gradients": tr_fig("gradients"),
+            "optimizer state": tr_fig("optimizer state"), "activations": tr_fig("activations")}[g]
 
 
 GROUP_COLORS = {"parameters": COLORS["params"], "gradients": COLORS["grads"],
@@ -198,19 +206,20 @@ def explorer_figure(n_params=7e9, world_size=1, zero_stage=0, precision="mixed",
                                  gridspec_kw={"width_ratios": [1, 2.2]}, layout="constrained" if slide else None)
     plot_breakdown([here], labels=[tr_fig("this setting:") + f"\nZeRO-{zero_stage}, N={world_size}"], gpu_gb=gpu_gb, ax=a1)
     a1.get_legend().remove()
-    handles = [Patch(color=COLORS[c], label=c) for c in CATEGORIES if getattr(here, c)]
+    handles = [_patch(c) for c in CATEGORIES if getattr(here, c)]
     if slide:                              # under both panels, in one or two rows
         fig.legend(handles=handles, loc="outside lower left", ncol=3, fontsize=_fs(7),
                    title=tr_fig("left panel"), title_fontsize=_fs(7), alignment="left")
     else:
         a1.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=_fs(7))
-    verdict = tr_fig("fits") if fit.fits else tr_fig("does NOT fit")
-    amount = (tr_fig("(spare {gb:.1f} GB)", gb=abs(fit.margin) / GB) if fit.fits
-              else tr_fig("(over by {gb:.1f} GB)", gb=abs(fit.margin) / GB))
-    a1.set_title(("" if slide else tr_fig("one GPU holds: ")) + verdict + "\n" +
-                 tr_fig("{need:.1f} of {cap:g} GB ", need=fit.needed / GB, cap=gpu_gb) +
-                 (chr(10) if slide else "") + amount,
-                 fontsize=_fs(10), color="darkgreen" if fit.fits else "crimson")
+    f = dict(need=fit.needed / GB, cap=gpu_gb, gb=abs(fit.margin) / GB)
+    if slide:                              # shorter, on three lines
+        head = (tr_fig("fits\n{need:.1f} of {cap:g} GB\n(spare {gb:.1f} GB)", **f) if fit.fits else
+                tr_fig("does NOT fit\n{need:.1f} of {cap:g} GB\n(over by {gb:.1f} GB)", **f))
+    else:
+        head = (tr_fig("one GPU holds: fits\n{need:.1f} of {cap:g} GB (spare {gb:.1f} GB)", **f) if fit.fits else
+                tr_fig("one GPU holds: does NOT fit\n{need:.1f} of {cap:g} GB (over by {gb:.1f} GB)", **f))
+    a1.set_title(head, fontsize=_fs(10), color="darkgreen" if fit.fits else "crimson")
     plot_breakdown(stages, labels=[f"ZeRO-{s}" for s in range(4)], gpu_gb=gpu_gb, ax=a2, log=log,
                    title=tr_fig("every ZeRO stage, same setting") if slide else
                    tr_fig("every ZeRO stage, same setting: {b:g}B params, {precision} {optimizer}, "

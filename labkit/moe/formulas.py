@@ -18,6 +18,8 @@ k without dividing (balanced routing gives k x weight).
 """
 import math
 
+from labkit.i18n import ShownName
+
 
 def capacity(tokens: int, experts: int, k: int, capacity_factor) -> int:
     """Slots per expert: ceil(capacity_factor x k x tokens / experts); no limit when None."""
@@ -54,8 +56,8 @@ def aux_loss(fraction: list, mean_prob: list, weight: float = 0.01) -> float:
     return weight * len(fraction) * sum(f * p for f, p in zip(fraction, mean_prob))
 
 
-AUX_CONVENTIONS = ("all k / k (Megatron-core, labkit)", "first choices (GShard top-2)",
-                   "all k, not / k (Hugging Face Mixtral)")
+AUX_CONVENTIONS = (ShownName("all k / k (Megatron-core, labkit)"), ShownName("first choices (GShard top-2)"),
+                   ShownName("all k, not / k (Hugging Face Mixtral)"))
 
 
 def aux_loss_conventions(choices: list, mean_prob: list, weight: float = 0.01) -> dict:

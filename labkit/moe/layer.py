@@ -38,10 +38,10 @@ class Expert(nn.Module):
         return self.fc2(F.gelu(self.fc1(x)))
 
 
-def where() -> str:
-    """'on rank N' inside a process group, '' on one device."""
+def where():
+    """This process's rank inside a process group, None on one device."""
     import torch.distributed as dist
-    return tr(" on rank {rank}", rank=dist.get_rank()) if dist.is_available() and dist.is_initialized() else ""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else None
 
 
 def route(logits: torch.Tensor, k: int, capacity_factor=None, bias=None):
@@ -124,9 +124,13 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != self.hidden:
-            raise ValueError(tr("MoE{where}: expected tokens of shape (tokens, {hidden}), got {shape}: "
-                                "flatten (batch, sequence) into tokens and check the hidden size",
-                                where=where(), hidden=self.hidden, shape=tuple(x.shape)))
+            f = dict(rank=where(), hidden=self.hidden, shape=tuple(x.shape))
+            raise ValueError(tr("MoE: expected tokens of shape (tokens, {hidden}), got {shape}: flatten "
+                                "(batch, sequence) into tokens and check the hidden size", **f)
+                             if f["rank"] is None else
+                             tr("MoE on rank {rank}: expected tokens of shape (tokens, {hidden}), got "
+                                "{shape}: flatten (batch, sequence) into tokens and check the hidden "
+                                "size", **f))
         probs, expert, gate, keep = route(self.router(x), self.k, self.capacity_factor, self.expert_bias)
         self.aux_loss = load_balancing_loss(probs, expert, self.aux_loss_weight)
         self.tokens_per_expert = torch.bincount(expert[keep], minlength=self.num_experts)

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from labkit.i18n import tr, trc
+from labkit.i18n import tr, tr_join
 from labkit.moe.alltoall import all_to_all, exchange_counts
 from labkit.moe.layer import MoE, run_grouped
 
@@ -51,7 +51,7 @@ def check_shapes(x: torch.Tensor, hidden: int, group=None) -> None:
     bad = [(j, w) for j, (d, w) in enumerate(t.tolist() for t in every) if d != 2 or w != hidden]
     if bad:
         glob = (lambda g: g) if group is None else (lambda g: dist.get_global_rank(group, g))
-        who = trc("list separator", ", ").join(tr("rank {r} has hidden size {w}", r=glob(j), w=w) for j, w in bad)
+        who = tr_join(tr("rank {r} has hidden size {w}", r=glob(j), w=w) for j, w in bad)
         raise ValueError(tr("MoE on rank {rank}: expected tokens of shape (tokens, {hidden}) on every rank, "
                             "but {who}: give every rank tokens of the layer's hidden size",
                             rank=dist.get_rank(), hidden=hidden, who=who))

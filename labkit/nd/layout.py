@@ -66,6 +66,11 @@ def _order(order: str, cp: int = 1) -> tuple:
     return tuple(dims)
 
 
+def product(*factors) -> str:
+    """The factors of a layout joined as a product, 'dp 2 x pp 2 x tp 8' (Chinese writes ×)."""
+    return functools.reduce(lambda a, b: tr("{a} x {b}", a=a, b=b), factors)
+
+
 def problems(dp: int, pp: int, tp: int, world_size: int = None, gpus_per_node: int = None,
              layers: int = None, heads: int = None, hidden: int = None, cp: int = 1, ep: int = 1,
              seq: int = None, experts: int = None) -> list:
@@ -80,7 +85,7 @@ def problems(dp: int, pp: int, tp: int, world_size: int = None, gpus_per_node: i
         return out
     n = dp * pp * tp * cp
     if world_size is not None and n != world_size:
-        dims = f"dp({dp}) x pp({pp}) x tp({tp})" + (f" x cp({cp})" if cp > 1 else "")
+        dims = product(f"dp({dp})", f"pp({pp})", f"tp({tp})", *([f"cp({cp})"] if cp > 1 else []))
         out.append(tr("{dims} = {n} != world size ({world_size}); the degrees must multiply to "
                       "the number of GPUs", dims=dims, n=n, world_size=world_size))
     if gpus_per_node is not None and tp > gpus_per_node:
@@ -217,8 +222,7 @@ class Layout:
 
     def dims(self) -> tuple:
         """The group dimensions this layout uses: tp, pp, dp, then cp and ep / edp when > 1."""
-        return ("tp", "pp", "dp") + (("cp",) if self.cp > 1 else ()) + \
-            (("ep", "edp") if self.ep > 1 else ())
+        return ("tp", "pp", "dp") + (("cp",) if self.cp > 1 else ()) + (("ep", "edp") if self.ep > 1 else ())
 
     def table(self) -> list:
         """[(rank, node, dp, pp, tp)] for every rank, then cp, ep when they are > 1."""
@@ -230,16 +234,16 @@ class Layout:
         return rows
 
     def describe(self) -> str:
-        extra = (f" x cp {self.cp}" if self.cp > 1 else "") + \
-            (tr(" (experts: ep {ep} x edp {edp})", ep=self.ep, edp=self.edp) if self.ep > 1 else "")
-        lines = [tr("{n} GPUs = dp {dp} x pp {pp} x tp {tp}{extra} on {nodes} node(s) of {g}; "
-                    "order {order} (fastest first)", n=self.world_size, dp=self.dp, pp=self.pp,
-                    tp=self.tp, extra=extra, nodes=self.nodes, g=self.gpus_per_node, order=self.order)]
+        layout = product(*(f"{d} {getattr(self, d)}" for d in ("dp", "pp", "tp", "cp") if d != "cp" or self.cp > 1))
+        numbers = dict(n=self.world_size, layout=layout, nodes=self.nodes, g=self.gpus_per_node, order=self.order)
+        lines = [tr("{n} GPUs = {layout} (experts: {experts}) on {nodes} node(s) of {g}; order {order} (fastest "
+                    "first)", experts=product(f"ep {self.ep}", f"edp {self.edp}"), **numbers) if self.ep > 1 else
+                 tr("{n} GPUs = {layout} on {nodes} node(s) of {g}; order {order} (fastest first)", **numbers)]
         for d in self.dims():
             gs = self.groups(d)
             where = tr("crosses nodes") if self.spans_nodes(d) else tr("inside a node")
-            lines.append(tr("  {d}: {k} groups of {size}, e.g. {first} ({where})", d=d, k=len(gs),
-                            size=len(gs[0]), first=gs[0], where=where))
+            lines.append("  " + tr("{d}: {k} groups of {size}, e.g. {first} ({where})", d=d, k=len(gs),
+                                   size=len(gs[0]), first=gs[0], where=where))
         return "\n".join(lines)
 
     __str__ = describe

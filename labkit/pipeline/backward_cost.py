@@ -26,10 +26,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from labkit.pipeline.backward import backward_input, backward_weight
 from labkit.pipeline.toy_mlp import mlp
+from labkit.i18n import ShownName
 
 __all__ = ["backward_cost", "VARIANTS"]
 
-VARIANTS = ("B", "I + W", "I + W, naive W")
+VARIANTS = ("B", "I + W", ShownName("I + W, naive W"))
 
 
 class _MatmulFlops(TorchDispatchMode):

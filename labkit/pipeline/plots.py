@@ -22,7 +22,7 @@ __all__ = ["COLOURS", "gantt", "gantts", "side_by_side", "live_gantt", "bubble_v
            "held_plot"]
 
 COLOURS = {"F": "#4c78a8", "B": "#54a24b", "I": "#f58518", "W": "#b279a2", "idle": "#eeeeee"}
-LABELS = {"F": "forward", "B": "backward", "I": N_("input grad (I)"), "W": N_("weight grad (W)"), "idle": "idle"}
+LABELS = {"F": N_("forward"), "B": N_("backward"), "I": N_("input grad (I)"), "W": N_("weight grad (W)"), "idle": N_("idle")}
 
 
 def _gantt_size(stages: int) -> tuple:
@@ -77,20 +77,24 @@ def gantt(t: Timeline, ax=None, title: str = None, unit: str = None, formula: bo
     head = title or f"{t.name}: " + (tr_fig("measured") if t.measured else
                                      tr_fig("simulated with the measured times") if seconds else
                                      tr_fig("simulated"))
-    line = tr_fig("bubble {bubble:.1%}", bubble=t.bubble)
-    if t.layout != "loop":
-        line += tr_fig(", {bubble:.1%} within each rank's own span", bubble=t.span_bubble)
+    f = dict(bubble=t.bubble, span=t.span_bubble, vm="vm" if t.chunks > 1 else "m",
+             ratio=bubble_ratio(t.stages, t.microbatches, t.chunks))
+    spans = t.layout != "loop"
     if formula and t.name.split(" (")[0] not in ("ZB-H1", "ZB-V", "DualPipeV", "DualPipe"):
-        line += tr_fig(", formula (p-1)/({vm}+p-1) = {ratio:.1%}", vm="vm" if t.chunks > 1 else "m",
-                       ratio=bubble_ratio(t.stages, t.microbatches, t.chunks))
+        line = (tr_fig("bubble {bubble:.1%}, {span:.1%} within each rank's own span, formula "
+                       "(p-1)/({vm}+p-1) = {ratio:.1%}", **f) if spans else
+                tr_fig("bubble {bubble:.1%}, formula (p-1)/({vm}+p-1) = {ratio:.1%}", **f))
+    else:
+        line = (tr_fig("bubble {bubble:.1%}, {span:.1%} within each rank's own span", **f) if spans else
+                tr_fig("bubble {bubble:.1%}", **f))
     ax.set_title(f"{head} (p={t.stages}, m={t.microbatches}" + (f", v={t.chunks}" if t.chunks > 1 else "")
                  + ("):\n" if figtext.slides() else "): ") + line, fontsize=figtext.size(9))
     handles = [Patch(color=COLOURS[k], label=tr_fig(LABELS[k])) for k in ("F", "B", "I", "W", "idle")
                if k in kinds or k == "idle"]
     if t.chunks > 1:
         handles.append(Patch(facecolor=COLOURS["F"], alpha=0.6, label=tr_fig("paler: chunk 1, 2, ...")))
-    handles.append(Patch(color="none", label=tr_fig("numbers: micro-batch") +
-                         (tr_fig("\n(left out where\na bar is too narrow)") if dropped else "")))
+    handles.append(Patch(color="none", label=tr_fig("numbers: micro-batch\n(left out where\na bar is too narrow)")
+                         if dropped else tr_fig("numbers: micro-batch")))
     ax.legend(handles=handles, fontsize=figtext.size(7), loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax
 
@@ -105,10 +109,7 @@ def gantts(timelines: list, path: str = None, height: float = None):
         gantt(t, ax, xmax=xmax)
     for ax in axes[:-1, 0]:
         ax.set_xlabel("")
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=100)
-    return fig
+    return _done(fig, path)
 
 
 def side_by_side(left: Timeline, right: Timeline, path: str = None):
@@ -174,33 +175,20 @@ def bubble_vs_m(measured: dict, stages: int, chunks: dict = None, path: str = No
     ax.set_title(tr_fig("Bubble against m, p={p}", p=stages), fontsize=figtext.size(10))
     ax.set_ylim(0, None)
     ax.legend(fontsize=figtext.size(7))
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=100)
-    return fig
+    return _done(fig, path)
 
 
 def activations_plot(timelines: dict, path: str = None):
     """timelines: {label: measured Timeline}; per stage, peak saved-activation KiB (bars) and the
     simulated count of micro-batches alive (numbers on the bars)."""
     fig, ax = plt.subplots(figsize=figtext.figsize((6.5, 3.5)))
-    n = len(timelines)
-    for i, (label, t) in enumerate(timelines.items()):
-        kib = [b / 1024 for b in t.extra["peak_bytes"]]
-        xs = [r + (i - (n - 1) / 2) * 0.8 / n for r in range(t.stages)]
-        bars = ax.bar(xs, kib, width=0.8 / n, label=label, color=plt.get_cmap("tab10")(i))
-        for bar, k in zip(bars, peak_in_flight(t.intervals)):
-            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{k}", ha="center",
-                    va="bottom", fontsize=figtext.size(7))
-    ax.set_xticks(range(t.stages), [tr_fig("stage {r}", r=r) for r in range(t.stages)])
+    _stage_bars(ax, timelines, lambda t: [b / 1024 for b in t.extra["peak_bytes"]],
+                lambda t: peak_in_flight(t.intervals), "{}")
     ax.set_ylabel(tr_fig("peak saved activations (KiB)"))
     ax.set_title(tr_fig("Activation memory per stage, measured") + ("\n(" if figtext.slides() else " (")
                  + tr_fig("numbers: micro-batches alive at the peak)"), fontsize=figtext.size(9))
     ax.legend(fontsize=figtext.size(8))
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=100)
-    return fig
+    return _done(fig, path)
 
 
 def held_plot(timelines: dict, path: str = None):
@@ -209,24 +197,36 @@ def held_plot(timelines: dict, path: str = None):
     and the count from the schedule's lists (numbers on the bars)."""
     from labkit.pipeline.timeline import held_measured
     fig, ax = plt.subplots(figsize=figtext.figsize((7.5, 3.6)))
-    n = len(timelines)
-    for i, (label, t) in enumerate(timelines.items()):
-        xs = [r + (i - (n - 1) / 2) * 0.8 / n for r in range(t.stages)]
-        bars = ax.bar(xs, held_measured(t), width=0.8 / n, label=label, color=plt.get_cmap("tab10")(i))
-        for bar, k in zip(bars, held_in_order(_schedule_of(t))):
-            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{k:g}", ha="center",
-                    va="bottom", fontsize=figtext.size(7))
-    ax.set_xticks(range(t.stages), [tr_fig("stage {r}", r=r) for r in range(t.stages)])
+    _stage_bars(ax, timelines, held_measured, lambda t: held_in_order(_schedule_of(t)), "{:g}")
     ax.set_ylabel(tr_fig("micro-batches' worth held"))
     ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
-    ax.set_title(tr_fig("Activations held at the peak: bars measured on the ranks") +
-                 ("\n" if figtext.slides() else tr_fig(", ")) + tr_fig("numbers counted from the schedule"),
+    ax.set_title(tr_fig("Activations held at the peak: bars measured on the ranks\nnumbers counted from the schedule")
+                 if figtext.slides() else
+                 tr_fig("Activations held at the peak: bars measured on the ranks, numbers counted from the schedule"),
                  fontsize=figtext.size(9))
     ax.legend(fontsize=figtext.size(7), loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _done(fig, path)
+
+
+def _done(fig, path: str = None):
+    """Lay the figure out, save it to `path` if given (100 dpi), return it."""
     fig.tight_layout()
     if path:
         fig.savefig(path, dpi=100)
     return fig
+
+
+def _stage_bars(ax, timelines: dict, values, numbers, fmt: str) -> None:
+    """Per stage, one bar per timeline ({label: Timeline}) of height values(t)[stage], with
+    numbers(t)[stage] written on it (`fmt`), and the stages named on the x axis."""
+    n = len(timelines)
+    for i, (label, t) in enumerate(timelines.items()):
+        xs = [r + (i - (n - 1) / 2) * 0.8 / n for r in range(t.stages)]
+        bars = ax.bar(xs, values(t), width=0.8 / n, label=label, color=plt.get_cmap("tab10")(i))
+        for bar, k in zip(bars, numbers(t)):
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), fmt.format(k), ha="center",
+                    va="bottom", fontsize=figtext.size(7))
+    ax.set_xticks(range(t.stages), [tr_fig("stage {r}", r=r) for r in range(t.stages)])
 
 
 def _schedule_of(t: Timeline):

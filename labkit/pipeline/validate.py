@@ -10,7 +10,7 @@ until the peer reaches the matching RECV, which is how two gloo ranks that both 
 deadlock. When no rank can move and some have work left, that is a deadlock, and each stuck
 stage is named with what it waits for.
 """
-from labkit.i18n import tr, trn
+from labkit.i18n import tr, tr_join, trn
 from labkit.pipeline.schedules import COMMS, COMPUTE, Action, Schedule
 
 __all__ = ["validate", "ensure_valid", "ScheduleError", "play", "as_schedule"]
@@ -88,8 +88,8 @@ def _structure(s: Schedule) -> list:
                 grads = [b] if b in where or ii not in where else [ii, w]
                 for g in grads:
                     if g not in where:
-                        out.append(tr("stage {r} never runs {what}", r=r, what=g.describe()) +
-                                   (tr(" (each I needs its W)") if g.kind == "W" else ""))
+                        out.append(tr("stage {r} never runs {what} (each I needs its W)", r=r, what=g.describe())
+                                   if g.kind == "W" else tr("stage {r} never runs {what}", r=r, what=g.describe()))
                 for g in grads:
                     if g in where and g.kind != "W" and where[g] < where[f]:
                         out.append(tr("stage {r} runs {g!r} (step {kg}) before {f!r} (step {kf}): "
@@ -238,13 +238,16 @@ def _deadlock(s: Schedule, stuck: dict) -> list:
             else:
                 lines.append(tr("stage {r} waits at step {k} ({a!r}) for {wa!r} on stage {wr}; {there}",
                                 r=r, k=k, a=a, wa=wa, wr=wr, there=there))
-    n = len(stuck)
-    hint = ""
+    n, waits = len(stuck), tr_join(lines, "; ")
     if any(a.kind.startswith("SEND") for _, a, _ in stuck.values()):
-        hint = tr(" (a blocking send waits for its receive: post each send together with the receive "
-                  "it pairs with, isend/irecv or batch_isend_irecv)")
-    return [trn("deadlock: {n} stage can never move: {waits}{hint}",
-                "deadlock: {n} stages can never move: {waits}{hint}", n, waits=tr("; ").join(lines), hint=hint)]
+        return [trn("deadlock: {n} stage can never move: {waits} (a blocking send waits for its receive: "
+                    "post each send together with the receive it pairs with, isend/irecv or "
+                    "batch_isend_irecv)",
+                    "deadlock: {n} stages can never move: {waits} (a blocking send waits for its receive: "
+                    "post each send together with the receive it pairs with, isend/irecv or "
+                    "batch_isend_irecv)", n, waits=waits)]
+    return [trn("deadlock: {n} stage can never move: {waits}",
+                "deadlock: {n} stages can never move: {waits}", n, waits=waits)]
 
 
 def validate(schedule, blocking_sends: bool = False) -> list:

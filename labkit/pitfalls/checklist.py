@@ -48,10 +48,11 @@ def _single_rank_sanity(steps: int = 40, lr: float = 0.05, batch: int = 16, shuf
     # target occurs (shuffled labels: loss about log(vocab)); half of that is learning from x
     chance = math.log(model.head.out_features)
     ok = last < 0.5 * chance
-    return ok, tr("loss {first:.2f} -> {last:.2f} in {steps} steps on one rank (chance: log {vocab} = "
-                  "{chance:.2f})", first=first, last=last, steps=steps, vocab=model.head.out_features,
-                  chance=chance) + \
-        ("" if ok else tr(": it does not learn alone; fix the data or the model before scaling out"))
+    numbers = dict(first=first, last=last, steps=steps, vocab=model.head.out_features, chance=chance)
+    return ok, (tr("loss {first:.2f} -> {last:.2f} in {steps} steps on one rank (chance: log {vocab} = "
+                   "{chance:.2f})", **numbers) if ok else
+                tr("loss {first:.2f} -> {last:.2f} in {steps} steps on one rank (chance: log {vocab} = "
+                   "{chance:.2f}): it does not learn alone; fix the data or the model before scaling out", **numbers))
 
 
 # a data-parallel gradient against one process's on the global batch: fp32 sums of ~200 terms

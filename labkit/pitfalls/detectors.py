@@ -9,12 +9,18 @@ do). No torch here: the ranks gather the numbers, these functions judge them.
     seeds_ok(weights, sampler_seeds, dropout_masks)   # what must match, what may differ
     pipeline_balance([0.01, 0.03, 0.01, 0.01])        # one slow stage paces the pipeline
 """
+import functools
 import math
 
 from labkit.i18n import tr
 
 __all__ = ["devices_distinct", "validation_shards", "batchnorm_in_sync", "lr_rule", "seeds_ok",
            "pipeline_balance"]
+
+
+def clauses(parts: list) -> str:
+    """Whole sentences joined as one line, 'a; b; c' (Chinese: 'a；b；c')."""
+    return functools.reduce(lambda a, b: tr("{a}; {b}", a=a, b=b), parts)
 
 
 def devices_distinct(device_map: dict, local_ranks: dict = None):
@@ -62,7 +68,7 @@ def validation_shards(shards: list, n_items: int, again: list = None):
     if again is not None and [list(s) for s in again] != [list(s) for s in shards]:
         problems.append(tr("the order changes between evaluations: use shuffle=False for validation"))
     if problems:
-        return False, tr("; ").join(problems)
+        return False, clauses(problems)
     return True, tr("{n} items, each evaluated once, in the same order every time", n=n_items)
 
 
@@ -127,13 +133,15 @@ def seeds_ok(weights: list, sampler_seeds: list, dropout_masks: list, tp_replica
                         "mask falls on different samples), though seeding dropout with the rank "
                         "(seed + rank) is the usual choice"))
     if problems:
-        return False, tr("; ").join(problems + notes)
-    what = tr("weights and sampler seeds match on every rank")
-    if tp_replicated_masks is not None:
-        what += tr(", the tensor-parallel group's masks on replicated activations are identical")
-    if notes:
-        return True, what + tr("; ") + notes[0]
-    return True, what + tr(", dropout masks differ across data-parallel ranks")
+        return False, clauses(problems + notes)
+    if tp_replicated_masks is None:
+        return True, (tr("weights and sampler seeds match on every rank; {note}", note=notes[0]) if notes else
+                      tr("weights and sampler seeds match on every rank, dropout masks differ across "
+                         "data-parallel ranks"))
+    return True, (tr("weights and sampler seeds match on every rank, the tensor-parallel group's masks on "
+                     "replicated activations are identical; {note}", note=notes[0]) if notes else
+                  tr("weights and sampler seeds match on every rank, the tensor-parallel group's masks on "
+                     "replicated activations are identical, dropout masks differ across data-parallel ranks"))
 
 
 def pipeline_balance(stage_seconds: list, tol: float = 0.2):

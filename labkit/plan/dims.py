@@ -36,29 +36,29 @@ def cp_ep_reasons(model, cands: list, best, _best) -> list:
     else:
         no_cp = _best(cands, lambda c: c.cp == 1)
         if best.cp > 1:
+            numbers = dict(cp=best.cp, mine=model.seq // best.cp, seq=model.seq, act=best.activations / GB,
+                           kv=best.traffic.cp / GB)
             out.append((tr("7. CP for long sequences"), tr(
                 "CP {cp}: each GPU holds {mine:,} of the {seq:,} tokens, activations {act:.1f} GB, K/V "
-                "all-gathers {kv:.1f} GB/step; ", cp=best.cp, mine=model.seq // best.cp, seq=model.seq,
-                act=best.activations / GB, kv=best.traffic.cp / GB) +
-                (tr("without CP nothing fits") if no_cp is None
-                 else tr("best without CP: {short}", short=no_cp.short()))))
+                "all-gathers {kv:.1f} GB/step; without CP nothing fits", **numbers) if no_cp is None else tr(
+                "CP {cp}: each GPU holds {mine:,} of the {seq:,} tokens, activations {act:.1f} GB, K/V "
+                "all-gathers {kv:.1f} GB/step; best without CP: {short}", short=no_cp.short(), **numbers)))
         else:
             with_cp = _best(cands, lambda c: c.cp > 1)
-            out.append((tr("7. CP for long sequences"), tr("not chosen") + (
-                tr("; best with CP: {short}", short=with_cp.short()) if with_cp
-                else tr(": nothing with CP fits"))))
+            out.append((tr("7. CP for long sequences"), tr("not chosen; best with CP: {short}", short=with_cp.short())
+                        if with_cp else tr("not chosen: nothing with CP fits")))
     if model.experts:
         no_ep = _best(cands, lambda c: c.ep == 1)
         if best.ep > 1:
+            numbers = dict(ep=best.ep, mine=model.experts // best.ep, experts=model.experts,
+                           a2a=best.traffic.ep / GB, calls=best.traffic.calls['ep'])
             out.append((tr("8. EP for experts"), tr(
                 "EP {ep}: each GPU holds {mine} of {experts} experts per layer, all-to-alls {a2a:.1f} "
-                "GB/step ({calls} calls); ", ep=best.ep, mine=model.experts // best.ep,
-                experts=model.experts, a2a=best.traffic.ep / GB, calls=best.traffic.calls['ep']) +
-                (tr("without EP nothing fits") if no_ep is None
-                 else tr("best without EP: {short}", short=no_ep.short()))))
+                "GB/step ({calls} calls); without EP nothing fits", **numbers) if no_ep is None else tr(
+                "EP {ep}: each GPU holds {mine} of {experts} experts per layer, all-to-alls {a2a:.1f} "
+                "GB/step ({calls} calls); best without EP: {short}", short=no_ep.short(), **numbers)))
         else:
             with_ep = _best(cands, lambda c: c.ep > 1)
-            out.append((tr("8. EP for experts"), tr("not chosen") + (
-                tr("; best with EP: {short}", short=with_ep.short()) if with_ep
-                else tr(": nothing with EP fits"))))
+            out.append((tr("8. EP for experts"), tr("not chosen; best with EP: {short}", short=with_ep.short())
+                        if with_ep else tr("not chosen: nothing with EP fits")))
     return out

@@ -8,6 +8,7 @@ import html
 from labkit.i18n import N_, tr
 from labkit.memory import GB
 from labkit.plan.flops import GPUS
+from labkit.nd.layout import product
 from labkit.plan.shapes import MODELS, Hardware, Model
 from labkit.plan.planner import plan
 
@@ -19,23 +20,23 @@ def render(model: Model, hw: Hardware) -> str:
                    f"<td style='text-align:left'>{html.escape(v)}</td></tr>" for k, v in p.reasons)
     out = (tr("<b>{name}</b> on {nodes} x {g} {gpu}", name=html.escape(model.name), nodes=hw.nodes,
               g=hw.gpus_per_node, gpu=html.escape(hw.gpu))
-           + f"<table><tr><th>{tr('branch')}</th><th>{tr('reason')}</th></tr>{rows}</table>")
+           + "<table><tr><th>" + tr("branch") + "</th><th>" + tr("reason") + f"</th></tr>{rows}</table>")
     c = p.chosen
     if c is None:
         return out + tr("<p><b>Nothing fits</b> on this hardware: add GPUs or memory.</p>")
-    cells = [("layout", f"TP {c.tp} x PP {c.pp} x DP {c.dp}"), ("sharding", tr(c.sharding)),
-             ("checkpointing", tr(c.checkpointing)), (N_("micro-batch x count"), f"{c.micro_batch} x {c.micro_batches}"),
+    cells = [(N_("layout"), product(f"TP {c.tp}", f"PP {c.pp}", f"DP {c.dp}")), (N_("sharding"), tr(c.sharding)),
+             (N_("checkpointing"), tr(c.checkpointing)), (N_("micro-batch x count"), product(c.micro_batch, c.micro_batches)),
              (N_("memory / GPU"), tr("{gb:.1f} GB (state {state:.1f}, activations {act:.1f}, gathered "
                                  "{gathered:.1f}) of {cap:g}", gb=c.memory / GB, state=c.model_state / GB,
                                  act=c.activations / GB, gathered=c.working / GB, cap=hw.gpu_gb)),
              (N_("traffic / GPU / step"), f"TP {c.traffic.tp / GB:.1f} GB, PP {c.traffic.pp / GB:.2f} GB, "
                                       f"DP {c.traffic.dp / GB:.1f} GB"),
-             ("bubble", f"{c.bubble:.1%}"),
+             (N_("bubble"), f"{c.bubble:.1%}"),
              (N_("step time"), tr("{s:.2f} s per global batch of {batch:,} x {seq:,} tokens", s=c.step_seconds,
                               batch=p.model.global_batch, seq=p.model.seq)), ("MFU", f"{c.mfu:.0%}")]
     body = "".join(f"<tr><td style='text-align:left'>{tr(k)}</td><td style='text-align:left'>{html.escape(v)}</td></tr>"
                    for k, v in cells)
-    return out + f"<table><tr><th>{tr('plan')}</th><th></th></tr>{body}</table>"
+    return out + "<table><tr><th>" + tr("plan") + f"</th><th></th></tr>{body}</table>"
 
 
 class _NoDisplay:

@@ -30,12 +30,13 @@ Two more dimensions, each costed like the others and chosen only when it wins:
   MoE activations are costed as a dense layer's (Korthikanti's 4h FFN): for Mixtral's top-2 of
   FFN 14336 that undercounts the FFN part by 1.75x.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 from labkit.memory import GB, activations, model_states
-from labkit.nd.layout import Layout
+from labkit.nd.layout import Layout, product
 from labkit.plan.flops import bubble_ratio, flops_per_token
+from labkit.plan.result import Plan
 from labkit.plan.shapes import Hardware, Model
 from labkit.plan.dims import CP_MIN_TOKENS, cp_choices, cp_ep_reasons, ep_choices  # noqa: F401
 from labkit.plan.traffic import DIMS, Traffic, step_traffic
@@ -77,15 +78,15 @@ class Candidate:
         return self.memory <= self.capacity * USABLE
 
     @property
-    def sharding(self) -> str:
+    def sharding(self) -> str:             # English; shown translated (N_)
         if self.hybrid:
-            return "hybrid sharding (ZeRO-3 in the node, replicas across nodes)"
+            return N_("hybrid sharding (ZeRO-3 in the node, replicas across nodes)")
         return {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3 / FSDP"}[self.zero_stage] if self.dp > 1 \
-            else "none"
+            else N_("none")
 
     def short(self) -> str:
-        layout = (f"TP {self.tp}{' x CP ' + str(self.cp) if self.cp > 1 else ''} x PP {self.pp} x DP {self.dp}"
-                  f"{' (EP ' + str(self.ep) + ')' if self.ep > 1 else ''}")
+        layout = product(f"TP {self.tp}", *([f"CP {self.cp}"] if self.cp > 1 else []), f"PP {self.pp}",
+                         f"DP {self.dp}") + (f" (EP {self.ep})" if self.ep > 1 else "")
         return tr("{layout} ({sharding}), checkpointing {ck}, micro-batch {mb}: {gb:.1f} GB/GPU, "
                   "step {s:.2f} s, MFU {mfu:.0%}", layout=layout, sharding=tr(self.sharding),
                   ck=tr(self.checkpointing), mb=self.micro_batch, gb=self.memory / GB,
@@ -173,7 +174,7 @@ def _sharding_options(model, hw, tp, pp, dp, cp, ep, optimizers, efficiency):
     simple = tp == pp == cp == ep == 1
     for zero in ((0,) if dp * cp == 1 else (0, 1, 2, 3)):
         for hybrid in ((False, True) if zero == 3 and simple and hw.nodes > 1 else (False,)):
-            for ckpt in ("none", "selective", "full"):
+            for ckpt in (N_("none"), N_("selective"), N_("full")):      # shown translated
                 for opt in optimizers:
                     for mb in (1, 2, 4, 8, 16, 32):
                         if model.global_batch % (dp * mb):
@@ -198,56 +199,6 @@ def _best(cands, pred=lambda c: True):
     return min((c for c in ok if c.step_seconds <= fastest * 1.02), key=_simplicity)
 
 
-@dataclass
-class Plan:
-    model: Model
-    hardware: Hardware
-    chosen: Candidate               # None when nothing fits
-    reasons: list = field(default_factory=list)    # [(branch of the tree, sentence)]
-
-    @property
-    def tp(self):
-        return self.chosen.tp if self.chosen else None
-
-    @property
-    def pp(self):
-        return self.chosen.pp if self.chosen else None
-
-    @property
-    def dp(self):
-        return self.chosen.dp if self.chosen else None
-
-    @property
-    def cp(self):
-        return self.chosen.cp if self.chosen else None
-
-    @property
-    def ep(self):
-        return self.chosen.ep if self.chosen else None
-
-    def __str__(self) -> str:
-        hw = self.hardware
-        m = self.model
-        head = tr("{name} on {nodes} node(s) x {g} {gpu} ({gb:g} GB, {tflops:g} TFLOP/s); a step is "
-                  "one global batch of {batch:,} sequences x {seq:,} tokens = {mtok:.1f}M tokens",
-                  name=m.name, nodes=hw.nodes, g=hw.gpus_per_node, gpu=hw.gpu, gb=hw.gpu_gb,
-                  tflops=hw.peak_tflops, batch=m.global_batch, seq=m.seq, mtok=m.tokens_per_step / 1e6)
-        body = "\n".join(f"  {k}: {v}" for k, v in self.reasons)
-        if self.chosen is None:
-            return f"{head}\n{body}\n  => " + tr("nothing fits")
-        c = self.chosen
-        traffic = (f"TP {c.traffic.tp / GB:.1f}, PP {c.traffic.pp / GB:.2f}, DP {c.traffic.dp / GB:.1f}"
-                   + (f", CP {c.traffic.cp / GB:.1f}" if c.cp > 1 else "")
-                   + (f", EP {c.traffic.ep / GB:.1f}" if c.ep > 1 else ""))
-        tail = f"  => {c.short()}\n     " + tr(
-            "memory/GPU: model state {state:.1f} + activations {act:.1f} + gathered layers {gathered:.1f} "
-            "GB; traffic/GPU/step: {traffic} GB; bubble {bubble:.1%}", state=c.model_state / GB,
-            act=c.activations / GB, gathered=c.working / GB, traffic=traffic, bubble=c.bubble)
-        return f"{head}\n{body}\n{tail}"
-
-    __repr__ = __str__
-
-
 def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:
     """Walk the decision tree; return the fastest layout that fits, with a reason per branch."""
     cands = list(candidates(model, hw, efficiency=efficiency))
@@ -263,8 +214,9 @@ def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:
     if best is None:
         cands8 = list(candidates(model, hw, optimizers=("adam8bit",), efficiency=efficiency))
         best = _best(cands8)
-        R.append((tr("8-bit optimizer"), tr("nothing fits with fp32 Adam states; ") +
-                  (tr("8-bit Adam (m, v in 1 byte) makes it fit") if best else tr("not even with 8-bit Adam"))))
+        R.append((tr("8-bit optimizer"), tr("nothing fits with fp32 Adam states; 8-bit Adam (m, v in 1 byte) makes "
+                                            "it fit") if best else
+                  tr("nothing fits with fp32 Adam states; not even with 8-bit Adam")))
         if best is None:
             return Plan(model, hw, None, R)
         cands = cands8
@@ -274,20 +226,24 @@ def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:
         ddp = _best(cands, lambda c: c.tp == c.pp == c.cp == c.ep == 1 and c.zero_stage == 0)
         zero = _best(cands, lambda c: c.tp == c.pp == c.cp == c.ep == 1 and c.zero_stage > 0
                      and not c.hybrid)
-        R.append((tr("2. DP / ZeRO / FSDP"), (tr("DDP fits ({short}); the notes' 'fits: no parallelism' is "
-                  "for one GPU: with more GPUs practice replicates the model for throughput",
-                  short=ddp.short()) if ddp else tr("DDP does not fit (every GPU holds all 16 B/param)")) +
-                  (tr("; best sharded: {short}", short=zero.short()) if zero
-                   else tr("; ZeRO over all GPUs does not fit"))))
+        ddp, zero = ddp and ddp.short(), zero and zero.short()
+        R.append((tr("2. DP / ZeRO / FSDP"), (
+            (tr("DDP fits ({ddp}); the notes' 'fits: no parallelism' is for one GPU: with more GPUs practice "
+                "replicates the model for throughput; best sharded: {zero}", ddp=ddp, zero=zero) if zero else
+             tr("DDP fits ({ddp}); the notes' 'fits: no parallelism' is for one GPU: with more GPUs practice "
+                "replicates the model for throughput; ZeRO over all GPUs does not fit", ddp=ddp)) if ddp else
+            (tr("DDP does not fit (every GPU holds all 16 B/param); best sharded: {zero}", zero=zero) if zero else
+             tr("DDP does not fit (every GPU holds all 16 B/param); ZeRO over all GPUs does not fit")))))
     ck = [c for c in cands if c.fits and (c.tp, c.pp, c.dp, c.zero_stage, c.hybrid, c.micro_batch) ==
           (best.tp, best.pp, best.dp, best.zero_stage, best.hybrid, best.micro_batch)]
     none = evaluate(model, hw, best.tp, best.pp, best.dp, best.zero_stage, "none", best.micro_batch,
                     best.optimizer, best.hybrid, efficiency)
-    R.append((tr("3. checkpointing"), tr("{ck}: activations {act:.1f} GB/GPU (without: {without:.1f} GB, "
-                                     "{fit})", ck=tr(best.checkpointing), act=best.activations / GB,
-                                     without=none.activations / GB,
-                                     fit=tr("fits") if none.fits else tr("does not fit"))
-              + ("" if len(ck) > 1 or best.checkpointing == "none" else tr("; the only setting that fits"))))
+    numbers = dict(ck=tr(best.checkpointing), act=best.activations / GB, without=none.activations / GB,
+                   fit=tr("fits") if none.fits else tr("does not fit"))
+    R.append((tr("3. checkpointing"), tr("{ck}: activations {act:.1f} GB/GPU (without: {without:.1f} GB, {fit})",
+                                         **numbers) if len(ck) > 1 or best.checkpointing == "none" else
+              tr("{ck}: activations {act:.1f} GB/GPU (without: {without:.1f} GB, {fit}); the only setting that "
+                 "fits", **numbers)))
     no_tp = _best(cands, lambda c: c.tp == 1)
     if best.tp > 1:
         why = (tr("without TP nothing fits") if no_tp is None else
@@ -297,14 +253,15 @@ def plan(model: Model, hw: Hardware, efficiency: float = EFFICIENCY) -> Plan:
                                               "{why}", tp=best.tp, calls=best.traffic.calls['tp'], why=why)))
     else:
         tp8 = _best(cands, lambda c: c.tp > 1)
-        R.append((tr("4. TP inside the node"), tr("not needed: the layers fit whole") +
-                  (tr(" (best with TP: {short})", short=tp8.short()) if tp8 else "")))
+        R.append((tr("4. TP inside the node"), tr("not needed: the layers fit whole (best with TP: {short})",
+                                                  short=tp8.short()) if tp8 else tr("not needed: the layers fit whole")))
     no_pp = _best(cands, lambda c: c.pp == 1)
     if best.pp > 1:
-        R.append((tr("5. PP across nodes"), tr("PP {pp}: bubble {bubble:.1%} with {m} micro-batches; ",
-                                           pp=best.pp, bubble=best.bubble, m=best.micro_batches)
-                  + (tr("without PP nothing fits") if no_pp is None
-                     else tr("best without PP: {short}", short=no_pp.short()))))
+        numbers = dict(pp=best.pp, bubble=best.bubble, m=best.micro_batches)
+        R.append((tr("5. PP across nodes"), tr("PP {pp}: bubble {bubble:.1%} with {m} micro-batches; without PP "
+                                               "nothing fits", **numbers) if no_pp is None else
+                  tr("PP {pp}: bubble {bubble:.1%} with {m} micro-batches; best without PP: {short}",
+                     short=no_pp.short(), **numbers)))
     else:
         R.append((tr("5. PP across nodes"), tr("not needed: the layers fit on each GPU (or its TP group)")))
     if hw.nodes > 1:

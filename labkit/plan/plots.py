@@ -36,9 +36,9 @@ def draw_layout(layout: Layout, dims=("tp", "pp", "dp"), cols: int = 4):
                 ax.add_patch(Rectangle((x + 0.05, y + 0.05), 0.9, 0.9, color=colour[r]))
                 ax.text(x + 0.5, y + 0.5, str(r), ha="center", va="center", fontsize=figtext.size(8))
         where = tr_fig("crosses nodes") if layout.spans_nodes(dim) else tr_fig("inside each node")
-        key = "" if figtext.slides() else tr_fig(" (colour = group, number = global rank)")
-        ax.set_title(tr_fig("{groups}: {k} of {size} ranks, {where}{key}", groups=tr_fig(_TITLES[dim]),
-                            k=len(groups), size=len(groups[0]), where=where, key=key),
+        numbers = dict(groups=tr_fig(_TITLES[dim]), k=len(groups), size=len(groups[0]), where=where)
+        ax.set_title(tr_fig("{groups}: {k} of {size} ranks, {where}", **numbers) if figtext.slides() else
+                     tr_fig("{groups}: {k} of {size} ranks, {where} (colour = group, number = global rank)", **numbers),
                      fontsize=figtext.size(9), loc="left")
         ax.set_xlim(-0.4, n_nodes * (cols + 1) - 0.6)
         ax.set_ylim(-0.4, rows_per_node + 0.9)

@@ -67,7 +67,7 @@ _SIGNALS = {"SIGKILL": N_("killed (SIGKILL: out of memory, or killed from outsid
 UNKNOWN = "unknown"   # an exit status nobody could read (torchrun reaped the rank first)
 
 
-def how_it_ended(returncode, what: str = "the process", *, stopped_by: str = None,
+def how_it_ended(returncode, what: str = N_("the process"), *, stopped_by: str = None,
                  lost: str = None) -> str:
     """A process's end in words, the same for local and remote ranks, spares and the zygote.
     returncode: None (still running), < 0 (the signal that ended it, as subprocess reports
@@ -149,12 +149,13 @@ def _short(message: str) -> str:
     return message.split(" This is typically caused")[0].strip()
 
 
-def _pg_timeout_hint(f: Failure) -> str:
+def _pg_timeout_hint(line: str, f: Failure) -> str:
+    """`line`, with what a process group's timeout means when that is what `f` was."""
     text = f.message.lower()
     if "timed out" in text or "monitoredbarrier" in text or "timeout" in f.type.lower():
-        return tr(" (the process group's timeout: a collective or recv waited for a rank that never "
-                  "joined it; Cluster(pg_timeout=...) sets how long)")
-    return ""
+        return tr("{line} (the process group's timeout: a collective or recv waited for a rank that "
+                  "never joined it; Cluster(pg_timeout=...) sets how long)", line=line)
+    return line
 
 
 def failure_message(label: str, world_size: int, failures: dict, stuck: dict,
@@ -185,7 +186,7 @@ def failure_message(label: str, world_size: int, failures: dict, stuck: dict,
             parts.append(f"--- {_rank_list(ranks, nodes)}: {typ}")
             parts += [f"rank {r}: {typ}: {m}" for r, m in msgs.items()]
         if tb:
-            parts[-1] += _pg_timeout_hint(failures[ranks[0]])
+            parts[-1] = _pg_timeout_hint(parts[-1], failures[ranks[0]])
             parts.append(tr("Traceback (on {ranks}, most recent call last):", ranks=_rank_list(ranks, nodes)) + f"\n{tb}")
     if knock_on:
         first = failures[min(knock_on)]

@@ -23,7 +23,7 @@ import re
 import sys
 import time
 
-from labkit.i18n.messages import tr
+from labkit.i18n.messages import tr, trn
 
 NATIVE = re.compile(r"^(\[?[EWIF]\d{4} \d\d:\d\d:\d\d\.\d+\s|terminate called |  what\(\): |"
                     r"Exception raised from |frame #\d+: |Check failed|\*\*\* Check failure)")
@@ -192,9 +192,10 @@ class RankOutput:
             key = re.sub(r"^\[?[EWIF]\d{4} \S+ (\d+ )?", "", key).strip()
             key = key if len(key) <= 160 else key[:157] + "..."
             if self.native_count == len(native):
-                self.screen.line(self.rank, f"(torch's C++ log: {len(native)} line"
-                                            f"{'s' if len(native) > 1 else ''} folded, e.g. {key!r}; "
-                                            f"all of them: cluster.native_log({self.rank}))")
+                self.screen.line(self.rank, trn(
+                    "(torch's C++ log: {n} line folded, e.g. {key}; all of them: cluster.native_log({rank}))",
+                    "(torch's C++ log: {n} lines folded, e.g. {key}; all of them: cluster.native_log({rank}))",
+                    len(native), key=repr(key), rank=self.rank))
             else:
                 self.screen.line(self.rank, tr(
                     "(torch's C++ log: {n:,} lines folded, e.g. {key}; the first {kept:,} of "

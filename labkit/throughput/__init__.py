@@ -13,8 +13,8 @@
 """
 from labkit._lazy import lazy
 from labkit.throughput.knobs import KNOBS, knob_table
-from labkit.throughput.verdict import (BUSY_LOW, COMM_SHARE, DATA_WAIT, MEMORY_NEAR, PHASES, Finding,
-                                     Phases, bottleneck, breakdown_table, diagnose, report)
+from labkit.throughput.verdict import (BREAKDOWN_HEADER, BUSY_LOW, COMM_SHARE, DATA_WAIT, MEMORY_NEAR, PHASES,
+                                       Finding, Phases, bottleneck, breakdown_table, diagnose, report)
 
 _LAZY = {  # these import torch: only on first use
     "timed_run": "steps", "scenario": "steps", "profiled_scenario": "steps", "SCENARIOS": "steps", "MEMORY_BUDGET": "steps",
@@ -23,6 +23,6 @@ _LAZY = {  # these import torch: only on first use
 }
 
 __all__ = ["KNOBS", "knob_table", "BUSY_LOW", "COMM_SHARE", "DATA_WAIT", "MEMORY_NEAR", "PHASES",
-           "Finding", "Phases", "bottleneck", "breakdown_table", "diagnose", "report", *_LAZY]
+           "BREAKDOWN_HEADER", "Finding", "Phases", "bottleneck", "breakdown_table", "diagnose", "report", *_LAZY]
 
 __getattr__, __dir__ = lazy(__name__, _LAZY)

@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader
 
 from labkit.throughput.data import SlowDataset
 from labkit.throughput.verdict import Phases
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 
 MEMORY_BUDGET = 16 * 2**20        # the device of the runs: 16 MiB (tiny on purpose)
 
@@ -100,10 +100,10 @@ def _mlp(width: int, classes: int = 10) -> nn.Module:
 
 
 SCENARIOS = {
-    # name: (model maker, dataset kwargs, batch, loader workers)
-    "slow data": (lambda: _mlp(32), dict(n=256, width=32, wait_s=0.015), 8, 0),
-    "communication": (EmbeddingBag, dict(n=256, width=4, wait_s=0.0, ids=125_000), 8, 0),
-    "memory": (lambda: _mlp(256), dict(n=48, width=256, wait_s=0.0, rows=128), 24, 0),
+    # name (shown translated: N_): (model maker, dataset kwargs, batch, loader workers)
+    N_("slow data"): (lambda: _mlp(32), dict(n=256, width=32, wait_s=0.015), 8, 0),
+    N_("communication"): (EmbeddingBag, dict(n=256, width=4, wait_s=0.0, ids=125_000), 8, 0),
+    N_("memory"): (lambda: _mlp(256), dict(n=48, width=256, wait_s=0.0, rows=128), 24, 0),
 }
 
 

@@ -30,6 +30,9 @@ COMM_SHARE = 0.30      # the notes' 30 % (step 2)
 MEMORY_NEAR = 0.90     # peak above 90 % of the budget is "near the limit" (step 3)
 DATA_WAIT = 0.10       # waiting > 10 % of the step for the next batch: loader starved (step 4)
 PHASES = ("data", "forward", "backward", "wait", "comm", "optimizer")
+# the header of `breakdown_table`'s rows (Table shows it in the learner's language)
+BREAKDOWN_HEADER = ["rank", *(N_("data ms"), N_("forward ms"), N_("backward ms"), N_("wait ms"), N_("comm ms"),
+                              N_("optimizer ms")), N_("step ms"), N_("comm share")]
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ class Finding:
 
     def __str__(self) -> str:
         mark = "!!" if self.flagged else "ok"
-        return f"{self.step}. [{mark}] {self.check}: {self.detail}"
+        return f"{self.step}. [{mark}] " + tr("{check}: {detail}", check=self.check, detail=self.detail)
 
 
 def _as_phases(r) -> Phases:
@@ -146,7 +149,7 @@ def report(findings, title: str = "") -> str:
 
 
 def breakdown_table(ranks) -> list:
-    """Rows [rank, ms per phase..., total ms, comm share] for a table."""
+    """Rows [rank, ms per phase..., total ms, comm share] for a table (header: BREAKDOWN_HEADER)."""
     rows = []
     for i, r in enumerate(_as_phases(r) for r in ranks):
         rows.append([i] + [round(1e3 * getattr(r, p), 1) for p in PHASES] +

@@ -7,9 +7,10 @@
     compare.table(results, columns=("tricks", "peak", "activations"))   # fewer columns (a slide)
     compare.priority(results, english=True, columns=("rank", "notes", "saved", "order"))
 """
+import functools
 from dataclasses import dataclass
 
-from labkit.i18n import N_, tr, trc
+from labkit.i18n import N_, lang, tr, tr_join
 from labkit.tables import Table
 from labkit.tricks.formulas import NOTES_PRIORITY, NOTES_PRIORITY_EN, WORDS, Config, Shape, predict
 
@@ -167,19 +168,22 @@ def conclusion(results: list) -> str:
     order = measured_order(results)
     notes = [NOTES_CODES[name] for name, _ in NOTES_PRIORITY if NOTES_CODES[name] in saved]
     word = lambda c: tr(WORDS[c])                                       # noqa: E731
-    listed = trc("list separator", ", ").join(tr("{i}. {trick} ({mb:,.2f} MB)", i=i, trick=word(c), mb=saved[c][0] / 1e6)
+    listed = tr_join(tr("{i}. {trick} ({mb:,.2f} MB)", i=i, trick=word(c), mb=saved[c][0] / 1e6)
                            for i, c in enumerate(order, 1))
-    out = tr("Measured on this model, most memory saved per rank first: {listed}.", listed=listed)
     if order == notes:
-        return out + tr(" That is the notes' order.")
+        return tr("Measured on this model, most memory saved per rank first: {listed}. That is the notes' order.",
+                  listed=listed)
     same = [word(c) for c, d in zip(order, notes) if c == d]
-    out += tr(" The notes' order of these {n} is: {order}", n=len(notes),
-              order=trc("list separator", ", ").join(word(c) for c in notes))
+    numbers = dict(listed=listed, n=len(notes), order=tr_join(word(c) for c in notes))
     if not same:
-        return out + tr("; no trick keeps its place.")
+        return tr("Measured on this model, most memory saved per rank first: {listed}. The notes' order of these {n} "
+                  "is: {order}; no trick keeps its place.", **numbers)
     if len(same) == 1:
-        return out + tr("; {tricks} keeps its place.", tricks=same[0])
-    return out + tr("; {tricks} keep their place.", tricks=tr(" and ").join(same))
+        return tr("Measured on this model, most memory saved per rank first: {listed}. The notes' order of these {n} "
+                  "is: {order}; {tricks} keeps its place.", tricks=same[0], **numbers)
+    tricks = functools.reduce(lambda a, b: tr("{a} and {b}", a=a, b=b), same)
+    return tr("Measured on this model, most memory saved per rank first: {listed}. The notes' order of these {n} "
+              "is: {order}; {tricks} keep their place.", tricks=tricks, **numbers)
 
 
 PRIORITY_COLUMNS = {"rank": N_("notes' rank"), "notes": N_("the notes"), "measured_as": N_("measured as"),
@@ -188,13 +192,15 @@ PRIORITY_COLUMNS = {"rank": N_("notes' rank"), "notes": N_("the notes"), "measur
 
 def priority(results: list, english: bool = False, columns=None, title: str = None) -> Table:
     """The notes' order (1-5) next to the measured order of the single tricks by memory saved.
-    `english`: the notes' words in English (NOTES_PRIORITY_EN) instead of their Chinese;
+    `english`: the notes' words in English (NOTES_PRIORITY_EN) instead of their Chinese, unless the
+    learner reads Chinese (labkit.i18n.lang);
     `columns`: some of PRIORITY_COLUMNS' keys, in the order to show; `title`: "" for none
     (a slide whose heading says it)."""
     saved = single_savings(results)
     order = measured_order(results)
     key = NOTES_CODES
     rows = []
+    english = english and lang() != "zh"
     for i, (name, words) in enumerate(NOTES_PRIORITY_EN if english else NOTES_PRIORITY, 1):
         c = key[name]
         if c not in saved:
@@ -213,5 +219,5 @@ def priority(results: list, english: bool = False, columns=None, title: str = No
 
 def _place(order: list, c: str, ratio) -> str:
     """"2 of 5, step 1.31x": a trick's place by memory saved (and its step time ratio)."""
-    out = tr("{k} of {n}", k=order.index(c) + 1, n=len(order))
-    return out + (tr(", step {ratio:.2f}x", ratio=ratio) if ratio is not None else "")
+    k, n = order.index(c) + 1, len(order)
+    return tr("{k} of {n}", k=k, n=n) if ratio is None else tr("{k} of {n}, step {ratio:.2f}x", k=k, n=n, ratio=ratio)

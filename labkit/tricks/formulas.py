@@ -21,6 +21,7 @@ OPTIMIZERS = ("adam", "adam8bit")
 # one letter per trick, for labels on the summary figure
 LETTERS = {"mixed": "M", "autocast": "a", "fp16": "H", "full": "C", "selective": "S", "accumulate": "A",
            "adam8bit": "8", "offload": "O", "zero": "Z"}
+BASELINE = N_("baseline (fp32, nothing saved)")
 WORDS = {"M": N_("mixed precision (bf16 + fp32 masters)"), "a": N_("bf16 autocast"),
          "H": N_("fp16 mixed precision (fp32 masters, loss scaled)"),
          "C": N_("full checkpointing"), "S": N_("selective checkpointing (attention core)"),
@@ -92,7 +93,7 @@ class Config:
     def describe(self, local: bool = False) -> str:
         """The tricks in words; `local`: in the learner's language (labkit.i18n) for a table."""
         word = tr if local else (lambda text: text)
-        return word("baseline (fp32, nothing saved)") if self.code == "-" else \
+        return word(BASELINE) if self.code == "-" else \
             " + ".join(word(WORDS[c]) for c in self.code)
 
 

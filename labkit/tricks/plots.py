@@ -150,8 +150,8 @@ def ranges_figure(grads: dict = None, lo: int = -155, hi: int = 235):
             a = g.detach().abs().flatten().double()
             a = a[a > 0]
             hx.hist(torch.log2(a).numpy(), bins=40, alpha=0.6, label=tr_fig("{label} ({k:,} nonzero values)", label=label, k=a.numel()))
-        for x, what, ha in ((-24, tr_fig("fp16's smallest (2^-24) "), "right"),
-                            (math.log2(65504), tr_fig(" fp16's largest"), "left")):
+        for x, what, ha in ((-24, tr_fig("fp16's smallest (2^-24)") + " ", "right"),      # a space from the line
+                            (math.log2(65504), " " + tr_fig("fp16's largest"), "left")):
             hx.axvline(x, color="#c44e52", ls="--")
             hx.text(x, hx.get_ylim()[1] * 0.95, what, color="#c44e52", fontsize=figtext.size(8), va="top", ha=ha)
         hx.set_ylabel(tr_fig("elements"))

@@ -15,12 +15,12 @@ import sys
 import threading
 import time
 
-from labkit.i18n.messages import tr
-from labkit.runtime import errors, portable, stacks
+from labkit.i18n.messages import N_, tr
+from labkit.runtime import errors, learner, portable, stacks
 from labkit.runtime.control import ControlServer
 from labkit.runtime.local import netns, procs
 from labkit.runtime.local.handle import LocalRank
-from labkit.runtime.local import zygote
+from labkit.runtime.local import userzygote, zygote
 
 
 class WorkerPool:
@@ -34,6 +34,9 @@ class WorkerPool:
         self.env = dict(env or {})               # extra environment of every worker
         self.stack_dir = stacks.make_stack_dir()
         self.server = ControlServer(self._on_hello, path=os.path.join(self.stack_dir, "control"))
+        if zygote.ENABLED and not self.env and userzygote.wanted():
+            userzygote.prestart()                 # its torch import overlaps what follows
+        threading.Thread(target=learner.snapshot, daemon=True).start()   # the first run's, early
         self.netns, self.netns_why = netns.make()     # the ranks' own loopback, or why not
         self.forking = 0                          # asked of the zygote, pid not known yet
         self.spawning = 0                         # being spawned, pid not listed yet
@@ -42,8 +45,13 @@ class WorkerPool:
         self.zygote = None
         if zygote.ENABLED:
             try:
-                self.zygote = zygote.Zygote(self.server, self.stack_dir, threads, self.env,
-                                            self._on_forked, self._on_zygote_lost, self.netns)
+                if not self.env and userzygote.wanted():   # env=: read before torch imports
+                    self.zygote = userzygote.connect(self.server, self.stack_dir, threads,
+                                                     self._on_forked, self._on_zygote_lost,
+                                                     self.netns)
+                if self.zygote is None:
+                    self.zygote = zygote.Zygote(self.server, self.stack_dir, threads, self.env,
+                                                self._on_forked, self._on_zygote_lost, self.netns)
             except OSError as exc:
                 print(f"labkit: could not start the process that forks ranks quickly ({exc}); "
                       "ranks start as fresh interpreters instead.", file=sys.stderr)
@@ -223,8 +231,10 @@ def zygote_exit(z) -> str:
         code = z.proc.wait(1.0)
     except Exception:                             # noqa: BLE001 - still running after 1 s
         code = None
+    if isinstance(z.proc, userzygote.Peer) and z.proc.poll() is not None:
+        return tr("it has ended; another notebook of yours started it (its exit status went there)")
     if code is None or code < 0:
-        return errors.how_it_ended(code, "the zygote")
+        return errors.how_it_ended(code, N_("the zygote"))
     try:
         with open(z.log_path, errors="replace") as f:
             tail = f.read()[-400:].strip()

@@ -60,7 +60,8 @@ def worker_env(threads: int, extra_env: dict = None) -> dict:
     """The environment of a worker (spawned, or forked from the zygote), with `extra_env` set
     before anything imports."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_LABKIT_ROOT, env.get("PYTHONPATH")) if p)
+    path = [_LABKIT_ROOT, *env.get("PYTHONPATH", "").split(os.pathsep)]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in path if p))   # each once
     env["PYTHONUNBUFFERED"] = "1"                 # prints reach the notebook as they happen
     env["OMP_NUM_THREADS"] = str(threads)         # a fair share of the cores per rank
     env["MKL_NUM_THREADS"] = str(threads)

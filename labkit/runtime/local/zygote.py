@@ -108,8 +108,9 @@ class ForkedProc:
 class Zygote:
     """The notebook's side: start the zygote, ask it for workers, hear how they end."""
 
-    def __init__(self, server, stack_dir: str, threads: int, env: dict, on_forked, on_lost,
-                 private=None):
+    shared = False                                # the learner's zygote (userzygote.py)?
+
+    def _setup(self, on_forked, on_lost) -> None:
         self.alive = True
         self.ready_pid = None                     # set once torch is imported and forks can start
         self._on_forked, self._on_lost = on_forked, on_lost
@@ -118,6 +119,21 @@ class Zygote:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()        # one fork request at a time, in order
         self.stopped = False                      # the kernel stopped it (pool.check_zygote)
+
+    @classmethod
+    def attach(cls, sock, proc, log_path: str, on_forked, on_lost, ready_pid=None) -> "Zygote":
+        """The notebook's side of the learner's zygote (userzygote.connect): `sock` is connected
+        and has said Hello; `proc` is our Popen if this notebook started it, else a Peer."""
+        z = cls.__new__(cls)
+        z._setup(on_forked, on_lost)
+        z.shared, z.sock, z.proc, z.log_path, z.ready_pid = True, sock, proc, log_path, ready_pid
+        z._reader = threading.Thread(target=z._read, daemon=True, name="labkit-zygote")
+        z._reader.start()
+        return z
+
+    def __init__(self, server, stack_dir: str, threads: int, env: dict, on_forked, on_lost,
+                 private=None):
+        self._setup(on_forked, on_lost)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log_path = os.path.join(stack_dir, "zygote.log")
         zenv = procs.worker_env(threads, env)
@@ -216,11 +232,17 @@ class Zygote:
         self._on_lost(lost)
 
     def close(self) -> None:
-        """Stop the zygote: it kills any child still alive (EOF on its socket), then exits."""
+        """Stop the zygote: it kills any child still alive (EOF on its socket), then exits (the
+        learner's zygote stays, for the next notebook)."""
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        if self.shared:
+            self.sock.close()
+            self._reader.join(1.0)
+            self.proc.close()                     # (a Peer: its pidfd)
+            return
         try:
             self.proc.wait(1.0)                   # (it has killed its ranks' descendants already)
         except subprocess.TimeoutExpired:

@@ -39,6 +39,50 @@ def _child(out_fd: int, sock, wake_r: int, wake_w: int, argv: tuple, owner: int)
         os._exit(1)
 
 
+def child_for(out_fd: int, h, ns_fds: list, owner: int, close: list) -> None:
+    """In a fresh fork of the learner's zygote (userzygote_main.py): become a spare worker of
+    the cluster that said Hello `h` (its environment, folder, cores and network namespace, whose
+    fds are `ns_fds`), watching its notebook `owner`; `close`: the zygote's other fds. Never
+    returns."""
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        for fd in close:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(out_fd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        os.environ.clear()
+        os.environ.update(h.env)
+        from labkit.runtime.local import netns
+        if ns_fds:                            # the cluster's own network, single-threaded
+            os.environ[netns.VAR] = ",".join(f"{k}={fd}" for k, fd in zip(h.netns, ns_fds))
+            netns.enter()
+        try:
+            os.chdir(h.cwd)
+            if h.cpus:                            # the notebook's cores (a hub may pin each learner)
+                os.sched_setaffinity(0, h.cpus)
+        except OSError:
+            pass
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+        from labkit.runtime import worker
+        worker.start(h.address, h.stack_dir, h.authkey, owner)
+    except BaseException:                         # noqa: B902 - never return into the loop
+        import traceback
+        traceback.print_exc()
+    finally:
+        os._exit(1)
+
+
 def _kill_children(children: set) -> None:
     for pid in children:
         for kill in (os.killpg, os.kill):
