@@ -13,8 +13,10 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import sysusers
-from hub_setup import ROOT, processes_of
+from hub_setup import ROOT, dedent, processes_of
 
 KERNELS = ROOT / "build" / "hub" / "jupyter"
 
@@ -128,3 +130,34 @@ class Account:
         return r.stdout + r.stderr
 
 
+# Run in an account's kernel with `targets` ({what: path}; a `list...` is listed, the rest read):
+# one line PEEK {what: refused (...) | SUCCEEDED | error (...)}
+PEEK = dedent("""
+    import json, os
+    results = {}
+    for what, path in targets.items():
+        try:
+            if what.startswith("list"):
+                os.listdir(path)
+            else:
+                with open(path, "rb") as f:
+                    f.read(64)
+            results[what] = "SUCCEEDED"
+        except PermissionError as e:
+            results[what] = f"refused ({e})"
+        except OSError as e:
+            results[what] = f"error ({type(e).__name__}: {e})"
+    print("PEEK " + json.dumps(results))
+""")
+
+
+@pytest.fixture
+def one_hub():
+    """The hub tests one at a time (two pytest workers may reach both at once): tried, with
+    tests/test_hub.py and tests/test_hub_grading.py started together a learner's PAM login failed
+    once while the other test changed passwords (chpasswd and usermod rewrite /etc/shadow)."""
+    import fcntl
+    (ROOT / "build").mkdir(exist_ok=True)
+    with open(ROOT / "build" / ".hub-test.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

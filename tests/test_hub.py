@@ -27,6 +27,7 @@ import pytest
 
 import hub_setup
 import sysusers
+from hub_accounts import one_hub  # noqa: F401 (the fixture)
 from hub_accounts import end_all, install_kernel
 from hub_setup import Hub, Learner, code_cells_until, dedent, processes_of
 
@@ -102,7 +103,7 @@ def assert_hello(name: str, text: str, error, greeting: str) -> None:
     assert "[0, 1, 4, 9]" in text, f"{name}: results missing:\n{text}"
 
 
-def test_two_learners_on_one_hub():
+def test_two_learners_on_one_hub(one_hub):
     sysusers.skip_unless_root()
     why = hub_setup.missing()
     if why:

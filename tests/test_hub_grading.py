@@ -41,7 +41,8 @@ import pytest
 
 import hub_setup
 import sysusers
-from hub_accounts import Account, end_all, fresh_home, install_kernel, instructor_python
+from hub_accounts import one_hub  # noqa: F401 (the fixture)
+from hub_accounts import PEEK, Account, end_all, fresh_home, install_kernel, instructor_python
 from hub_setup import Hub, Learner, dedent
 
 pytestmark = [pytest.mark.hub, pytest.mark.cluster, pytest.mark.timeout(900)]
@@ -101,25 +102,6 @@ def in_kernel(kernel, *cmd) -> str:
     return text
 
 
-PEEK = dedent("""
-    import json, os
-    results = {}
-    for what, path in targets.items():
-        try:
-            if what.startswith("list"):
-                os.listdir(path)
-            else:
-                with open(path, "rb") as f:
-                    f.read(64)
-            results[what] = "SUCCEEDED"
-        except PermissionError as e:
-            results[what] = f"refused ({e})"
-        except OSError as e:
-            results[what] = f"error ({type(e).__name__}: {e})"
-    print("PEEK " + json.dumps(results))
-""")
-
-
 def feedback_file(home: pathlib.Path) -> pathlib.Path:
     found = sorted((home / A / "feedback").glob(f"*/{A}.html"))
     assert len(found) == 1, f"feedback in {home}: {found}"
@@ -156,7 +138,7 @@ def formgrader_page(hub: Hub, password: str) -> str:
         return page.inner_text("table")
 
 
-def test_release_submit_autograde_feedback_on_the_hub():
+def test_release_submit_autograde_feedback_on_the_hub(one_hub):
     sysusers.skip_unless_root()
     why = hub_setup.missing()
     if why:
