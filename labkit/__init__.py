@@ -43,11 +43,15 @@ def load_ipython_extension(ip) -> None:
 
 def _start_the_zygote_early() -> None:
     """In a notebook's kernel, `import labkit` starts the learner's zygote in the background (if
-    none runs): its `import torch` overlaps the kernel's own (runtime/local/userzygote.py)."""
+    none runs): its `import torch` overlaps the kernel's own (runtime/local/userzygote.py). The
+    modules it uses are imported here, on the kernel's thread (about 0.1 s): imported on the
+    background thread, they raced the cell's own imports of labkit.i18n, and the loser saw a
+    partially initialized module (ImportError: cannot import name 'N_', seen in CI)."""
+    from labkit.runtime import stacks  # noqa: F401 - imported before the thread starts (above)
+    from labkit.runtime.local import procs, zygote  # noqa: F401
     from labkit.runtime.local.userzygote import prestart
-    prestart()
+    __import__("threading").Thread(target=prestart, daemon=True, name="labkit-zygote-start").start()
 
 
 if "ipykernel" in __import__("sys").modules:
-    __import__("threading").Thread(target=_start_the_zygote_early, daemon=True,
-                                   name="labkit-zygote-start").start()
+    _start_the_zygote_early()
