@@ -43,6 +43,13 @@ def cluster4():
     yield from _shared(4)
 
 
+@pytest.fixture
+def zh(monkeypatch):
+    """LABKIT_LANG=zh for one test: what labkit prints comes out in Chinese (the tests of the
+    Chinese edition ask for it by name)."""
+    monkeypatch.setenv("LABKIT_LANG", "zh")
+
+
 @pytest.fixture(params=[2, 4], ids=["2ranks", "4ranks"])
 def cluster(request):
     """Parametrises a test over the shared 2- and 4-rank clusters."""

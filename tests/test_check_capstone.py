@@ -6,28 +6,20 @@ import time
 
 import pytest
 
-import labkit.check
 from check_corpus import capstone
-
-
-def _line(capsys, grid, rule, **kw):
-    ok = labkit.check.capstone_groups(grid, rule, **kw)
-    out = capsys.readouterr().out.strip().splitlines()
-    lines = [ln for ln in out if ln.startswith("capstone_groups:")]
-    assert len(lines) == 1, out
-    return ok, lines[0]
+from checker_line import checker_line
 
 
 @pytest.mark.parametrize("answer, fns", capstone.RIGHT, ids=[a[0] for a in capstone.RIGHT])
 def test_right_answers_pass_without_ranks(capsys, answer, fns):
-    ok, line = _line(capsys, *fns, cluster=False)
+    ok, line, _ = checker_line(capsys, "capstone_groups", *fns, cluster=False)
     assert ok and line.startswith("capstone_groups: pass (the grid equals the notes' on 8 layouts"), line
 
 
 @pytest.mark.parametrize("answer, fns, words", capstone.WRONG, ids=[a[0] for a in capstone.WRONG])
 def test_wrong_answer_is_diagnosed(capsys, answer, fns, words):
     t0 = time.perf_counter()
-    ok, line = _line(capsys, *fns, cluster=False, timeout=2.0)
+    ok, line, _ = checker_line(capsys, "capstone_groups", *fns, cluster=False, timeout=2.0)
     assert not ok and words in line, line
     assert line.startswith(("capstone_groups: FAIL (", "capstone_groups: not implemented yet")), line
     assert time.perf_counter() - t0 < 2.0 + 3.0
@@ -65,9 +57,9 @@ def test_the_ranks_sum_what_the_rule_says():
 
 def test_on_real_ranks(capsys, cluster4):
     pids = cluster4.run(os.getpid)
-    ok, line = _line(capsys, capstone.grid, capstone.rule, cluster=cluster4)
+    ok, line, _ = checker_line(capsys, "capstone_groups", capstone.grid, capstone.rule, cluster=cluster4)
     assert ok and "on 4 ranks (dp 2 x pp 1 x tp 2 x cp 1, ep 2) every gradient sums the ranks" in line, line
-    ok, line = _line(capsys, capstone.grid, capstone.tp_for_all, cluster=cluster4)
+    ok, line, _ = checker_line(capsys, "capstone_groups", capstone.grid, capstone.tp_for_all, cluster=cluster4)
     assert not ok and "tp does not belong there" in line, line
     assert cluster4.run(os.getpid) == pids
 
@@ -76,7 +68,7 @@ def test_chinese(capsys):
     import labkit
     labkit.set_lang("zh")
     try:
-        ok, line = _line(capsys, capstone.grid, capstone.no_cp_rule, cluster=False)
+        ok, line, _ = checker_line(capsys, "capstone_groups", capstone.grid, capstone.no_cp_rule, cluster=False)
     finally:
         labkit.set_lang("en")
     assert not ok and line.startswith("capstone_groups: FAIL (") and "cp" in line

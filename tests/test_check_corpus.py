@@ -5,13 +5,13 @@ A wrong answer must be judged within JUDGE_S seconds with one line, and leave th
 running, unless the learner's code really hangs or kills a rank: then the next run must work
 (on fresh ranks)."""
 import os
-import time
 
 import pytest
 
 import labkit
 import labkit.check
 from check_corpus import adam, grads, mean, ring
+from checker_line import checker_line
 
 JUDGE_S = 3.0           # seconds: a wrong answer is judged at least this fast
 TIMEOUT = 30.0          # the checkers' timeout for answers that do not hang (a busy machine)
@@ -25,16 +25,6 @@ RECOVERY = {("ring_all_reduce", "deadlock"), ("average_gradients", "rank 1 dies"
             ("mean_over_ranks", "only rank 0 all-reduces")}
 ALL = os.environ.get("LABKIT_CORPUS_ALL") == "1"
 
-
-
-def _line(capsys, name, fn, **kw):
-    t0 = time.perf_counter()
-    ok = getattr(labkit.check, name)(fn, **kw)
-    took = time.perf_counter() - t0
-    out = capsys.readouterr().out.strip().splitlines()
-    lines = [ln for ln in out if ln.startswith(f"{name}:")]
-    assert len(lines) == 1, out
-    return ok, lines[0], took
 
 
 def _params(kinds):
@@ -52,7 +42,7 @@ def test_right_answers_pass(capsys, request, name, module, fixture):
     cluster = request.getfixturevalue(fixture)
     pids = cluster.run(os.getpid)
     for answer, fn in module.RIGHT:
-        ok, line, _ = _line(capsys, name, fn, cluster=cluster, timeout=TIMEOUT)
+        ok, line, _ = checker_line(capsys, name, fn, cluster=cluster, timeout=TIMEOUT)
         assert ok and line.startswith(f"{name}: pass ("), (answer, line)
     assert cluster.run(os.getpid) == pids
 
@@ -62,7 +52,7 @@ def test_wrong_answer_is_diagnosed_quickly_and_keeps_the_ranks(capsys, request, 
                                                                fixture, answer, words):
     cluster = request.getfixturevalue(fixture)
     pids = cluster.run(os.getpid)
-    ok, line, took = _line(capsys, name, answer[1], cluster=cluster, timeout=TIMEOUT)
+    ok, line, took = checker_line(capsys, name, answer[1], cluster=cluster, timeout=TIMEOUT)
     JUDGED[(name, answer[0])] = took
     assert not ok and words in line, line
     assert line.startswith((f"{name}: FAIL (", f"{name}: not implemented yet")), line
@@ -74,7 +64,7 @@ def test_wrong_answer_is_diagnosed_quickly_and_keeps_the_ranks(capsys, request, 
 def test_wrong_answer_that_hangs_or_crashes(capsys, cluster2, name, module, fixture, answer, words):
     if (name, answer[0]) not in RECOVERY and not ALL:
         pytest.skip("the ranks it leaves must be replaced (seconds each); LABKIT_CORPUS_ALL=1 runs it")
-    ok, line, took = _line(capsys, name, answer[1], cluster=cluster2, timeout=HANG_TIMEOUT)
+    ok, line, took = checker_line(capsys, name, answer[1], cluster=cluster2, timeout=HANG_TIMEOUT)
     JUDGED[(name, answer[0])] = took
     assert not ok and words in line, line
     assert took < HANG_TIMEOUT + 5, f"{answer[0]}: judged in {took:.2f} s"

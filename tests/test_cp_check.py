@@ -1,31 +1,21 @@
 """Notebook 12's checker (labkit.check.online_softmax_merge) against its corpus: every wrong
 merge judged with its diagnosis within 3 s, the ranks kept; right ones pass on the ranks."""
 import os
-import time
 
 import pytest
 import torch
 
-import labkit.check
 from check_corpus import merge
+from checker_line import checker_line
 
 JUDGE_S = 3.0
 HANG_S = 2          # the limit given to the answer that never returns (the notebook's is 10 s)
 NAME = "online_softmax_merge"
 
 
-def _line(capsys, fn, cluster, timeout=30):
-    t0 = time.perf_counter()
-    ok = labkit.check.online_softmax_merge(fn, cluster=cluster, timeout=timeout)
-    took = time.perf_counter() - t0
-    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(f"{NAME}:")]
-    assert len(lines) == 1, lines
-    return ok, lines[0], took
-
-
 def test_right_merges_pass_on_the_ranks(capsys, cluster4):
     for answer, fn in merge.RIGHT:
-        ok, line, _ = _line(capsys, fn, cluster4)
+        ok, line, _ = checker_line(capsys, NAME, fn, cluster=cluster4, timeout=30)
         assert ok and line.startswith(f"{NAME}: pass (ring attention with your merge on 4 ranks"), (answer, line)
 
 
@@ -34,7 +24,7 @@ def test_wrong_merges_are_diagnosed_quickly_and_keep_the_ranks(capsys, cluster4)
     assert len(merge.WRONG) >= 10 and len({w[0] for w in merge.WRONG}) == len(merge.WRONG)
     for answer, fn, words, kind in merge.WRONG:
         limit = HANG_S if kind == "hang" else 30
-        ok, line, took = _line(capsys, fn, cluster4, timeout=limit)
+        ok, line, took = checker_line(capsys, NAME, fn, cluster=cluster4, timeout=limit)
         assert not ok and words in line, (answer, line)
         assert line.startswith((f"{NAME}: FAIL (", f"{NAME}: not implemented yet")), line
         assert took < (HANG_S + JUDGE_S if kind == "hang" else JUDGE_S), f"{answer}: judged in {took:.2f} s"

@@ -4,16 +4,10 @@ cluster; the diagnoses are built from logs and tensors, the way the ranks build 
 Each test sets LABKIT_LANG=zh, feeds a plausible wrong answer to the diagnosis, and asserts the
 Chinese sentence with the same numbers as the English one, while the words programs read
 (`FAIL`, the checker's name) stay English."""
-import pytest
 import torch
 
 from labkit.check import ring_diagnosis as why
 from labkit.check.core import report
-
-
-@pytest.fixture
-def zh(monkeypatch):
-    monkeypatch.setenv("LABKIT_LANG", "zh")
 
 
 # -- notebook 02: ring_all_reduce ---------------------------------------------------------------

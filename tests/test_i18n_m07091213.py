@@ -9,14 +9,7 @@ import pathlib
 import sys
 import types
 
-import pytest
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-
-
-@pytest.fixture
-def zh(monkeypatch):
-    monkeypatch.setenv("LABKIT_LANG", "zh")
 
 
 NO_CLUSTER = types.SimpleNamespace(world_size=4)   # never used: these answers fail before any run

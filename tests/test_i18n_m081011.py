@@ -7,15 +7,8 @@ ok:, checker names) stay English.
 import pytest
 
 
-
-
-@pytest.fixture
-def zh_lang(monkeypatch):
-    monkeypatch.setenv("LABKIT_LANG", "zh")
-
-
 # -- notebook 08: the grid and the planner --------------------------------------------------
-def test_invalid_layout_is_explained_in_chinese_with_its_numbers(zh_lang):
+def test_invalid_layout_is_explained_in_chinese_with_its_numbers(zh):
     from labkit.parallel_dims import validate
     with pytest.raises(ValueError) as err:
         validate(dp=3, pp=3, tp=16, world_size=128, gpus_per_node=8, layers=80, heads=60)
@@ -26,7 +19,7 @@ def test_invalid_layout_is_explained_in_chinese_with_its_numbers(zh_lang):
     assert "注意力头数（60）不能被 tp(16) 整除：60 / 16 = 每个 rank 3.75 个头" in text
 
 
-def test_layout_and_plan_print_in_chinese(zh_lang):
+def test_layout_and_plan_print_in_chinese(zh):
     from labkit.parallel_dims import Layout
     from labkit.plan import plan, ranking_sentence, step_traffic
     from labkit.plan.models import MODELS, Hardware
@@ -44,7 +37,7 @@ def test_layout_and_plan_print_in_chinese(zh_lang):
                                     "（按每 step 的调用次数，DP 仍然最少）")
 
 
-def test_planner_form_labels_in_chinese(zh_lang):
+def test_planner_form_labels_in_chinese(zh):
     from labkit.plan.form import render
     from labkit.plan.models import MODELS, Hardware
     page = render(MODELS["70B"], Hardware(nodes=4))
@@ -57,7 +50,7 @@ def test_planner_form_labels_in_chinese(zh_lang):
 
 
 # -- notebook 10: the diagnosis order ------------------------------------------------------
-def test_diagnosis_of_a_communication_bound_run_in_chinese(zh_lang):
+def test_diagnosis_of_a_communication_bound_run_in_chinese(zh):
     from labkit.diagnose import Phases, diagnose, report
     ranks = [Phases(data=0.001, forward=0.001, backward=0.001, wait=0.02, comm=0.08, optimizer=0.001)]
     text = report(diagnose(ranks, peak_bytes=7.6 * 2**20, budget_bytes=16 * 2**20), "== communication")
@@ -69,7 +62,7 @@ def test_diagnosis_of_a_communication_bound_run_in_chinese(zh_lang):
     assert lines[-1] == "瓶颈：通信"
 
 
-def test_knob_table_in_chinese_keeps_the_knob_names(zh_lang):
+def test_knob_table_in_chinese_keeps_the_knob_names(zh):
     from labkit.diagnose import knob_table
     table = knob_table()
     assert table.splitlines()[0] == "| 参数 | 讲义 | 用什么换什么 | 课程在哪里测量它 |"
@@ -77,7 +70,7 @@ def test_knob_table_in_chinese_keeps_the_knob_names(zh_lang):
 
 
 # -- notebook 11: the pitfalls --------------------------------------------------------------
-def test_pitfall_diagnoses_in_chinese_with_their_numbers(zh_lang):
+def test_pitfall_diagnoses_in_chinese_with_their_numbers(zh):
     from labkit.doctor import pitfalls as P
     assert P.devices_distinct({0: "cuda:0", 1: "cuda:0", 2: "cuda:0"}) == (
         False, "rank 0, 1, 2 都在用 cuda:0：请在创建张量或进程组之前调用 torch.cuda.set_device(local_rank)")
@@ -91,7 +84,7 @@ def test_pitfall_diagnoses_in_chinese_with_their_numbers(zh_lang):
 
 
 # -- notebook 01 leftovers: the fit verdict ---------------------------------------------------
-def test_fit_verdict_in_chinese(zh_lang):
+def test_fit_verdict_in_chinese(zh):
     import importlib
     A = importlib.import_module("labkit.memory.activations")
     assert str(A.fits(140e9, 0, 80)) == ("装不下：需要 140.0 GB（模型状态 140.0 + 激活值 0.0），"
@@ -100,7 +93,7 @@ def test_fit_verdict_in_chinese(zh_lang):
 
 # -- notebooks 03, 04 leftovers: errors raised on a rank (a one-rank gloo group in this process,
 #    so that no cluster starts) --------------------------------------------------------------
-def test_errors_raised_on_a_rank_in_chinese(zh_lang):
+def test_errors_raised_on_a_rank_in_chinese(zh):
     import torch
     import torch.distributed as dist
     import labkit

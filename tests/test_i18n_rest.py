@@ -11,11 +11,6 @@ import pytest
 from labkit.i18n.messages import messages
 
 
-@pytest.fixture
-def zh_lang(monkeypatch):
-    monkeypatch.setenv("LABKIT_LANG", "zh")
-
-
 # -- 05a: what each sharding strategy means (Strategy.note, shown in section 1's table) -------
 def test_strategy_notes_are_shown_in_chinese_and_the_data_stays(monkeypatch):
     from labkit.fsdp.strategies import STRATEGIES
@@ -34,7 +29,7 @@ def _bench_result(config, seconds, memory=None):
             "grad_bytes": 2.5e6, "memory": memory}
 
 
-def test_ddp_benchmark_table_and_summary_in_chinese(zh_lang):
+def test_ddp_benchmark_table_and_summary_in_chinese(zh):
     from labkit.ddp import benchmark
     res = {"labkit naive": _bench_result(("naive", None, False), 0.030),
            "labkit flat": _bench_result(("flat", None, False), 0.020),
@@ -52,7 +47,7 @@ def test_ddp_benchmark_table_and_summary_in_chinese(zh_lang):
 
 
 # -- library values a table shows: Breakdown categories (labkit.memory.accounting.table) -------
-def test_memory_table_heads_its_categories_in_chinese(zh_lang):
+def test_memory_table_heads_its_categories_in_chinese(zh):
     from labkit.memory.accounting import table
     from labkit.memory.breakdown import Breakdown
     got = Breakdown(params=1000, grads=1000, momentum=2000, variance=2000, other=8, buffers=4, temporary=2,
@@ -67,7 +62,7 @@ def test_memory_table_heads_its_categories_in_chinese(zh_lang):
 
 
 # -- argument errors a learner meets in lower-level modules ------------------------------------
-def test_pipeline_formula_arguments_are_refused_in_chinese(zh_lang):
+def test_pipeline_formula_arguments_are_refused_in_chinese(zh):
     from labkit.pipeline.formulas import bubble_ratio, first_stage_activations
     with pytest.raises(ValueError) as err:
         bubble_ratio(4, 0)
@@ -77,7 +72,7 @@ def test_pipeline_formula_arguments_are_refused_in_chinese(zh_lang):
     assert str(err.value).startswith("没有 'zb-2p' 的公式：请从 gpipe、1f1b、interleaved、")
 
 
-def test_accumulation_and_all_to_all_arguments_are_refused_in_chinese(zh_lang):
+def test_accumulation_and_all_to_all_arguments_are_refused_in_chinese(zh):
     import torch
     from labkit.moe.alltoall import all_to_all
     from labkit.tricks.accumulation import accumulate

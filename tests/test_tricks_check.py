@@ -1,30 +1,19 @@
 """Notebook 09's checker against its corpus of wrong answers (tests/check_corpus/accum.py):
 each gets its diagnosis within JUDGE_S seconds and leaves the ranks running; right answers pass."""
 import os
-import time
 
 import pytest
 
-import labkit
-import labkit.check
 from check_corpus import accum
+from checker_line import checker_line
 
 JUDGE_S = 3.0
-
-
-def _line(capsys, fn, cluster):
-    t0 = time.perf_counter()
-    ok = labkit.check.accumulate_gradients(fn, cluster=cluster, timeout=30)
-    took = time.perf_counter() - t0
-    lines = [ln for ln in capsys.readouterr().out.strip().splitlines() if ln.startswith("accumulate_gradients:")]
-    assert len(lines) == 1, lines
-    return ok, lines[0], took
 
 
 def test_right_answers_pass(capsys, cluster):
     pids = cluster.run(os.getpid)
     for name, fn in accum.RIGHT:
-        ok, line, _ = _line(capsys, fn, cluster)
+        ok, line, _ = checker_line(capsys, "accumulate_gradients", fn, cluster=cluster, timeout=30)
         assert ok and line.startswith("accumulate_gradients: pass ("), (name, line)
     assert cluster.run(os.getpid) == pids
 
@@ -34,7 +23,7 @@ def test_wrong_answer_is_diagnosed_quickly_and_keeps_the_ranks(capsys, cluster2,
     # on 2 ranks, the notebook's cluster: an answer that averages with rank 1 - r is right there,
     # and must fail on the checker's second case (another world size)
     pids = cluster2.run(os.getpid)
-    ok, line, took = _line(capsys, fn, cluster2)
+    ok, line, took = checker_line(capsys, "accumulate_gradients", fn, cluster=cluster2, timeout=30)
     assert not ok and words in line, line
     assert line.startswith(("accumulate_gradients: FAIL (", "accumulate_gradients: not implemented yet")), line
     assert took < JUDGE_S, f"{answer}: judged in {took:.2f} s"
@@ -44,7 +33,7 @@ def test_wrong_answer_is_diagnosed_quickly_and_keeps_the_ranks(capsys, cluster2,
 def test_right_answers_pass_within_one_all_reduce_and_one_micro_batch(capsys, cluster):
     """The pass line says 1.00x: the right answers measure it (a flat all-reduce less)."""
     for name, fn in accum.RIGHT:
-        ok, line, _ = _line(capsys, fn, cluster)
+        ok, line, _ = checker_line(capsys, "accumulate_gradients", fn, cluster=cluster, timeout=30)
         assert ok and "saved activations 1.00x one micro-batch's" in line, (name, line)
         ratio = float(line.split("; ")[-2].split("x the bytes")[0])
         assert ratio <= 1.0, (name, line)
@@ -58,7 +47,7 @@ def test_corpus_size():
 def test_the_second_case_survives_a_rebuilt_process_group(capsys, cluster2):
     """The groups of the second world size are made once per process, and again after the
     cluster rebuilt its process group (Cluster._rejoin)."""
-    assert _line(capsys, accum.RIGHT[0][1], cluster2)[0]
+    assert checker_line(capsys, "accumulate_gradients", accum.RIGHT[0][1], cluster=cluster2, timeout=30)[0]
     cluster2._rejoin()
-    ok, line, _ = _line(capsys, accum.RIGHT[0][1], cluster2)
+    ok, line, _ = checker_line(capsys, "accumulate_gradients", accum.RIGHT[0][1], cluster=cluster2, timeout=30)
     assert ok, line
