@@ -50,6 +50,14 @@ def test_each_item_runs_in_exactly_one_phase():
     assert everything == items
 
 
+def test_every_serial_file_is_one_test_file_under_tests():
+    """SERIAL names files, not paths (tests/ has a folder per part of labkit): each name must be
+    a test file somewhere under tests/, once, or its tests would silently run with the bulk."""
+    serial = _root_conftest().SERIAL
+    found = {name: sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob(name)) for name in serial}
+    assert {name: paths for name, paths in found.items() if len(paths) != 1} == {}
+
+
 def test_the_serial_marker_is_declared():
     """pytest warns of (and --strict-markers refuses) a marker pyproject.toml does not declare."""
     text = (ROOT / "pyproject.toml").read_text()

@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""Lay tests/ out like the package (issue 34, section 5); rerun it on any newer main.
+
+    .venv/bin/python scripts/tests_layout.py              # move, rewrite, compare the collections
+    .venv/bin/python scripts/tests_layout.py --dry-run    # say what would move; change nothing
+    .venv/bin/python scripts/tests_layout.py --no-collect # skip the two `pytest --collect-only`
+
+Every step finds nothing to do the second time, so it can run again after each merge:
+
+1. `pytest tests --collect-only -q`: the test ids before anything moves.
+2. Each file still lying flat in tests/ goes to its folder with `git mv` (RULES below: the first
+   pattern that matches the file name wins; then `test_<folder>...py` for any folder tests/
+   already has; a module that is not a test is a helper and goes to tests/support/). A file no
+   rule places is reported and stays where it is (exit status 1: add a rule). conftest.py,
+   README.md and check_corpus/ (data: the answers the checkers are tested with) stay.
+3. In each file it moved, the paths computed from __file__ keep pointing where they pointed:
+   ``parents[1]`` -> ``parents[2]``, ``.parent.parent`` -> ``.parent.parent.parent``,
+   ``os.path.join(os.path.dirname(__file__), "..", ...)`` gains a "..", ``with_name("x.py")``
+   finds x.py in its folder; a test module imported from another folder (``from test_x import``)
+   gets that folder on sys.path in place of the file's own folder. Any other line with __file__
+   is printed for a look.
+4. In every .py file under tests/: a helper imported by its bare name comes from the package
+   ``support`` (``from runtime_helpers import gone`` -> ``from support.runtime_helpers import
+   gone``, ``import proc_view`` -> ``from support import proc_view``, ``sys.modules.get(
+   "deck_build")`` -> ``"support.deck_build"``). tests/ is on sys.path through tests/conftest.py
+   (pytest's default import mode puts a conftest's folder there), which is also how
+   ``check_corpus`` is found; the ranks get the notebook's sys.path with every task.
+5. In every tracked text file (scripts/test's portable list, scripts/cpu-matrix, .ci/run, the root
+   conftest.py, README.md, docs/, tests/, labkit/'s docstrings, a notebook and its .po files
+   alike): ``tests/<file>.py`` (also ``tests/<glob>.py`` and ``tests/<module>``) names the file in
+   its folder.
+6. Collects again and compares the ids modulo the folder (``tests/zero/test_zero.py::x`` is
+   ``tests/test_zero.py::x``): prints both counts and every difference (exit status 1 on one).
+
+It commits nothing: read `git status` and `git diff --cached -M`, then commit. Test files keep
+their names where they move, so `git log --follow` reads their history. pytest imports a test
+module by its file name (rootdir-less folders, no __init__.py): two files with one name in two
+folders would clash, so the script refuses a move that makes one. Where a new test goes:
+tests/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+SUPPORT = "support"
+STAY = {"conftest.py", "README.md", "__init__.py"}        # and every folder (check_corpus/, ...)
+
+# (file name pattern, folder): the first match wins. The checkers' tests (labkit/check/) all go
+# to check/, whichever of the two names they have (test_check_<x>.py, test_<x>_check.py).
+RULES = [
+    ("test_browser_*.py", "browser"),
+    ("test_i18n*.py", "i18n"),
+    ("test_gpu_check*.py", "gpu"), ("test_device_factories*.py", "gpu"),
+    ("test_check_*.py", "check"), ("test_*_check.py", "check"),
+    ("test_runtime*.py", "runtime"), ("test_portable*.py", "runtime"), ("test_slurm*.py", "runtime"),
+    ("test_hub*.py", "runtime"), ("test_bench*.py", "runtime"),
+    ("test_zero_live.py", "memory"),                       # labkit.memory.live, no ranks
+    ("test_ddp*.py", "ddp"), ("test_zero*.py", "zero"), ("test_fsdp*.py", "fsdp"),
+    ("test_tp*.py", "tp"), ("test_pipeline*.py", "pipeline"), ("test_cp*.py", "cp"),
+    ("test_moe*.py", "moe"), ("test_tricks*.py", "tricks"), ("test_plan*.py", "plan"),
+    ("test_memory*.py", "memory"), ("test_comm*.py", "comm"), ("test_ring*.py", "comm"),
+    ("test_capstone*.py", "capstone"), ("test_grading*.py", "grading"),
+    ("test_parallel_dims*.py", "dims"), ("test_clipping*.py", "dims"),
+    ("test_diagnose*.py", "throughput"), ("test_throughput*.py", "throughput"),
+    ("test_doctor*.py", "pitfalls"), ("test_pitfalls*.py", "pitfalls"),
+    ("test_exercises*.py", "course"), ("test_slide*.py", "course"), ("test_figtext*.py", "course"),
+    ("test_notebooks*.py", "course"), ("test_course*.py", "course"),
+    ("test_layers*.py", "repo"), ("test_ci_*.py", "repo"), ("test_setup*.py", "repo"),
+    ("test_verdicts*.py", "repo"),
+    ("test_numerics*.py", "core"), ("test_versions*.py", "core"), ("test_tables*.py", "core"),
+    ("test_show*.py", "core"), ("test_trace*.py", "core"), ("test_machine*.py", "core"),
+    ("test_notes_items*.py", "core"), ("test_livefig*.py", "core"), ("test_models*.py", "core"),
+]
+
+FILE_PATH = r"(?:pathlib\.)?Path\(__file__\)(?:\.resolve\(\)|\.absolute\(\))?"
+
+
+def git(*args: str, check: bool = True) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, check=check, capture_output=True, text=True).stdout
+
+
+def folder_for(name: str, folders: set[str]) -> str | None:
+    for pattern, folder in RULES:
+        if fnmatch.fnmatchcase(name, pattern):
+            return folder
+    for folder in sorted(folders, key=len, reverse=True):     # a folder made by hand attracts its tests
+        if folder != SUPPORT and (name == f"test_{folder}.py" or name.startswith(f"test_{folder}_")):
+            return folder
+    if name.endswith(".py") and not name.startswith("test_"):
+        return SUPPORT                                        # a helper
+    return None
+
+
+def layout() -> tuple[set[str], dict[str, set[str]]]:
+    """The tracked files directly in tests/, and file name -> folders of those one folder down
+    (check_corpus/ aside)."""
+    flat, nested = set(), {}
+    for line in git("ls-files", "tests").splitlines():
+        parts = Path(line).parts[1:]
+        if len(parts) == 1:
+            flat.add(parts[0])
+        elif len(parts) == 2 and parts[0] != "check_corpus":
+            nested.setdefault(parts[1], set()).add(parts[0])
+    return flat, nested
+
+
+def placed(flat: set[str], nested: dict[str, set[str]]) -> dict[str, str]:
+    """file name -> its folder, for the names that are in one folder only and not in tests/ too
+    (what `tests/<name>` in a text now means)."""
+    return {n: next(iter(f)) for n, f in nested.items() if len(f) == 1 and n not in flat and n not in STAY}
+
+
+# --- step 1 and 6: the collections ----------------------------------------------------------------
+def collect(report: list[str], when: str) -> list[str]:
+    """The test ids `pytest tests --collect-only -q` prints; its last line is printed too."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "tests", "--collect-only", "-q",
+                        "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True)
+    ids = [ln.strip() for ln in r.stdout.splitlines() if "::" in ln and not ln.startswith(" ")]
+    last = (r.stdout.strip().splitlines() or ["no output"])[-1]
+    print(f"  {when}: {len(ids)} test ids ({last})")
+    if r.returncode != 0:
+        report.append(f"pytest --collect-only {when}: exit status {r.returncode}:\n"
+                      + "\n".join((r.stdout + r.stderr).strip().splitlines()[-15:]))
+    return ids
+
+
+def modulo_folder(nodeid: str) -> str:
+    return re.sub(r"^tests/[^/:]+/(?=[^/:]+\.py::)", "tests/", nodeid)
+
+
+# --- step 3: paths from __file__ in a moved file ---------------------------------------------------
+def deeper(text: str, own: str, where: dict[str, str], report: list[str], name: str) -> str:
+    """`text` of a file that moved from tests/ to tests/<own>/, its __file__ paths one level deeper."""
+    text = re.sub(FILE_PATH + r"\.parents\[(\d+)\]",
+                  lambda m: m.group(0)[: m.start(1) - m.start(0)] + f"{int(m.group(1)) + 1}]", text)
+    text = re.sub("(" + FILE_PATH + r")((?:\.parent){2,})(?!\w)",
+                  lambda m: m.group(1) + m.group(2) + ".parent", text)
+    text = re.sub(r"os\.path\.join\(os\.path\.dirname\(__file__\), (['\"])\.\.\1, ",
+                  lambda m: m.group(0) + f"{m.group(1)}..{m.group(1)}, ", text)
+
+    def sibling(m):
+        file, folder = m.group(3), where.get(m.group(3))
+        if folder is None or folder == own:
+            return m.group(0)
+        return f"{m.group(1)}.parents[1] / {m.group(2)}{folder}{m.group(2)} / {m.group(2)}{file}{m.group(2)}"
+    text = re.sub("(" + FILE_PATH + r")\.with_name\((['\"])([\w.]+)\2\)", sibling, text)
+
+    # a test module of another folder: that folder on sys.path in place of the file's own one
+    imported = set(re.findall(r"^\s*(?:from|import) (test_\w+)\b", text, re.M))
+    others = sorted({where[m + ".py"] for m in imported if where.get(m + ".py") not in (None, own)})
+    if others:
+        own_line = re.compile(r"^sys\.path\.insert\(0, str\(" + FILE_PATH + r"\.parent\)\)\n", re.M)
+        m = own_line.search(text)
+        if m:
+            call = m.group(0)[: m.group(0).index("Path(__file__)")]
+            lines = "".join(f'{call}Path(__file__).resolve().parents[1] / "{f}"))\n' for f in others)
+            text = text[: m.start()] + lines + text[m.end():]
+        else:
+            report.append(f"tests/{own}/{name}: imports a test module from tests/{', tests/'.join(others)}/: "
+                          "put that folder on sys.path by hand")
+    return text
+
+
+def left_to_read(before: str, after: str, path: str) -> list[str]:
+    """Lines with __file__ that step 3 did not change (and that are not one of its own)."""
+    out = []
+    changed = set(after.splitlines()) - set(before.splitlines())
+    for i, line in enumerate(after.splitlines(), 1):
+        if re.search(r"(?<![\w.])__file__", line) and line not in changed and not re.search(
+                r"sys\.path\.insert\(0, (str\(" + FILE_PATH + r"\.parent\)|\{os\.path\.dirname\(__file__\)!r\})\)", line):
+            out.append(f"{path}:{i}: {line.strip()}")
+    return out
+
+
+# --- step 4: helpers from the package `support` ----------------------------------------------------
+def helper_imports(text: str, helpers: set[str]) -> str:
+    if not helpers:
+        return text
+    names = "|".join(sorted(map(re.escape, helpers)))
+    text = re.sub(rf"^([ \t]*)from ({names}) import ", rf"\1from {SUPPORT}.\2 import ", text, flags=re.M)
+    text = re.sub(rf"^([ \t]*)import ({names})(\s+as\s+\w+)?[ \t]*(#.*)?$",
+                  lambda m: f"{m.group(1)}from {SUPPORT} import {m.group(2)}{m.group(3) or ''}"
+                            + (f"  {m.group(4)}" if m.group(4) else ""), text, flags=re.M)
+    text = re.sub(rf"sys\.modules(\.get\(|\[)(['\"])({names})\2", rf"sys.modules\1\2{SUPPORT}.\3\2", text)
+    return text
+
+
+# --- step 5: paths named in text -------------------------------------------------------------------
+PATH = re.compile(r"(?<![\w.-])tests/(?P<stem>[\w*]+)(?P<py>\.py)?(?![\w/*])")
+
+
+def named_paths(text: str, where: dict[str, str], report: list[str], path: str) -> str:
+    def new(m):
+        stem, py = m.group("stem"), m.group("py") or ""
+        if "*" in stem:
+            matched = {f for n, f in where.items() if fnmatch.fnmatchcase(n, stem + (py or "*"))}
+            if len(matched) > 1:
+                report.append(f"{path}: {m.group(0)} spans tests/{', tests/'.join(sorted(matched))}/")
+            return f"tests/{matched.pop()}/{stem}{py}" if len(matched) == 1 else m.group(0)
+        folder = where.get(stem + ".py")
+        return f"tests/{folder}/{stem}{py}" if folder else m.group(0)
+    return PATH.sub(new, text)
+
+
+def text_files() -> list[Path]:
+    me = Path(__file__).resolve()
+    out = []
+    for line in git("ls-files").splitlines():
+        p = ROOT / line
+        if p.resolve() == me or not p.is_file() or p.stat().st_size > 4_000_000:
+            continue
+        out.append(p)
+    return out
+
+
+def read(p: Path) -> str | None:
+    try:
+        return p.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dry-run", action="store_true", help="say what would move; change nothing")
+    ap.add_argument("--no-collect", action="store_true", help="skip the collections before and after")
+    args = ap.parse_args(argv)
+    report, look = [], []
+
+    flat, nested = layout()
+    folders = {f for fs in nested.values() for f in fs}
+    untracked = [ln for ln in git("ls-files", "--others", "--exclude-standard", "tests").splitlines()
+                 if len(Path(ln).parts) == 2]
+    for u in untracked:
+        report.append(f"{u}: not tracked by git, not moved (git add it, then run this again)")
+    moves = {}
+    for name in sorted(flat - STAY):
+        dest = folder_for(name, folders)
+        if dest is None:
+            report.append(f"tests/{name}: no rule places it (add one to RULES in scripts/tests_layout.py)")
+        elif name in nested or (TESTS / dest / name).exists():
+            there = ", ".join(f"tests/{f}/{name}" for f in sorted(nested.get(name, {dest})))
+            report.append(f"tests/{name}: {there} exists already: not moved (merge the two by hand)")
+        else:
+            moves[name] = dest
+    where = placed(flat, nested)
+
+    print(f"{len(moves)} files to move, {len(where)} in their folders")
+    for name, dest in sorted(moves.items(), key=lambda kv: (kv[1], kv[0])):
+        print(f"  tests/{name} -> tests/{dest}/{name}")
+    if args.dry_run:
+        for r in report:
+            print("!", r)
+        return 1 if report else 0
+
+    before = None
+    if moves and not args.no_collect:
+        print("collecting the test ids before (pytest tests --collect-only -q) ...", flush=True)
+        before = collect(report, "before")
+
+    # step 2: the moves
+    old_text = {}
+    for name, dest in moves.items():
+        (TESTS / dest).mkdir(exist_ok=True)
+        old_text[name] = (TESTS / name).read_text(encoding="utf-8") if name.endswith(".py") else None
+        git("mv", f"tests/{name}", f"tests/{dest}/{name}")
+        where[name] = dest
+    changed = set()
+    init = TESTS / SUPPORT / "__init__.py"
+    if (TESTS / SUPPORT).is_dir() and not init.exists():
+        init.write_text('"""Helpers of the tests (not tests): imported as `from support.<module> import ...`;\n'
+                        "tests/ is on sys.path through tests/conftest.py. Some also run as programs or as\n"
+                        'another user (isolation_attacker.py): their paths are named where they are started."""\n')
+        changed.add(init)
+
+    # step 3: paths from __file__ in what moved
+    for name, dest in moves.items():
+        if old_text[name] is None:
+            continue
+        p = TESTS / dest / name
+        new = deeper(old_text[name], dest, where, report, name)
+        if new != old_text[name]:
+            p.write_text(new, encoding="utf-8")
+            changed.add(p)
+        look += left_to_read(old_text[name], new, f"tests/{dest}/{name}")
+
+    # step 4: helper imports, everywhere under tests/
+    helpers = {Path(n).stem for n, f in where.items() if f == SUPPORT and n.endswith(".py")}
+    for p in sorted(TESTS.rglob("*.py")):
+        text = read(p)
+        if text is not None and (new := helper_imports(text, helpers)) != text:
+            p.write_text(new, encoding="utf-8")
+            changed.add(p)
+
+    # step 5: paths named anywhere in the repository
+    for p in text_files():
+        text = read(p)
+        if text is None:
+            continue
+        new = named_paths(text, where, report, str(p.relative_to(ROOT)))
+        if new != text:
+            p.write_text(new, encoding="utf-8")
+            changed.add(p)
+    for p in sorted(changed):
+        print(f"  rewrote {p.relative_to(ROOT)}")
+    if changed:
+        git("add", "--", *(str(p.relative_to(ROOT)) for p in sorted(changed)))
+
+    # names pytest would import twice (one module name per file name)
+    seen = {}
+    for p in TESTS.rglob("test_*.py"):
+        if "check_corpus" not in p.parts:
+            seen.setdefault(p.name, []).append(str(p.relative_to(ROOT)))
+    for name, paths in seen.items():
+        if len(paths) > 1:
+            report.append(f"{name} is in {' and '.join(paths)}: pytest imports both as {name[:-3]} (rename one)")
+
+    status = 0
+    if before is not None:
+        print("collecting the test ids after ...", flush=True)
+        after = collect(report, "after")
+        a, b = {modulo_folder(i) for i in after}, {modulo_folder(i) for i in before}
+        if a == b and len(after) == len(before):
+            print(f"the same {len(before)} test ids before and after, modulo the folder")
+        else:
+            status = 1
+            for i in sorted(b - a):
+                print(f"  only before: {i}")
+            for i in sorted(a - b):
+                print(f"  only after: {i}")
+    for line in look:
+        print(f"? {line}   (a path from __file__ this script did not change: still right?)")
+    for r in report:
+        print("!", r)
+    if moves or changed:
+        print("staged: read `git diff --cached -M --stat`, then commit")
+    else:
+        print("nothing to do: tests/ is laid out")
+    return 1 if (status or report) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
