@@ -107,7 +107,7 @@ _browser_off = []
 def _browser_missing() -> str:
     import sys, pathlib
     sys.path.insert(0, str(pathlib.Path(__file__).parent))
-    from browser_helpers import ENABLE, missing
+    from support.browser_helpers import ENABLE, missing
     why = missing()
     return f"{why}; {ENABLE}" if why else ""
 
@@ -155,7 +155,7 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{n} browser tests not run: {why}")
     _count_reports(terminalreporter)
     import sys
-    deck_build = sys.modules.get("deck_build")
+    deck_build = sys.modules.get("support.deck_build")
     for part, seconds in (deck_build.spent.items() if deck_build else ()):
         _part_seconds[part] -= seconds            # building (executing) the decks counts as "decks"
         _part_seconds["decks"] = _part_seconds.get("decks", 0.0) + seconds

@@ -16,7 +16,7 @@ from labkit.tp.blocks import full_grad_slice, parallelize_blocks, sync_sequence_
 # Derived, not tuned (labkit.numerics.chain_bound): the reductions along the longest chain of
 # one forward and backward through these blocks, each summed in another order on the ranks
 # (split over heads and columns, then the all-reduce) than on one device. SCALE bounds every
-# value compared (tests/test_tp.py checks it on one process: outputs reach 3.9, gradients 15).
+# value compared (tests/tp/test_tp.py checks it on one process: outputs reach 3.9, gradients 15).
 SCALE = 16.0
 
 

@@ -21,7 +21,7 @@ from labkit.tp.vocab import VocabParallelEmbedding, vocab_parallel_cross_entropy
 # Derived, not tuned (labkit.numerics.chain_bound), as labkit.tp.parity.tolerance: the
 # reductions along one forward and backward, each summed in another order on the ranks (split
 # over the vocabulary, heads and columns, then the all-reduces) than on one device. SCALE (16,
-# labkit.tp.parity's) bounds every value compared: tests/test_tp_vocab.py checks it on one process
+# labkit.tp.parity's) bounds every value compared: tests/tp/test_tp_vocab.py checks it on one process
 # (the LM's loss, logits and gradients reach 4.3; the random logits of the two loss checks 5.0).
 def vocab_tolerance(vocab=64, n_embd=32, n_head=4, b=2, s=8) -> float:
     """The most `vocab_parity`'s differences may be on any CPU (fp32): the block's chain
