@@ -179,6 +179,21 @@ def left_to_read(before: str, after: str, path: str) -> list[str]:
     return out
 
 
+def shallow(folders: set[str]) -> list[str]:
+    """Lines of files already in a folder that reach tests/ from __file__ and go on to what is not in
+    tests/ (a branch merged after the move may bring ``parents[1]`` meaning the repository)."""
+    into = "|".join(map(re.escape, sorted(folders | {"check_corpus"})))
+    up = re.compile(FILE_PATH + r"(\.parents\[1\]|\.parent\.parent)(?!\.parent)(?!\s*/\s*['\"](" + into + r")['\"])")
+    out = []
+    for p in sorted(TESTS.glob("*/*.py")):
+        if p.parent.name == "check_corpus":
+            continue
+        for i, line in enumerate((read(p) or "").splitlines(), 1):
+            if up.search(line):
+                out.append(f"{p.relative_to(ROOT)}:{i}: {line.strip()}")
+    return out
+
+
 # --- step 4: helpers from the package `support` ----------------------------------------------------
 def helper_imports(text: str, helpers: set[str]) -> str:
     if not helpers:
@@ -237,7 +252,7 @@ def main(argv=None) -> int:
     flat, nested = layout()
     folders = {f for fs in nested.values() for f in fs}
     untracked = [ln for ln in git("ls-files", "--others", "--exclude-standard", "tests").splitlines()
-                 if len(Path(ln).parts) == 2]
+                 if len(Path(ln).parts) == 2 and Path(ln).name not in STAY]
     for u in untracked:
         report.append(f"{u}: not tracked by git, not moved (git add it, then run this again)")
     moves = {}
@@ -337,6 +352,8 @@ def main(argv=None) -> int:
                 print(f"  only after: {i}")
     for line in look:
         print(f"? {line}   (a path from __file__ this script did not change: still right?)")
+    for line in shallow({f for f in where.values()}):
+        print(f"? {line}   (tests/, not the repository: parents[2] meant?)")
     for r in report:
         print("!", r)
     if moves or changed:
