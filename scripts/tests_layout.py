@@ -32,7 +32,13 @@ Every step finds nothing to do the second time, so it can run again after each m
 6. Collects again and compares the ids modulo the folder (``tests/zero/test_zero.py::x`` is
    ``tests/test_zero.py::x``): prints both counts and every difference (exit status 1 on one).
 
-It commits nothing: read `git status` and `git diff --cached -M`, then commit. Test files keep
+It commits nothing: read `git status` and `git diff --cached -M`, then commit.
+
+After merging a branch begun before the move: git follows each moved file (an edit made to
+tests/test_zero.py lands in tests/zero/test_zero.py); a new flat file is moved by the next run. A
+conflict on a line this script rewrote (a path) or a rename/rename (a file renamed on one side,
+moved here on the other): take the other side's text or name (`git checkout --ours/--theirs`, `git rm`
+the moved copy), then run this again: it moves and rewrites it the same way. Test files keep
 their names where they move, so `git log --follow` reads their history. pytest imports a test
 module by its file name (rootdir-less folders, no __init__.py): two files with one name in two
 folders would clash, so the script refuses a move that makes one. Where a new test goes:
@@ -73,7 +79,7 @@ RULES = [
     ("test_exercises*.py", "course"), ("test_slide*.py", "course"), ("test_figtext*.py", "course"),
     ("test_notebooks*.py", "course"), ("test_course*.py", "course"),
     ("test_layers*.py", "repo"), ("test_ci_*.py", "repo"), ("test_setup*.py", "repo"),
-    ("test_verdicts*.py", "repo"),
+    ("test_verdicts*.py", "repo"), ("test_moved_names*.py", "repo"),
     ("test_numerics*.py", "core"), ("test_versions*.py", "core"), ("test_tables*.py", "core"),
     ("test_show*.py", "core"), ("test_trace*.py", "core"), ("test_machine*.py", "core"),
     ("test_notes_items*.py", "core"), ("test_livefig*.py", "core"), ("test_models*.py", "core"),
