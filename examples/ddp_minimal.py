@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import labkit
 from labkit.check.ddp import replicas_in_sync
-from labkit.models import GPTConfig, TinyGPT, lm_loss, token_batch
+from labkit.toy_models import GPTConfig, TinyGPT, lm_loss, token_batch
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The base of every live figure in the course (layer 4): redrawn in the cell as events arrive.
 
 `labkit.show.live` (a value per rank), `labkit.memory.live.Display` (memory per rank and phase)
-and `labkit.pipeline.draw.live_gantt` (a pipeline's Gantt chart) are subclasses. Importing this
+and `labkit.pipeline.plots.live_gantt` (a pipeline's Gantt chart) are subclasses. Importing this
 module imports neither matplotlib nor torch, so rank-side code may import its neighbours.
 """
 import time

@@ -173,31 +173,31 @@ def _diff(a: dict, b: dict) -> tuple:
 
 
 def _awkward(dev, seed=0):
-    from labkit.models import AwkwardNet
+    from labkit.toy_models import AwkwardNet
     torch.manual_seed(seed)
     return AwkwardNet().to(dev)
 
 
 def _awkward_data(dev, batch=4, seed=1000):
-    from labkit.models import awkward_batch
+    from labkit.toy_models import awkward_batch
     return tuple(t.to(dev) for t in awkward_batch(batch, seed=seed))
 
 
 def _tiny_gpt(dev, seed=0):
-    from labkit.models import GPTConfig, TinyGPT
+    from labkit.toy_models import GPTConfig, TinyGPT
     torch.manual_seed(seed)
     return TinyGPT(GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)).to(dev)
 
 
 def _tokens(dev, batch=2, seq=16, vocab=64):
-    from labkit.models import token_batch
+    from labkit.toy_models import token_batch
     return tuple(t.to(dev) for t in token_batch(batch, seq, vocab))
 
 
 def check_ddp(dev) -> list:
     import copy
     from labkit.ddp import STRATEGIES
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     rows = []
     for name in ("naive", "flat", "bucketed"):
         model = _awkward(dev)
@@ -217,9 +217,9 @@ def check_ddp(dev) -> list:
 
 
 def check_zero(dev) -> list:
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     from labkit.zero import wrap
-    from labkit.zero.reference import OneProcess, full_params
+    from labkit.zero.parity import OneProcess, full_params
     rows = []
     for stage in (1, 2, 3):
         ref = OneProcess(_awkward(dev), torch.optim.Adam, lr=1e-2)
@@ -244,7 +244,7 @@ def check_zero(dev) -> list:
 def check_fsdp2(dev) -> list:
     import copy
     from labkit.fsdp import shard
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     model = _tiny_gpt(dev)
     ref = copy.deepcopy(model)
     shard(model, wrap="block", strategy="full")
@@ -263,7 +263,7 @@ def check_fsdp2(dev) -> list:
 
 def check_tp(dev) -> list:
     import copy
-    from labkit.models import Block, GPTConfig
+    from labkit.toy_models import Block, GPTConfig
     from labkit.tp import TPBlock
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=64, block_size=16, n_layer=1, n_head=4, n_embd=32)
@@ -325,7 +325,7 @@ def check_moe(dev) -> list:
 
 def check_precision(dev) -> list:
     from labkit.memory import measure, model_states, count_params
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     from labkit.tricks import fp16
     from labkit.tricks.loss_scale import LossScaler
     from labkit.tricks.precision import to_mixed
@@ -392,7 +392,7 @@ def check_memory(dev) -> list:
     rounding; on the CPU, measure() against the formula alone."""
     from labkit.memory import count_params, measure, model_states
     from labkit.memory.formulas import cuda_block_bytes
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     from labkit.tricks.precision import to_mixed
     from labkit.zero import wrap
     cuda = dev.type == "cuda"

@@ -23,7 +23,7 @@ def zero3_peak(batch_per_rank: int = 4, model_kw: dict = None) -> dict:
     import torch.distributed as dist
     from torch.distributed._tools.mem_tracker import MemTracker
     from labkit.fsdp.runs import tiny_gpt
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     from labkit import trace
     from labkit.zero import wrap
     from labkit.zero.stage3 import Events

@@ -19,7 +19,7 @@ def main(argv) -> int:
     import torch
 
     import labkit.memory as M
-    from labkit.models import TinyGPT, lm_loss, token_batch
+    from labkit.toy_models import TinyGPT, lm_loss, token_batch
     dev = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                        else ("cpu" if args.device == "auto" else args.device))
     torch.manual_seed(0)

@@ -17,7 +17,7 @@ def main(argv=None) -> int:
     ap.add_argument("--full-step", action="store_true", help="track a full-depth 70B step (slow)")
     args = ap.parse_args(argv)
     from labkit.plan.fake_scale import fake_scale
-    from labkit.plan.models import MODELS, Hardware
+    from labkit.plan.shapes import MODELS, Hardware
     from labkit.plan.planner import plan
     for k, hw in (("1B", Hardware(gpus_per_node=1)), ("7B", Hardware()), ("70B", Hardware(nodes=4)),
                   ("175B", Hardware(gpu="A100-80GB", nodes=128)), ("405B-128K", Hardware(nodes=2048)),

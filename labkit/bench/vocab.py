@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     import labkit
     from labkit.tp.vocab import logits_bytes
-    from labkit.tp.vocab_parity import vocab_memory
+    from labkit.tp.split import vocab_memory
     want = logits_bytes(a.tokens, a.vocab, a.ranks)
     with labkit.Cluster(a.ranks, backend="gloo", spares=0, timeout=600) as c:
         got = c.run(vocab_memory, tokens_=a.tokens, vocab=a.vocab)[0]

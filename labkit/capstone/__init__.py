@@ -14,7 +14,7 @@ The data (`data.py`): the bytes of a standard-library source file every Python h
 (`textwrap.py`), tokens 0..255; step k's global batch is `cfg.batch` windows of `cfg.seq + 1`
 bytes at offsets fixed by k, the same on every rank and in the reference.
 
-The model (`model.py`): `labkit.models.TinyGPT` (untied head: the embedding lives on the first
+The model (`model.py`): `labkit.toy_models.TinyGPT` (untied head: the embedding lives on the first
 stage, the head on the last), written for one process and parallelised from outside in
 torchtitan's order: the pipeline split first (`stage_of`: embeddings + the first blocks on stage
 0, the last blocks + ln_f + head on the last), then tensor parallelism (`labkit.tp.TPBlock` on each

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 
 def _block_name(name: str) -> str:
-    """A TPBlock's parameter name -> the labkit.models.Block's it was split from."""
+    """A TPBlock's parameter name -> the labkit.toy_models.Block's it was split from."""
     return name.replace("blk.", "").replace("attn.", "").replace("mlp.", "")   # blk.: Recompute
 
 

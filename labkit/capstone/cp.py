@@ -68,7 +68,7 @@ def use_cp(stage: nn.Module, group, seq: int) -> nn.Module:
     for blk in stage.blocks:
         if hasattr(blk, "attn"):          # a labkit.tp.TPBlock
             blk.attn.core = core
-        else:                             # a labkit.models.Block
+        else:                             # a labkit.toy_models.Block
             blk.core = core
     if getattr(stage, "first", False):
         stage.pos = ShardedPositions(stage.pos, positions(seq, group))

@@ -242,7 +242,7 @@ def timed_steps(cfg: Config = Config(), layouts=LAYOUTS, steps: int = 2) -> dict
 def speed_rows(results: list, cfg: Config = Config(), steps: int = 2) -> list:
     """[{layout, tokens_s (measured: the slowest rank), ratio (to the first layout, one run),
     predicted (the planner's tokens/s for this model on 8 H100s, labkit.plan.evaluate)}]."""
-    from labkit.plan.models import Hardware, Model
+    from labkit.plan.shapes import Hardware, Model
     from labkit.plan.planner import evaluate
     total = params_on_rank(cfg, 1, 1, 0)                          # the whole model
     model = Model(name="capstone TinyGPT", params=total, layers=cfg.n_layer, hidden=cfg.n_embd,

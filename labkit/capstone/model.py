@@ -1,4 +1,4 @@
-"""The capstone's model: labkit.models.TinyGPT on bytes, and its cut into pipeline stages.
+"""The capstone's model: labkit.toy_models.TinyGPT on bytes, and its cut into pipeline stages.
 
     cfg = Config()                       # 4 blocks of width 32, 4 heads, 16 bytes per row
     model = build(cfg)                   # the same weights on every rank (seeded)
@@ -30,7 +30,7 @@ class Config:
 
 def build(cfg: Config) -> nn.Module:
     """TinyGPT(vocab 256, untied), weights from cfg.seed: identical on every rank."""
-    from labkit.models import GPTConfig, TinyGPT
+    from labkit.toy_models import GPTConfig, TinyGPT
     torch.manual_seed(cfg.seed)
     return TinyGPT(GPTConfig(vocab_size=cfg.vocab, block_size=cfg.seq, n_layer=cfg.n_layer,
                              n_head=cfg.n_head, n_embd=cfg.n_embd, tie_weights=False))

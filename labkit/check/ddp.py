@@ -117,7 +117,7 @@ def _drive_average(fn, token, steps: int, batch: int = 3, lr: float = 0.1):
     import torch
     import torch.distributed as dist
     from labkit.check import guard
-    from labkit.models import AwkwardNet, awkward_batch, lm_loss
+    from labkit.toy_models import AwkwardNet, awkward_batch, lm_loss
     rank, n = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = AwkwardNet(with_unused=True)

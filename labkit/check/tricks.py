@@ -34,7 +34,7 @@ def _grads(model):
 
 def _one_process(state, X, Y, scale=1.0):
     """Gradients of one process on (X, Y), mean loss, times `scale`."""
-    from labkit.models import AwkwardNet, lm_loss
+    from labkit.toy_models import AwkwardNet, lm_loss
     m = AwkwardNet()
     m.load_state_dict(state)
     (lm_loss(m(X), Y) * scale).backward()
@@ -187,7 +187,7 @@ def _drive(fn, token, micro: int = 3, per_rank: int = 6):
     import torch.distributed as dist
     from labkit.check import guard
     from labkit.comm import traffic
-    from labkit.models import AwkwardNet, awkward_batch
+    from labkit.toy_models import AwkwardNet, awkward_batch
     from labkit.tricks.accumulation import accumulate
     n, r = dist.get_world_size(), dist.get_rank()
     torch.manual_seed(0)

@@ -8,7 +8,7 @@
 `ring.py` holds the simple versions (one exchange per step) and the naive all-reduce,
 `ring_fast.py` the pipelined ring with reused buffers, `formulas.py` the traffic formulas
 (pure: imports no torch), `runs.py` recorded ring runs and bytes per rank on a cluster,
-`busbw.py` bandwidth in the convention of nccl-tests, `draw.py` the pictures. Names load on first use, so
+`busbw.py` bandwidth in the convention of nccl-tests, `plots.py` the pictures. Names load on first use, so
 `import labkit.comm.formulas` stays free of torch. `compat.py` picks the names torch 2.13 gave
 two collectives (reduce_scatter_single, all_gather_single) or the older ones.
 """
@@ -19,7 +19,7 @@ _LAZY = {  # name -> submodule that defines it
     "ring_reduce_scatter": "ring", "ring_all_reduce": "ring_fast",
     "chunk_bounds": "formulas", "record": "recorder",
 }
-_SUBMODULES = {"formulas", "traffic", "draw", "runs", "busbw", "recorder", "ring", "ring_fast", "compat",
+_SUBMODULES = {"formulas", "traffic", "plots", "runs", "busbw", "recorder", "ring", "ring_fast", "compat",
                "objects", "groups"}
 
 __all__ = ["ring_all_reduce", "ring_all_reduce_simple", "ring_reduce_scatter", "ring_all_gather",

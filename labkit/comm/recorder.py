@@ -7,7 +7,7 @@
 Each event: phase ("reduce-scatter" / "all-gather" / "reduce" / "broadcast"), step,
 rank, send_to, send_chunk, recv_from, recv_chunk, bytes sent and received, and t0/t1
 (time.time() seconds: the step's start and the arrival of its last byte). The pictures in
-`labkit.comm.draw` are drawn from these events, gathered from every rank.
+`labkit.comm.plots` are drawn from these events, gathered from every rank.
 """
 import time
 from contextlib import contextmanager

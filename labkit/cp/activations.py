@@ -3,7 +3,7 @@ by autograd's saved-tensor hooks (as labkit.memory.live's Meter and labkit.tp.pa
 each storage once, parameters left out) against Korthikanti et al.'s per-layer formula
 (`labkit.memory.activations.per_layer`) with s replaced by s/cp.
 
-The layer is labkit.models.Block (fp32, no dropout) whose attention core is `labkit.cp.attention`:
+The layer is labkit.toy_models.Block (fp32, no dropout) whose attention core is `labkit.cp.attention`:
 each rank holds s/cp positions of the input and runs the layer on them alone; only attention
 talks to the other ranks. Ring attention keeps no score matrix (like torch's fused kernel, it is
 Korthikanti's "selective" case), so the formula is their 16 d s b h per layer (d = 4 bytes) with

@@ -38,7 +38,7 @@ class LiveTimeline(LiveFigure):
 
     def figure(self):
         import matplotlib.pyplot as plt
-        from labkit.cp.draw import timeline
+        from labkit.cp.plots import timeline
         per = self.per_rank() or [[]]
         fig, ax = plt.subplots(figsize=(9, 0.6 * len(per) + 1.6))
         from labkit.i18n import tr_fig

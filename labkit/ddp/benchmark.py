@@ -58,14 +58,14 @@ def storage_bytes(tensors) -> int:
 
 
 def _fresh(cfg):
-    from labkit.models import TinyGPT
+    from labkit.toy_models import TinyGPT
     torch.manual_seed(0)
     return TinyGPT(cfg)
 
 
 def grad_memory(kind: str, cap=None, view=False, cfg=BENCH_GPT, batch=2, seq=64) -> int:
     """Bytes of gradient and bucket storages after the second step's all-reduce."""
-    from labkit.models import lm_loss, token_batch
+    from labkit.toy_models import lm_loss, token_batch
     model, buffers = _fresh(cfg), []
     w, sync = wrap(kind, model, cap, view)
     if kind == "torch":
@@ -95,7 +95,7 @@ def bench_ranks(groups=GROUPS, cfg=BENCH_GPT, batch: int = 2, seq: int = 64, ste
     this rank sent in one step, "received", "memory": gradient+bucket bytes, "group"}}.
     A label that appears in two groups is measured in each ("label #2" the second time)."""
     from labkit.comm.traffic import measure
-    from labkit.models import lm_loss, token_batch
+    from labkit.toy_models import lm_loss, token_batch
     x, y = token_batch(batch, seq, cfg.vocab_size, seed=dist.get_rank())
     out = {}
     for g, group in enumerate(groups):

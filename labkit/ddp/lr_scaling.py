@@ -40,7 +40,7 @@ def lr_rule_run(rule: str, base_lr: float = 0.05, batch: int = 4, samples: int =
     import torch
     import torch.distributed as dist
     from labkit.ddp.data_parallel import BucketedDDP
-    from labkit.models import AwkwardNet, lm_loss
+    from labkit.toy_models import AwkwardNet, lm_loss
     import labkit
     rank, n, dev = dist.get_rank(), dist.get_world_size(), labkit.device()
     x, y = _task(samples, seed=3, device=dev)

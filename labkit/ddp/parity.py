@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.ddp.data_parallel import STRATEGIES, NaiveDDP, trainable
-from labkit.models import AwkwardNet, awkward_batch, lm_loss
+from labkit.toy_models import AwkwardNet, awkward_batch, lm_loss
 
 # Where `AwkwardNet.unused` is used in forward (`with_unused=`): True (never: the parameter
 # is unused on every rank), "early" (in every micro-batch but the last: its gradient is

@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
-from labkit.models import AwkwardNet, awkward_batch
+from labkit.toy_models import AwkwardNet, awkward_batch
 
 
 def shard(n_items: int, epoch: int = 0, shuffle: bool = True, drop_last: bool = False,

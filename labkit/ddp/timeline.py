@@ -14,7 +14,7 @@ rank has joined) and the time it ran, and gives each rank's overlap: the share o
 running all-reduce time that fell inside its own backward. Waiting is not counted as overlap.
 """
 
-from labkit.models import GPTConfig
+from labkit.toy_models import GPTConfig
 from labkit.figtext import figsize as _figsize, size as _fs
 from labkit.i18n import tr_fig                 # figure text in the learner's language
 
@@ -56,7 +56,7 @@ def traced_step(bucket_cap_mb: float = 25.0, cfg: GPTConfig = BENCH_GPT, batch: 
     import labkit
     from labkit.ddp.bucketed import BucketedDDP
     from labkit.ddp.clock import clock_for
-    from labkit.models import TinyGPT, lm_loss, token_batch
+    from labkit.toy_models import TinyGPT, lm_loss, token_batch
     device = labkit.device()
     torch.manual_seed(0)
     ddp = BucketedDDP(TinyGPT(cfg).to(device), bucket_cap_mb=bucket_cap_mb)

@@ -53,7 +53,7 @@ def accumulate(api: str = "fsdp2", skip_sync: bool = True, micro: int = 4, per_m
     from labkit.comm import traffic
     from labkit.fsdp import apply
     from labkit.fsdp.runs import tiny_gpt
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     if api not in ("fsdp1", "fsdp2"):
         raise ValueError(f"api must be 'fsdp1' or 'fsdp2', got {api!r}")
     n, r = dist.get_world_size(), dist.get_rank()
@@ -64,7 +64,7 @@ def accumulate(api: str = "fsdp2", skip_sync: bool = True, micro: int = 4, per_m
     else:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-        from labkit.models import Block
+        from labkit.toy_models import Block
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)         # FSDP1 is deprecated
             model = FSDP(model, sharding_strategy=ShardingStrategy.FULL_SHARD, device_id=torch.device("cpu"),

@@ -47,7 +47,7 @@ def knob_run(knob: str = "no sync", micro: int = 4, per_micro: int = 2, lr: floa
     from labkit.fsdp.accumulate import unsharded_grad_bytes
     from labkit.fsdp.demo import gathered_bytes
     from labkit.fsdp.runs import tiny_gpt
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     if knob not in KNOBS:
         raise ValueError(f"knob must be one of {KNOBS}, got {knob!r}")
     n, r = dist.get_world_size(), dist.get_rank()

@@ -30,7 +30,7 @@ def _setup():
 
 def _step(model, opt, batch, step: int):
     """One Adam step on this rank's slice of the same 8 sequences."""
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     n, r = dist.get_world_size(), dist.get_rank()
     x, y = batch(1, 8)                     # 8 sequences in all, whatever the world size
     per = 8 // n

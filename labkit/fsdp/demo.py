@@ -27,7 +27,7 @@ def live_steps(strategy: str = "full", wrap: str = "block", steps: int = 2, batc
     and after the step (labkit.memory.live.Meter; 'gathered' = full parameters held now)."""
     from labkit.fsdp.apply import shard
     from labkit.fsdp.runs import tiny_gpt
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     from labkit.zero.demo import exact_meter
     n, r = dist.get_world_size(), dist.get_rank()
     model, batch = tiny_gpt(n_layer=n_layer)

@@ -67,7 +67,7 @@ def notes_step(wrap_blocks: bool = False, n_layer: int = 4, batch_per_rank: int 
     from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
     from labkit.fsdp.runs import tiny_gpt
-    from labkit.models import Block, lm_loss
+    from labkit.toy_models import Block, lm_loss
     n, r = dist.get_world_size(), dist.get_rank()
     ref, batch = tiny_gpt(n_layer=n_layer)
     init = {k: v.detach().clone() for k, v in ref.named_parameters()}

@@ -17,7 +17,7 @@ import torch.nn as nn
 
 
 def _init_shards(model: nn.Module) -> None:
-    from labkit.models import TinyGPT
+    from labkit.toy_models import TinyGPT
     for m in model.modules():
         if isinstance(m, nn.LayerNorm):
             m.reset_parameters()                       # ones / zeros, on each local shard
@@ -42,7 +42,7 @@ def meta_init(n_layer: int = 2, seed: int = 0, per_rank_seed: bool = False) -> d
     and load the full state dict (labkit.fsdp.checkpoint) instead."""
     from torch.distributed._tools.mem_tracker import MemTracker
     from labkit.fsdp.apply import shard
-    from labkit.models import GPTConfig, TinyGPT
+    from labkit.toy_models import GPTConfig, TinyGPT
     r = dist.get_rank()
     cfg = GPTConfig(n_layer=n_layer, n_embd=64, n_head=4, vocab_size=67, block_size=16)
     tracker = MemTracker()

@@ -26,7 +26,7 @@ def zero3_vs_fsdp2(steps: int = 2, batch_per_rank: int = 2, lr: float = 1e-3) ->
     from labkit.fsdp import apply
     from labkit.fsdp.runs import tiny_gpt
     from labkit.memory import measure
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     from labkit.zero import wrap
     n, r = dist.get_world_size(), dist.get_rank()
     ref, batch = tiny_gpt()
@@ -87,7 +87,7 @@ def beside_fsdp2(param_dtype=torch.bfloat16, reduce_dtype=None, batch_per_rank: 
 
     from labkit.fsdp import apply
     from labkit.fsdp.runs import tiny_gpt as fsdp_gpt
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     from labkit.zero import wrap
     from labkit.zero.policy import Policy
     from labkit.zero.precision_runs import _log_collectives, full_grads

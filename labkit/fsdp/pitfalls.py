@@ -59,7 +59,7 @@ def clip_norms(max_norm: float = 0.05, frozen: tuple = ()) -> dict:
     count in no norm)."""
     from labkit.fsdp.apply import shard
     from labkit.fsdp.runs import tiny_gpt
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     n, r = dist.get_world_size(), dist.get_rank()
     ref, batch = tiny_gpt()
     params = dict(ref.named_parameters())

@@ -37,7 +37,7 @@ from labkit.fsdp.runs import MODELS, mp_policy
 def state_report(precision: str = "bf16", offload: bool = False, model: str = "tiny_gpt",
                  batch_per_rank: int = 4) -> dict:
     from labkit.memory import measure, model_states
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     n, r = dist.get_world_size(), dist.get_rank()
     ref, batch = MODELS[model]()
     m = apply.shard(copy.deepcopy(ref), wrap="block", strategy="full", mp_policy=mp_policy(precision),

@@ -25,7 +25,7 @@ def timeline(prefetch: bool = False, n_layer: int = 4, batch_per_rank: int = 4, 
     shared CPU cores is noise: compare medians)."""
     from labkit.fsdp import apply
     from labkit.fsdp.runs import tiny_gpt
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     n, r = dist.get_world_size(), dist.get_rank()
     model, batch = tiny_gpt(n_layer=n_layer)
     apply.shard(model, wrap="block", strategy="full")

@@ -32,7 +32,7 @@ def mp_policy(precision: str):
 
 def tiny_gpt(n_layer: int = 2, n_embd: int = 64):
     """A 2-block TinyGPT (105k parameters) and its global batch for `n` ranks."""
-    from labkit.models import GPTConfig, TinyGPT, token_batch
+    from labkit.toy_models import GPTConfig, TinyGPT, token_batch
     torch.manual_seed(0)
     m = TinyGPT(GPTConfig(n_layer=n_layer, n_embd=n_embd, n_head=4, vocab_size=67, block_size=16))
     return m, lambda n, per_rank: token_batch(per_rank * n, 16, 67, seed=0)
@@ -40,7 +40,7 @@ def tiny_gpt(n_layer: int = 2, n_embd: int = 64):
 
 def awkward():
     """AwkwardNet: a tied weight, a frozen parameter, sizes that divide by no world size."""
-    from labkit.models import AwkwardNet, awkward_batch
+    from labkit.toy_models import AwkwardNet, awkward_batch
     torch.manual_seed(0)
     return AwkwardNet(), lambda n, per_rank: awkward_batch(per_rank * n)
 
@@ -53,7 +53,7 @@ def step_report(wrap: str = "block", strategy: str = "full", ring: bool = False,
     import labkit
     from labkit.comm import traffic
     from labkit.memory import measure, model_states
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     n, r = dist.get_world_size(), dist.get_rank()
     ref, batch = MODELS[model]()
     model = copy.deepcopy(ref)
@@ -144,7 +144,7 @@ def peak_report(wrap: str = "block", strategy: str = "full", model: str = "tiny_
     CPUOffloadPolicy (on a CPU-only machine nothing moves: see labkit.fsdp.precision)."""
     import time
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     n, r = dist.get_world_size(), dist.get_rank()
     ref, batch = MODELS[model](**(model_kw or {}))
     m = apply.shard(ref, wrap=wrap, strategy=strategy, mp_policy=mp_policy(precision), offload=offload)

@@ -9,7 +9,7 @@
 def _model_and_batch(batch: int, seq: int, n_layer: int):
     import torch
     import labkit
-    from labkit.models import GPTConfig, TinyGPT, token_batch
+    from labkit.toy_models import GPTConfig, TinyGPT, token_batch
     torch.manual_seed(0)                                   # same initial weights on every rank
     model = TinyGPT(GPTConfig(n_layer=n_layer))            # FP32; 16.9 M parameters at 4 layers
     x, y = token_batch(batch, seq, model.cfg.vocab_size, seed=labkit.rank())   # a batch per rank
@@ -23,7 +23,7 @@ def replicated_step(batch: int = 2, seq: int = 128, n_layer: int = 4):
     import torch.distributed as dist
     import labkit
     from labkit.memory.accounting import measure
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     model, x, y = _model_and_batch(batch, seq, n_layer)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     lm_loss(model(x), y).backward()
@@ -40,7 +40,7 @@ def sharded_step(batch: int = 2, seq: int = 128, n_layer: int = 4):
     import torch
     from torch.distributed.fsdp import fully_shard
     from labkit.memory.accounting import measure
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     model, x, y = _model_and_batch(batch, seq, n_layer)
     for block in model.blocks:
         fully_shard(block)                                 # one all-gather per block

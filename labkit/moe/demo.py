@@ -2,7 +2,7 @@
 reports the load of every expert at every step (for the live picture in notebook 13).
 
     cluster.run(dispatch_steps)                 # split sizes and rows, per rank
-    with LiveLoad(cluster) as fig:              # labkit.moe.draw
+    with LiveLoad(cluster) as fig:              # labkit.moe.plots
         cluster.run(train_load, aux_loss_weight=1.0)
 """
 import time

@@ -7,7 +7,7 @@
 
 Pure files (formulas, schedules, validate, simulate) import neither torch nor the runtime.
 The executor (`labkit.pipeline.executor`), the torch.distributed.pipelining comparison
-(`labkit.pipeline.torch_pp`) and the pictures (`labkit.pipeline.draw`, `.widgets`) load on use.
+(`labkit.pipeline.torch_pp`) and the pictures (`labkit.pipeline.plots`, `.widgets`) load on use.
 """
 from labkit.pipeline.formulas import (bubble_over_ideal, bubble_ratio, first_stage_activations, ideal_time,
                                       interleaved_memory_factor, pipeline_time)

@@ -25,7 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from labkit.pipeline.backward import backward_input, backward_weight
-from labkit.pipeline.model import mlp
+from labkit.pipeline.toy_mlp import mlp
 
 __all__ = ["backward_cost", "VARIANTS"]
 

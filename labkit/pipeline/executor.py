@@ -17,7 +17,7 @@ import time
 
 import labkit
 from labkit.pipeline.executor_core import _KINDS, _tag, run_actions  # noqa: F401 (importable here)
-from labkit.pipeline.model import batch, mlp, reference_grads, split
+from labkit.pipeline.toy_mlp import batch, mlp, reference_grads, split
 from labkit.pipeline.schedules import compute_only
 from labkit.pipeline.validate import ensure_valid
 

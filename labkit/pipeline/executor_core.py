@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.pipeline.backward import backward_input, backward_weight
-from labkit.pipeline.model import microbatch_loss
+from labkit.pipeline.toy_mlp import microbatch_loss
 
 _KINDS = {"F": 0, "B": 1}        # message tags: (kind, micro-batch, producing virtual stage)
 

@@ -3,7 +3,7 @@
     cluster.run(stage_memory)                     # equal stages: 1/p of the model each
     cluster.run(stage_memory, sizes=[1, 1, 5, 1]) # an uneven cut: the big stage holds 5/8
 
-Each rank builds the 8-layer network of `labkit.pipeline.model.mlp`, keeps only its stage (the
+Each rank builds the 8-layer network of `labkit.pipeline.toy_mlp.mlp`, keeps only its stage (the
 other layers are dropped before anything is allocated for them: gradients, Adam's moments),
 runs one forward, backward and Adam step on its stage alone, and measures what it holds with
 `labkit.memory.measure` (exact bytes of parameters, gradients and optimizer state). The one
@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.memory import measure
-from labkit.pipeline.model import mlp, split
+from labkit.pipeline.toy_mlp import mlp, split
 
 
 def _stepped(module, width):

@@ -10,7 +10,7 @@ the loss is the mean over micro-batches: the same number labkit's executor repor
 """
 import time
 
-from labkit.pipeline.model import batch, mlp, reference_grads, split
+from labkit.pipeline.toy_mlp import batch, mlp, reference_grads, split
 
 __all__ = ["torch_step", "TORCH_SCHEDULES"]
 

@@ -9,7 +9,7 @@ simulated one for a static copy.
 import matplotlib.pyplot as plt
 
 from labkit.i18n import N_, tr, tr_fig
-from labkit.pipeline.draw import gantt, side_by_side
+from labkit.pipeline.plots import gantt, side_by_side
 from labkit.pipeline.formulas import bubble_over_ideal, bubble_ratio
 from labkit.pipeline.schedules import build
 from labkit.pipeline.simulate import held_in_order, simulate

@@ -8,7 +8,7 @@ import html
 from labkit.i18n import N_, tr
 from labkit.memory import GB
 from labkit.plan.flops import GPUS
-from labkit.plan.models import MODELS, Hardware, Model
+from labkit.plan.shapes import MODELS, Hardware, Model
 from labkit.plan.planner import plan
 
 

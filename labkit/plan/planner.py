@@ -36,7 +36,7 @@ from labkit.i18n import tr
 from labkit.memory import GB, activations, model_states
 from labkit.parallel_dims import Layout
 from labkit.plan.flops import bubble_ratio, flops_per_token
-from labkit.plan.models import Hardware, Model
+from labkit.plan.shapes import Hardware, Model
 from labkit.plan.dims import CP_MIN_TOKENS, cp_choices, cp_ep_reasons, ep_choices  # noqa: F401
 from labkit.plan.traffic import DIMS, Traffic, step_traffic
 

@@ -1,14 +1,16 @@
 """Tensor parallelism written by hand (Megatron-LM's f and g), and the same with DTensor.
 
     from labkit.tp import ColumnParallelLinear, RowParallelLinear, TPBlock
-    TPBlock(block, group)                      # a labkit.models.Block split over the TP group
+    TPBlock(block, group)                      # a labkit.toy_models.Block split over the TP group
     cluster.run(labkit.tp.block_parity)        # max |diff| against one device, per rank
 
 comms.py (f, g and the sequence-parallel pair), layers.py (column / row linears),
-blocks.py (MLP, attention, block), parity.py (runs on ranks), dtensor_tp.py (PyTorch's
+blocks.py (MLP, attention, block), parity.py (runs on ranks against one device: the blocks, and
+the vocabulary split beside torch's loss_parallel), dtensor_tp.py (PyTorch's
 `parallelize_module`), two_d.py (FSDP2 x TP on a 2-D mesh), vocab.py (vocabulary-parallel embedding and
-loss-parallel cross-entropy; vocab_parity.py runs them against one device and torch's
-loss_parallel), gqa.py (grouped-query attention with K/V heads replicated when t > kv).
+loss-parallel cross-entropy), split.py (what a rank's share is: FLOPs, weights, the logits and
+what the loss keeps), plots.py (its picture), gqa.py (grouped-query attention with K/V heads
+replicated when t > kv).
 """
 from labkit._lazy import lazy
 

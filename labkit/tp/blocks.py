@@ -1,4 +1,4 @@
-"""A tensor-parallel transformer block, made from a single-device `labkit.models.Block`.
+"""A tensor-parallel transformer block, made from a single-device `labkit.toy_models.Block`.
 
     tp_block = TPBlock(block, group)           # attention heads and MLP columns split t ways
     y = tp_block(x)                            # x whole on every rank (b, s, h); y whole too
@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from labkit.i18n import N_, tr
-from labkit.models import Block
+from labkit.toy_models import Block
 from labkit.tp.layers import ColumnParallelLinear, RowParallelLinear, shard_rows
 
 
@@ -62,7 +62,7 @@ class TPAttention(nn.Module):
 
 
 class TPBlock(nn.Module):
-    """labkit.models.Block, tensor parallel over `group` (layer norms replicated)."""
+    """labkit.toy_models.Block, tensor parallel over `group` (layer norms replicated)."""
 
     def __init__(self, block, group=None, sequence_parallel=False, impl: str = "ring"):
         super().__init__()

@@ -54,7 +54,7 @@ class _MLP(nn.Module):
 
 
 class SplitBlock(nn.Module):
-    """labkit.models.Block with separate q, k, v Linears (same weights, same output)."""
+    """labkit.toy_models.Block with separate q, k, v Linears (same weights, same output)."""
 
     def __init__(self, block):
         super().__init__()

@@ -1,16 +1,23 @@
-"""Run on every rank: tensor-parallel blocks against the same blocks on one device.
+"""Run on every rank: tensor-parallel blocks against the same blocks on one device, and the
+vocabulary-parallel embedding and loss against one device, torch's `loss_parallel` beside them.
 
     cluster.run(block_parity, sequence_parallel=False)  # -> per rank: max |diff| of output,
                                                          #    input grad and every parameter grad
     cluster.run(block_traffic)                          # bytes per forward / backward, vs formula
+    cluster.run(vocab_parity)       # -> per rank: max |diff| of loss and every gradient
+    cluster.run(torch_loss_parallel)   # -> torch's DTensor loss_parallel: diffs, collectives
 """
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+import torch.nn.functional as F
 
+import labkit
 from labkit.comm import traffic
-from labkit.models import Block, GPTConfig
-from labkit.tp.blocks import full_grad_slice, parallelize_blocks, sync_sequence_parallel_grads
+from labkit.toy_models import Block, GPTConfig
+from labkit.tp.blocks import TPBlock, full_grad_slice, parallelize_blocks, sync_sequence_parallel_grads
+from labkit.tp.layers import ColumnParallelLinear
+from labkit.tp.vocab import VocabParallelEmbedding, vocab_parallel_cross_entropy
 
 
 # Derived, not tuned (labkit.numerics.chain_bound): the reductions along the longest chain of
@@ -39,7 +46,7 @@ def tolerance(n_layer=2, n_embd=64, n_head=4, b=2, s=16) -> float:
 
 
 def reference_blocks(n_layer=2, n_embd=64, n_head=4, seed=0) -> nn.Sequential:
-    """The single-device model: `n_layer` labkit.models.Block, same weights on every rank."""
+    """The single-device model: `n_layer` labkit.toy_models.Block, same weights on every rank."""
     torch.manual_seed(seed)
     cfg = GPTConfig(n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=16, block_size=64)
     blocks = nn.Sequential(*(Block(cfg) for _ in range(n_layer)))
@@ -151,3 +158,107 @@ def activation_formula(n_layer=2, n_embd=256, n_head=4, b=4, s=64, sequence_para
     return n_layer * per_layer(s, b, n_embd, n_head, tp=t, sequence_parallel=sequence_parallel,
                                checkpointing="selective" if attention == "sdpa" else "none",
                                bytes_per_value=4, dropout=False)
+
+
+# Derived, not tuned (labkit.numerics.chain_bound), as `tolerance` above: the
+# reductions along one forward and backward, each summed in another order on the ranks (split
+# over the vocabulary, heads and columns, then the all-reduces) than on one device. SCALE (16,
+# above) bounds every value compared: tests/test_tp_vocab.py checks it on one process
+# (the LM's loss, logits and gradients reach 4.3; the random logits of the two loss checks 5.0).
+def vocab_tolerance(vocab=64, n_embd=32, n_head=4, b=2, s=8) -> float:
+    """The most `vocab_parity`'s differences may be on any CPU (fp32): the block's chain
+    (labkit.tp.parity.reduction_lengths), then the head (n_embd), the log-sum-exp over the
+    vocabulary (+ the target logit), the mean over b s tokens; backward the head's transpose
+    (vocab) and the weight gradients' sums over b s tokens."""
+    from labkit.numerics import chain_bound
+    return chain_bound(reduction_lengths(1, n_embd, n_head, b, s)
+                       + [n_embd, vocab + 1, b * s, vocab, b * s], SCALE)
+
+
+def loss_tolerance(tokens_: int, vocab: int) -> float:
+    """The most a vocabulary-parallel cross-entropy (its loss or its logits' gradient) may differ
+    from one device's: the log-sum-exp over `vocab` (+ the target logit) and the mean over
+    `tokens_` positions (chain_bound, SCALE as above)."""
+    from labkit.numerics import chain_bound
+    return chain_bound([vocab + 1, tokens_ + 1], SCALE)
+
+
+def reference_lm(vocab=64, n_embd=32, n_head=4, seed=0) -> nn.ModuleDict:
+    """Embedding -> one labkit Block -> output head (no bias), same weights on every rank."""
+    blocks = reference_blocks(1, n_embd, n_head, seed)
+    torch.manual_seed(seed + 1)
+    return nn.ModuleDict({"emb": nn.Embedding(vocab, n_embd), "block": blocks[0],
+                          "head": nn.Linear(n_embd, vocab, bias=False)})
+
+
+def tokens(b=2, s=8, vocab=64, seed=2):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (b, s), generator=g).to(labkit.device()), torch.randint(0, vocab, (b, s), generator=g).to(labkit.device())
+
+
+def _reference(ref, ids, tgt):
+    logits = ref["head"](ref["block"](ref["emb"](ids)))
+    loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
+    loss.backward()
+    return loss, logits
+
+
+def _parallel(ref, group):
+    return nn.ModuleDict({"emb": VocabParallelEmbedding(ref["emb"], group),
+                          "block": TPBlock(ref["block"], group),
+                          "head": ColumnParallelLinear(ref["head"], group, name="vocabulary size")})
+
+
+def vocab_parity(vocab=64, n_embd=32, n_head=4, b=2, s=8, group=None) -> dict:
+    """Max |diff| against one device after one forward and backward: the loss, the embedding's
+    and the head's gradient (this rank's rows) and the block's."""
+    ref = reference_lm(vocab, n_embd, n_head)
+    ids, tgt = tokens(b, s, vocab)
+    tp = _parallel(ref, group)
+    loss_ref, _ = _reference(ref, ids, tgt)
+    logits = tp["head"](tp["block"](tp["emb"](ids)))
+    loss = vocab_parallel_cross_entropy(logits, tgt, group).mean()
+    loss.backward()
+    rows = slice(tp["emb"].start, tp["emb"].end)
+    out = {"loss": (loss - loss_ref).abs().item(),
+           "embedding grad": (tp["emb"].weight.grad - ref["emb"].weight.grad[rows]).abs().max().item(),
+           "head grad": (tp["head"].weight.grad - ref["head"].weight.grad[rows]).abs().max().item()}
+    full = dict(ref["block"].named_parameters())
+    for name, p in tp["block"].named_parameters():
+        want = full_grad_slice(tp["block"], name, full[name.replace("attn.", "").replace("mlp.", "")].grad)
+        out["block." + name] = (p.grad - want).abs().max().item()
+    out["vocab rows"] = (rows.start, rows.stop)
+    return out
+
+
+def torch_loss_parallel(tokens_=64, vocab=256) -> dict:
+    """torch's `loss_parallel` (DTensor, logits Shard(-1) on a 1-D mesh) beside labkit's:
+    the loss and the logits' gradient against one device, and the collectives torch's
+    CommDebugMode counts in forward and backward (no all-gather of the logits)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import loss_parallel
+    t, r = dist.get_world_size(), dist.get_rank()
+    mesh = init_device_mesh("cpu" if dist.get_backend() == "gloo" else "cuda", (t,))
+    g = torch.Generator().manual_seed(4)
+    full = torch.randn(tokens_, vocab, generator=g).to(labkit.device())
+    tgt = torch.randint(0, vocab, (tokens_,), generator=g).to(labkit.device())
+    ref = full.clone().requires_grad_()
+    F.cross_entropy(ref, tgt).backward()
+    k = vocab // t
+    local = full[:, r * k:(r + 1) * k].clone().requires_grad_()
+    dt = DTensor.from_local(local, mesh, [Shard(1)])
+    with CommDebugMode() as cm, loss_parallel():
+        loss = F.cross_entropy(dt, tgt)
+        loss.backward()
+    counts = {str(k).split(".")[-1]: int(v) for k, v in cm.get_comm_counts().items()}
+    mine = full[:, r * k:(r + 1) * k].clone().requires_grad_()
+    ours = vocab_parallel_cross_entropy(mine, tgt).mean()
+    ours.backward()
+    want = ref.grad[:, r * k:(r + 1) * k]
+    return {"torch loss diff": (loss.full_tensor() - F.cross_entropy(full, tgt)).abs().item(),
+            "torch grad diff": (local.grad - want).abs().max().item(),
+            "labkit loss diff": (ours - F.cross_entropy(full, tgt)).abs().item(),
+            "labkit grad diff": (mine.grad - want).abs().max().item(),
+            "torch collectives": counts}

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.i18n import tr
-from labkit.models import lm_loss
+from labkit.toy_models import lm_loss
 
 
 def accumulate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, micro: int,
@@ -59,7 +59,7 @@ def parity(micro: int = 4, per_rank: int = 8, seq: int = 32, seed: int = 0) -> d
     """On each rank: TinyGPT gradients with accumulation over `micro` micro-batches and one
     all-reduce, against one process on the global batch (all ranks' sequences at once).
     Returns the largest difference over all gradients and the size of the gradients."""
-    from labkit.models import GPTConfig, TinyGPT, token_batch
+    from labkit.toy_models import GPTConfig, TinyGPT, token_batch
     n, r = dist.get_world_size(), dist.get_rank()
     cfg = GPTConfig(n_layer=2, n_embd=64, n_head=4, vocab_size=256, block_size=seq)
     torch.manual_seed(seed)

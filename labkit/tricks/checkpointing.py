@@ -52,7 +52,7 @@ def apply(model: torch.nn.Module, mode: str = "full", attention: str = "math") -
         raise ValueError(f"attention must be 'math' or 'sdpa', got {attention!r}")
     blocks = getattr(model, "blocks", None)
     if blocks is None:
-        raise TypeError("apply() expects a labkit.models.TinyGPT (a model with .blocks)")
+        raise TypeError("apply() expects a labkit.toy_models.TinyGPT (a model with .blocks)")
     for block in blocks:
         for name in ("core", "forward"):
             block.__dict__.pop(name, None)                 # undo an earlier apply()
@@ -76,7 +76,7 @@ def count_flops(mode: str, shape=None, seed: int = 0) -> dict:
     backward does not need (a block's last matmul) is not run again."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from labkit.models import GPTConfig, TinyGPT, lm_loss, token_batch
+    from labkit.toy_models import GPTConfig, TinyGPT, lm_loss, token_batch
     from labkit.tricks.formulas import Shape
     shape = shape or Shape()
     torch.manual_seed(seed)

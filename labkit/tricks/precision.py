@@ -63,7 +63,7 @@ def dtypes_saved(model: torch.nn.Module, x: torch.Tensor, precision: str) -> dic
 def saved_by_dtype(precision: str = "autocast", shape=None) -> dict:
     """Inside a rank: {dtype: bytes} autograd saves in one forward of the module's TinyGPT
     (math attention) under `precision` ('fp32', 'mixed' or 'autocast')."""
-    from labkit.models import GPTConfig, TinyGPT, token_batch
+    from labkit.toy_models import GPTConfig, TinyGPT, token_batch
     from labkit.tricks.checkpointing import apply
     from labkit.tricks.formulas import Shape
     shape = shape or Shape()

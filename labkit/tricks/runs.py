@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.memory.breakdown import Breakdown
-from labkit.models import GPTConfig, TinyGPT, lm_loss, token_batch
+from labkit.toy_models import GPTConfig, TinyGPT, lm_loss, token_batch
 from labkit.tricks import checkpointing, offload, precision
 from labkit.tricks.formulas import Config, Shape
 

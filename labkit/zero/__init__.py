@@ -14,7 +14,7 @@ mixed_precision=True: bfloat16 parameters and gradients, fp32 masters and moment
 the fp32 masters in the optimizer (DeepSpeed) or as the sharded parameters themselves (FSDP2).
 `flat.py` holds the flat buffers and the collectives (labkit's ring
 reduce-scatter on gloo, so the bytes are NCCL's); `accounting.py` the bytes each rank should
-hold and send; `reference.py` one process on the global batch, for parity.
+hold and send; `parity.py` one process on the global batch, and ZeRO against it.
 """
 import torch
 

@@ -2,7 +2,7 @@
 import torch
 import torch.distributed as dist
 
-from labkit.models import lm_loss
+from labkit.toy_models import lm_loss
 from labkit.zero.runs import tiny_gpt
 
 SMALL = dict(n_layer=2, n_embd=128, vocab=1024, seq=32)

@@ -21,7 +21,7 @@ def race(link=None, steps: int = 3, warmup: int = 1, n_layer: int = 2, n_embd: i
     """On every rank: {stage: median step seconds} for stages 0 and 3 of `labkit.zero`, with
     this rank's sends through `labkit.comm.link.throttled(*link)` when `link` is given."""
     from labkit.comm import link as slow
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     from labkit.zero import wrap
     from labkit.zero.runs import tiny_gpt
     runs = {}

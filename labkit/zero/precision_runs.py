@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from labkit.comm import traffic
 from labkit.memory import measure
-from labkit.models import lm_loss
+from labkit.toy_models import lm_loss
 from labkit.zero.policy import Policy
 from labkit.zero.runs import tiny_gpt
 
@@ -127,12 +127,3 @@ def full_grads(model) -> dict:
         F.all_gather(full, g.shard.grad, model.group)
         out.update({n: v.clone() for n, v in g.layout.views(full).items()})
     return out
-
-
-def __getattr__(name: str):
-    """`beside_fsdp2` lives in labkit.fsdp.parity now (only fsdp/ compares against zero/);
-    importing it from here still works."""
-    if name == "beside_fsdp2":
-        import importlib
-        return importlib.import_module("labkit.fsdp.parity").beside_fsdp2
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,7 @@ import labkit
 from labkit.comm import traffic
 from labkit.comm.compat import all_gather_into_tensor, reduce_scatter_tensor
 from labkit.memory.accounting import measure
-from labkit.models import AwkwardNet, awkward_batch, lm_loss
+from labkit.toy_models import AwkwardNet, awkward_batch, lm_loss
 
 
 def awkward():
@@ -22,7 +22,7 @@ def awkward():
 
 def tiny_gpt(n_layer=2, n_embd=128, vocab=1024, seq=32, freeze=()):
     """(TinyGPT, batch function); `freeze` names parameters to freeze (e.g. "pos.weight")."""
-    from labkit.models import GPTConfig, TinyGPT, token_batch
+    from labkit.toy_models import GPTConfig, TinyGPT, token_batch
     cfg = GPTConfig(vocab_size=vocab, block_size=seq, n_layer=n_layer, n_head=4, n_embd=n_embd)
     model = TinyGPT(cfg)
     for name, p in model.named_parameters():

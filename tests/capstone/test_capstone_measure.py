@@ -43,7 +43,7 @@ def test_memory_per_rank_equals_the_formula(measured):
 
 
 def test_a_gantt_of_every_rank(measured, tmp_path):
-    from labkit.capstone.measure_plots import step_gantt
+    from labkit.capstone.plots import step_gantt
     kinds = {e[0] for r in measured for e in r["events"]}
     assert {"F", "B", "AR", "recv wait"} <= kinds
     assert sum(e[0] == "F" for e in measured[0]["events"]) == 2      # two micro-batches
@@ -54,7 +54,7 @@ def test_a_gantt_of_every_rank(measured, tmp_path):
 def test_speed_rows_put_the_planner_beside_the_measured_order():
     from labkit.capstone import Config
     from labkit.capstone.measure import LAYOUTS, speed_rows
-    from labkit.capstone.measure_plots import speed_report
+    from labkit.capstone.plots import speed_report
     fake = [{lay: 1.0 + k for k, lay in enumerate(LAYOUTS)} for _ in range(8)]   # seconds
     rows = speed_rows(fake, Config())
     assert [r["ratio"] for r in rows] == pytest.approx([1.0, 1 / 2, 1 / 3, 1 / 4])

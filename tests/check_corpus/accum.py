@@ -3,7 +3,7 @@ micro-batches, accumulates their gradients and averages them over the ranks once
 import torch
 import torch.distributed as dist
 
-from labkit.models import lm_loss
+from labkit.toy_models import lm_loss
 
 
 def _average(model):

@@ -153,9 +153,9 @@ def test_single_rank_moves_nothing(cluster1):
 # -- recorded runs --------------------------------------------------------------------------
 @pytest.mark.parametrize("fast", [False, True], ids=["simple", "fast"])
 def test_recorded_ring_replays_to_the_sum(cluster3, fast):
-    from labkit.comm import draw
+    from labkit.comm import plots
     events = runs.record_ring(cluster3, length=10, fast=fast)
-    frames = draw.ring_frames(events, 3)
+    frames = plots.ring_frames(events, 3)
     assert len(frames) == 1 + 2 * 2
     assert all(cell == frozenset({0, 1, 2}) for row in frames[-1]["state"] for cell in row)
     after_rs = frames[2]["state"]                              # rank r owns chunk r after reduce-scatter

@@ -34,7 +34,7 @@ def stage_memory_runner(sizes):
 
 
 def _profiled(name):
-    from labkit.diagnose.steps import profiled_scenario
+    from labkit.throughput.steps import profiled_scenario
     return profiled_scenario(name)
 
 
@@ -43,7 +43,7 @@ def test_profiled_share_verdict_passes_on_communication_and_fails_on_slow_data(c
     by the profiler here (the scenario's 8 MB against tiny compute; its low end under load), the
     slow-data run about 1 % (it sleeps in the loader). The test's bar, 20 %, leaves room for a
     loaded machine and still sits 20x above the slow-data run."""
-    from labkit.diagnose.profile import share_verdict
+    from labkit.throughput.profile import share_verdict
     comm = cluster2.run(_profiled, "communication")
     assert all("gloo:all_reduce" in r["ops"] or "c10d::allreduce_" in r["ops"] for r in comm), comm
     assert share_verdict(comm, threshold=0.2), comm
@@ -116,7 +116,7 @@ def test_startup_verdict_fails_without_a_per_call_cost(capsys):
 
 def _stream(**kw):
     import labkit
-    from labkit.diagnose.data import stream_vs_preload
+    from labkit.throughput.data import stream_vs_preload
     return stream_vs_preload(**kw) if labkit.rank() == 0 else None
 
 
@@ -125,7 +125,7 @@ def test_streaming_starts_sooner_and_workers_shorten_the_pass(cluster2, capsys):
     """Reads are sleeps: without workers the first step comes after 8 of 96 items (ideal 12x;
     measured 12x here under load), asserted at 4x. With 4 workers the pass is 2-2.7x shorter
     here (ideal 4x, their fork included), asserted at 1.3x."""
-    from labkit.diagnose.data import stream_verdict
+    from labkit.throughput.data import stream_verdict
     alone = cluster2.run(_stream, num_workers=0)[0]
     assert stream_verdict(alone), alone
     workers = cluster2.run(_stream, num_workers=4)[0]

@@ -69,7 +69,7 @@ def _live_figure():
 
 
 def _ring_figures():
-    from labkit.comm import draw
+    from labkit.comm import plots
     n = 4
     own = [[frozenset([r]) for _ in range(n)] for r in range(n)]
     step = [row[:] for row in own]
@@ -79,9 +79,9 @@ def _ring_figures():
     rows = [dict(op=op, rank=r, world_size=k, bytes=100, sent=100 * s)
             for k in (2, 4) for r in range(k) for op, s in (("ring_all_reduce", 2 * (k - 1) / k),
                                                             ("naive_all_reduce", k - 1 if r == 0 else 1))]
-    return [draw.draw_ring_steps(frames[:1], cols=2, title="t"),
-            draw.draw_ring_steps(frames, cols=2, key=False, title=""),
-            draw.draw_bytes_vs_n(rows).figure]
+    return [plots.draw_ring_steps(frames[:1], cols=2, title="t"),
+            plots.draw_ring_steps(frames, cols=2, key=False, title=""),
+            plots.draw_bytes_vs_n(rows).figure]
 
 
 def _zero_fsdp_figures():

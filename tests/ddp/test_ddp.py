@@ -7,7 +7,7 @@ import labkit
 import labkit.check
 from labkit.ddp.parity import train_parity, train_skipping
 from labkit.ddp.timeline import annotate, overlap_fraction, traced_step, union_length
-from labkit.models import GPTConfig
+from labkit.toy_models import GPTConfig
 
 from labkit.numerics import reorder_bound, sgd_bound
 
@@ -83,7 +83,7 @@ def test_bucketed_default_buckets_and_unused_error(cluster2):
     def run():
         import torch
         from labkit.ddp import BucketedDDP
-        from labkit.models import AwkwardNet
+        from labkit.toy_models import AwkwardNet
         ddp = BucketedDDP(AwkwardNet(), bucket_cap_mb=25)
         return len(ddp.buckets), sum(ddp.bucket_sizes()), ddp.module.head.weight is ddp.module.embed.weight
     n, size, tied = cluster2.run(run)[0]
@@ -97,7 +97,7 @@ def test_bucketed_default_buckets_and_unused_error(cluster2):
 def test_two_backwards_without_no_sync_is_an_error(cluster2):
     def run():
         from labkit.ddp import BucketedDDP
-        from labkit.models import AwkwardNet, awkward_batch, lm_loss
+        from labkit.toy_models import AwkwardNet, awkward_batch, lm_loss
         ddp = BucketedDDP(AwkwardNet())
         x, y = awkward_batch(4)
         for _ in range(2):                                    # forgot `with ddp.no_sync():`
@@ -111,7 +111,7 @@ def test_no_sync_moves_no_bytes(cluster):
         import torch.distributed as dist
         from labkit.comm.traffic import measure
         from labkit.ddp import BucketedDDP
-        from labkit.models import AwkwardNet, awkward_batch, lm_loss
+        from labkit.toy_models import AwkwardNet, awkward_batch, lm_loss
         ddp = BucketedDDP(AwkwardNet(), bucket_cap_mb=0.0005)
         x, y = awkward_batch(4, seed=dist.get_rank())
         loss = lm_loss(ddp(x), y)                  # (forward broadcasts the buffers: a few bytes)

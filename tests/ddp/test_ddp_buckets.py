@@ -3,7 +3,7 @@ model), state after an error, hooks removed on re-wrapping, buffers broadcast be
 forward, gradients as views into the buckets."""
 import pytest
 
-from labkit.models import GPTConfig
+from labkit.toy_models import GPTConfig
 from labkit.numerics import reorder_bound
 
 # BucketedDDP's averaged gradient against the same local gradients all-reduced tensor by tensor
@@ -23,7 +23,7 @@ def _layouts(kind, cap, find_unused, cfg=LAYOUT_GPT, steps=3):
     import torch
     import torch.distributed as dist
     from labkit.ddp import BucketedDDP
-    from labkit.models import TinyGPT, lm_loss, token_batch
+    from labkit.toy_models import TinyGPT, lm_loss, token_batch
     torch.manual_seed(0)
     model = TinyGPT(cfg)
     names = {id(p): n for n, p in model.named_parameters()}
@@ -72,7 +72,7 @@ def test_state_is_reset_after_the_unused_parameter_error(cluster2):
         from labkit.ddp import BucketedDDP
         from labkit.ddp.data_parallel import trainable
         from labkit.ddp.parity import _model
-        from labkit.models import awkward_batch, lm_loss
+        from labkit.toy_models import awkward_batch, lm_loss
         model = _model(dist.get_rank(), "early")
         ddp = BucketedDDP(model, bucket_cap_mb=0.0005)
         x, y = awkward_batch(3, seed=dist.get_rank())
@@ -106,7 +106,7 @@ def test_rewrapping_removes_the_old_hooks(cluster2):
         from labkit.comm.traffic import measure
         from labkit.ddp import BucketedDDP
         from labkit.ddp.data_parallel import trainable
-        from labkit.models import AwkwardNet, awkward_batch, lm_loss
+        from labkit.toy_models import AwkwardNet, awkward_batch, lm_loss
         model = AwkwardNet()
         BucketedDDP(model, bucket_cap_mb=0.0005)             # the cell's first run
         ddp = BucketedDDP(model, bucket_cap_mb=0.0005)       # the cell run again
@@ -140,7 +140,7 @@ def test_buffers_are_broadcast_before_every_forward(cluster2, strategy):
     def run(broadcast):
         import torch.distributed as dist
         from labkit.ddp import STRATEGIES
-        from labkit.models import AwkwardNet, awkward_batch
+        from labkit.toy_models import AwkwardNet, awkward_batch
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = AwkwardNet()
         wrap = DDP if strategy == "torch" else STRATEGIES[strategy]
@@ -161,7 +161,7 @@ def test_gradients_are_views_into_the_buckets(cluster2):
         import torch.distributed as dist
         from labkit.ddp import BucketedDDP
         from labkit.ddp.data_parallel import trainable
-        from labkit.models import AwkwardNet, awkward_batch, lm_loss
+        from labkit.toy_models import AwkwardNet, awkward_batch, lm_loss
         model = AwkwardNet()
         ddp = BucketedDDP(model, bucket_cap_mb=0.0005, gradient_as_bucket_view=True)
         x, y = awkward_batch(3, seed=dist.get_rank())

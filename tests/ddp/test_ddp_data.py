@@ -11,7 +11,7 @@ import torch
 
 from labkit.ddp import lr_scaling, sampler
 from labkit.ddp.benchmark import bench_ranks, combine, summary, table
-from labkit.models import AwkwardNet, GPTConfig, TinyGPT, awkward_batch
+from labkit.toy_models import AwkwardNet, GPTConfig, TinyGPT, awkward_batch
 from labkit.numerics import chain_bound
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -171,7 +171,7 @@ def test_words_looked_up_through_a_table_have_their_chinese():
     them): every one has its Chinese."""
     from labkit.i18n.messages import messages
     MESSAGES = messages("zh")
-    from labkit.pipeline.draw import LABELS
+    from labkit.pipeline.plots import LABELS
     from labkit.pipeline.schedules import NAMES
     from labkit.tricks.formulas import WORDS
     from labkit.tricks.plots import SHORT

@@ -22,7 +22,7 @@ def test_invalid_layout_is_explained_in_chinese_with_its_numbers(zh):
 def test_layout_and_plan_print_in_chinese(zh):
     from labkit.parallel_dims import Layout
     from labkit.plan import plan, ranking_sentence, step_traffic
-    from labkit.plan.models import MODELS, Hardware
+    from labkit.plan.shapes import MODELS, Hardware
     lay = Layout(dp=2, pp=2, tp=8, gpus_per_node=8)
     assert str(lay).splitlines()[0] == \
         "32 卡 = dp 2 x pp 2 x tp 8，分布在 4 个节点上（每节点 8 卡）；顺序 tp-pp-dp（变化最快的在前）"
@@ -39,7 +39,7 @@ def test_layout_and_plan_print_in_chinese(zh):
 
 def test_planner_form_labels_in_chinese(zh):
     from labkit.plan.form import render
-    from labkit.plan.models import MODELS, Hardware
+    from labkit.plan.shapes import MODELS, Hardware
     page = render(MODELS["70B"], Hardware(nodes=4))
     assert "<th>分支</th><th>理由</th>" in page and ">每卡显存<" in page
     assert "70.4 GB（模型状态 47.4，激活值 23.0，收集来的层 0.0），共 80" in page
@@ -51,7 +51,7 @@ def test_planner_form_labels_in_chinese(zh):
 
 # -- notebook 10: the diagnosis order ------------------------------------------------------
 def test_diagnosis_of_a_communication_bound_run_in_chinese(zh):
-    from labkit.diagnose import Phases, diagnose, report
+    from labkit.throughput import Phases, diagnose, report
     ranks = [Phases(data=0.001, forward=0.001, backward=0.001, wait=0.02, comm=0.08, optimizer=0.001)]
     text = report(diagnose(ranks, peak_bytes=7.6 * 2**20, budget_bytes=16 * 2**20), "== communication")
     lines = text.splitlines()
@@ -63,7 +63,7 @@ def test_diagnosis_of_a_communication_bound_run_in_chinese(zh):
 
 
 def test_knob_table_in_chinese_keeps_the_knob_names(zh):
-    from labkit.diagnose import knob_table
+    from labkit.throughput import knob_table
     table = knob_table()
     assert table.splitlines()[0] == "| 参数 | 讲义 | 用什么换什么 | 课程在哪里测量它 |"
     assert "| `bucket_cap_mb` | DDP 梯度分桶大小（默认 25） |" in table
@@ -71,7 +71,7 @@ def test_knob_table_in_chinese_keeps_the_knob_names(zh):
 
 # -- notebook 11: the pitfalls --------------------------------------------------------------
 def test_pitfall_diagnoses_in_chinese_with_their_numbers(zh):
-    from labkit.doctor import pitfalls as P
+    from labkit import pitfalls as P
     assert P.devices_distinct({0: "cuda:0", 1: "cuda:0", 2: "cuda:0"}) == (
         False, "rank 0, 1, 2 都在用 cuda:0：请在创建张量或进程组之前调用 torch.cuda.set_device(local_rank)")
     ok, why = P.validation_shards([[0, 1, 2], [3, 0, 1]], 5, again=[[1, 0, 2], [3, 0, 1]])
@@ -98,7 +98,7 @@ def test_errors_raised_on_a_rank_in_chinese(zh):
     import torch.distributed as dist
     import labkit
     from labkit.ddp.parity import train_parity
-    from labkit.models import AwkwardNet
+    from labkit.toy_models import AwkwardNet
     if dist.is_initialized():
         pytest.skip("a process group is already running in this process")
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)

@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 
 import labkit.memory as M
-from labkit.models import AwkwardNet, awkward_batch, lm_loss
+from labkit.toy_models import AwkwardNet, awkward_batch, lm_loss
 
 # AwkwardNet(vocab 37, dim 13, hidden 19): embed 37x13 (tied with head), fc1 19x13 + 19,
 # fc2 13x19 + 13, frozen 13; buffer `steps` is one int64.
@@ -102,7 +102,7 @@ def _shard_and_step(with_step: bool = True):
 
     import labkit
     import labkit.memory as M
-    from labkit.models import AwkwardNet
+    from labkit.toy_models import AwkwardNet
     torch.manual_seed(0)
     m = AwkwardNet()
     mesh = init_device_mesh("cpu", (labkit.world_size(),))

@@ -7,7 +7,7 @@ import torch
 matplotlib.use("Agg")
 
 from labkit.memory import live  # noqa: E402
-from labkit.models import AwkwardNet, awkward_batch, lm_loss  # noqa: E402
+from labkit.toy_models import AwkwardNet, awkward_batch, lm_loss  # noqa: E402
 
 
 def test_meter_counts_saved_activations_and_their_release():

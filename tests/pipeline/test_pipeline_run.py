@@ -16,7 +16,7 @@ def grad_tol(microbatches, layers=8, width=64, microbatch_size=4):
 
 
 def test_the_gradient_scale_holds_on_one_process():
-    from labkit.pipeline.model import batch, mlp, reference_grads
+    from labkit.pipeline.toy_mlp import batch, mlp, reference_grads
     for m in (4, 8):
         ref, _ = reference_grads(mlp(8, 64, frozen=1), *batch(4 * m, 64))
         assert max(v.abs().max().item() for v in ref.values() if v is not None) <= 1.0

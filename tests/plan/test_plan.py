@@ -3,7 +3,7 @@ import pytest
 
 from labkit.memory import GB, model_states
 from labkit.plan.flops import bubble_ratio, flops_per_token, mfu
-from labkit.plan.models import MODELS, Hardware, Model
+from labkit.plan.shapes import MODELS, Hardware, Model
 from labkit.plan.planner import USABLE, evaluate, plan
 
 # (model, hardware, expected TP, PP, DP, expected MFU); MFU within +-0.03 of the model's number.

@@ -4,7 +4,7 @@ import pytest
 from labkit.memory import model_states
 from labkit.plan.fake_moe import MOE
 from labkit.plan.fake_scale import fake_scale
-from labkit.plan.models import MODELS, Hardware
+from labkit.plan.shapes import MODELS, Hardware
 from labkit.plan.planner import evaluate
 
 pytestmark = pytest.mark.cluster   # starts a subprocess

@@ -4,16 +4,16 @@ import pytest
 from labkit.tp.gqa import GQA_SCALE, gqa_tolerance, kv_heads_of_rank
 from labkit.tp.parity import SCALE
 from labkit.tp.vocab import logits_bytes
-from labkit.tp.vocab_parity import loss_tolerance, vocab_tolerance
+from labkit.tp.parity import loss_tolerance, vocab_tolerance
 
-# derived (labkit.tp.vocab_parity and labkit.tp.gqa say how): 2.0e-3 for the LM, 8.8e-3 and
+# derived (labkit.tp.parity and labkit.tp.gqa say how): 2.0e-3 for the LM, 8.8e-3 and
 # 6.1e-4 for the two loss checks, 1.8e-3 for GQA; observed below 1e-6
 
 
 def test_the_tolerances_scales_hold_on_one_process():
     import torch
     from labkit.tp.gqa import GQAttention
-    from labkit.tp.vocab_parity import _reference, reference_lm, tokens
+    from labkit.tp.parity import _reference, reference_lm, tokens
     ref = reference_lm()
     loss, logits = _reference(ref, *tokens())
     assert max(v.abs().max().item() for v in [loss, logits] + [p.grad for p in ref.parameters()]) <= SCALE
@@ -42,7 +42,7 @@ def test_kv_heads_per_rank_pure():
 
 @pytest.mark.cluster
 def test_vocab_parallel_embedding_and_loss_match_one_device(cluster):
-    from labkit.tp.vocab_parity import vocab_parity
+    from labkit.tp.parity import vocab_parity
     for rank, diffs in enumerate(cluster.run(vocab_parity)):
         rows = diffs.pop("vocab rows")
         assert rows[1] - rows[0] == 64 // cluster.world_size
@@ -53,7 +53,7 @@ def test_vocab_parallel_embedding_and_loss_match_one_device(cluster):
 
 @pytest.mark.cluster
 def test_loss_parallel_keeps_one_t_of_the_logits(cluster):
-    from labkit.tp.vocab_parity import vocab_memory
+    from labkit.tp.split import vocab_memory
     t, n, v = cluster.world_size, 512, 4096
     want = logits_bytes(n, v, t)
     for rank, res in enumerate(cluster.run(vocab_memory, tokens_=n, vocab=v)):
@@ -67,7 +67,7 @@ def test_loss_parallel_keeps_one_t_of_the_logits(cluster):
 
 @pytest.mark.cluster
 def test_torch_loss_parallel_beside_labkit(cluster2):
-    from labkit.tp.vocab_parity import torch_loss_parallel
+    from labkit.tp.parity import torch_loss_parallel
     for res in cluster2.run(torch_loss_parallel):
         assert res.pop("torch collectives") == {"all_reduce": 3}, res
         assert max(res.values()) <= loss_tolerance(64, 256), res      # its tokens_, vocab

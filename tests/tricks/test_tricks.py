@@ -90,7 +90,7 @@ def test_accumulation_equals_the_big_batch(cluster):
 
 def test_accumulations_scale_holds_on_one_process():
     import torch
-    from labkit.models import GPTConfig, TinyGPT, lm_loss, token_batch
+    from labkit.toy_models import GPTConfig, TinyGPT, lm_loss, token_batch
     from labkit.tricks import accumulation
     torch.manual_seed(0)
     model = TinyGPT(GPTConfig(n_layer=2, n_embd=64, n_head=4, vocab_size=256, block_size=32))

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import labkit
-from labkit.zero.reference import MIXED_LR, MIXED_OPTIMIZER, mixed_failures, parity, sgd_momentum_bound
+from labkit.zero.parity import MIXED_LR, MIXED_OPTIMIZER, mixed_failures, parity, sgd_momentum_bound
 
 LR, STEPS = 1e-2, 3
 
@@ -59,7 +59,7 @@ def test_gradient_accumulation_matches_one_process(cluster2):
 
 
 def _other_optimizers():
-    from labkit.zero.reference import parity as p
+    from labkit.zero.parity import parity as p
     # AdamW judged after its first step (per element, reference.py); the multi-step runs, with
     # and without prefetch, use SGD with momentum, whose bound holds for every step
     return {("sgd-momentum", 3): p(3, optimizer=torch.optim.SGD, steps=STEPS, lr=0.1, momentum=0.9),
@@ -81,7 +81,7 @@ def test_other_optimizers_and_prefetch(cluster2):
 def _plain_torch_optimizer_on_shards():
     """Stage 3's parameters() are shards: a torch optimizer built on them trains the model."""
     import torch.distributed as dist
-    from labkit.models import AwkwardNet, awkward_batch, lm_loss
+    from labkit.toy_models import AwkwardNet, awkward_batch, lm_loss
     from labkit.zero.stage3 import Stage3
     torch.manual_seed(0)
     model = Stage3(AwkwardNet())
@@ -106,11 +106,11 @@ def test_stage3_parameters_are_shards(cluster2):
 
 
 def _prefetch_order():
-    from labkit.models import awkward_batch, lm_loss
+    from labkit.toy_models import awkward_batch, lm_loss
     from labkit.zero.runs import tiny_gpt
     model, _ = tiny_gpt(n_layer=3, n_embd=32, vocab=64, seq=8)
     wrapped, opt = labkit.zero.wrap(model, torch.optim.Adam, stage=3, prefetch=True, lr=1e-3)
-    from labkit.models import token_batch
+    from labkit.toy_models import token_batch
     x, y = token_batch(2, 8, 64)
     from labkit import trace
     from labkit.zero.stage3 import Events
@@ -130,7 +130,7 @@ def test_prefetch_gathers_the_next_layer_before_it_runs(cluster2):
 
 
 def _errors():
-    from labkit.models import AwkwardNet, awkward_batch, lm_loss
+    from labkit.toy_models import AwkwardNet, awkward_batch, lm_loss
     out = {}
     for name, call in {
         "stage": lambda: labkit.zero.wrap(AwkwardNet(), torch.optim.Adam, stage=4),
@@ -171,8 +171,8 @@ def test_errors_say_what_to_do(cluster2):
 def test_reference_names_a_parameter_without_gradient():
     """A trainable parameter that forward never uses has no gradient: the one-process reference
     names it instead of failing on None."""
-    from labkit.models import AwkwardNet, awkward_batch, lm_loss
-    from labkit.zero.reference import OneProcess
+    from labkit.toy_models import AwkwardNet, awkward_batch, lm_loss
+    from labkit.zero.parity import OneProcess
     model = AwkwardNet()
     model.register_parameter("unused_bias", torch.nn.Parameter(torch.zeros(3)))
     ref = OneProcess(model, torch.optim.SGD, mixed_precision=True, lr=0.1)

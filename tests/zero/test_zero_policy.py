@@ -77,7 +77,7 @@ def test_policy_needs_stage_3(cluster2):
 
 @pytest.mark.parametrize("dtype,reduce", [(BF16, FP32), (BF16, None), (FP16, None)], ids=["bf16-fp32", "bf16", "fp16"])
 def test_sharded_layout_gives_fsdp2s_gradients_and_bytes(cluster2, dtype, reduce):
-    from labkit.zero.precision_runs import beside_fsdp2
+    from labkit.fsdp.parity import beside_fsdp2
     for r in cluster2.run(beside_fsdp2, dtype, reduce):
         assert r["names"]
         # bf16 on 2 ranks: the same arithmetic, bit for bit (a sum of two numbers has one order; on 4

@@ -7,7 +7,7 @@ reduce-scatter."""
 def _one_step():
     import torch
     import torch.distributed as dist
-    from labkit.models import lm_loss
+    from labkit.toy_models import lm_loss
     from labkit import trace
     from labkit.zero import wrap
     from labkit.zero.stage3 import Events

@@ -1,7 +1,7 @@
-"""labkit.diagnose: the notes' diagnosis order (pure), three slow runs on ranks, data loading."""
+"""labkit.throughput: the notes' diagnosis order (pure), three slow runs on ranks, data loading."""
 import pytest
 
-from labkit.diagnose import (COMM_SHARE, Phases, bottleneck, breakdown_table, diagnose, knob_table,
+from labkit.throughput import (COMM_SHARE, Phases, bottleneck, breakdown_table, diagnose, knob_table,
                              report)
 
 
@@ -58,7 +58,7 @@ def test_report_and_tables_are_readable():
 
 # --- on ranks -------------------------------------------------------------------------------
 def _three(name):
-    from labkit.diagnose import scenario
+    from labkit.throughput import scenario
     return scenario(name)
 
 
@@ -76,7 +76,7 @@ def test_three_slow_runs_get_the_right_verdict(cluster2):
 
 
 def _streams(by, workers):
-    from labkit.diagnose import stream_items
+    from labkit.throughput import stream_items
     return stream_items(50, num_workers=workers, by=by)
 
 
@@ -90,7 +90,7 @@ def test_stream_sharded_across_ranks_and_workers(cluster2, workers):
 
 
 def _throughput():
-    from labkit.diagnose import loader_throughput
+    from labkit.throughput import loader_throughput
     return loader_throughput((0, 4), n=64, wait_s=0.02)
 
 

@@ -1,5 +1,5 @@
 """The pitfalls of notebook 11 reproduced on the ranks; each returns what a detector in
-`labkit.doctor.pitfalls` judges.
+`labkit.pitfalls.detectors` judges.
 
     device_map()                                # on every rank: where its tensors land, and LOCAL_RANK
     illustrated_device_map(4, set_device=False) # {rank: "cuda:0"}: computed, an illustration
@@ -93,7 +93,7 @@ def seed_probe(weights_seed_by_rank: bool = False, sampler_seed_by_rank: bool = 
                dropout_seed_by_rank: bool = True, tp_replicated_seed_by_rank: bool = False,
                seed: int = 0) -> dict:
     """On every rank: build a small model, a DistributedSampler and one dropout mask with the
-    seeds chosen as the flags say; return hashes for `labkit.doctor.pitfalls.seeds_ok`.
+    seeds chosen as the flags say; return hashes for `labkit.pitfalls.seeds_ok`.
     "tp_replicated": the mask that this rank, taken as a member of one tensor-parallel group,
     draws on an activation every rank of the group holds in full; Megatron draws it from the
     generator seeded alike on the group, and only a sharded activation's mask from the

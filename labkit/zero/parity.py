@@ -11,7 +11,7 @@ one process computes one, and each bfloat16 rounding is relative 2^-8. See `mixe
 import torch
 import torch.distributed as dist
 
-from labkit.models import AwkwardNet, awkward_batch, lm_loss
+from labkit.toy_models import AwkwardNet, awkward_batch, lm_loss
 
 # fp32 is judged in two derived ways (labkit.numerics), never by one figure a CPU printed:
 # - Adam (and AdamW) after its first step only, element by element (`parity(...)["over_bound"]`,

@@ -29,8 +29,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from labkit.diagnose.data import SlowDataset
-from labkit.diagnose.verdict import Phases
+from labkit.throughput.data import SlowDataset
+from labkit.throughput.verdict import Phases
 from labkit.i18n import tr
 
 MEMORY_BUDGET = 16 * 2**20        # the device of the runs: 16 MiB (tiny on purpose)
@@ -135,7 +135,7 @@ def profiled_scenario(name: str = "communication", steps: int = 3, seed: int = 0
     (`timed_run`) and from torch.profiler (`profiled_comm_share`) over the same kind of step.
     Returns {"timers": share, "profiler": share, "ops": collective operator names}."""
     from labkit.ddp.data_parallel import FlatDDP
-    from labkit.diagnose.profile import profiled_comm_share
+    from labkit.throughput.profile import profiled_comm_share
     make, data_kw, batch, workers = SCENARIOS[name]
     torch.manual_seed(seed)
     model = make()

@@ -1,11 +1,11 @@
-"""labkit.doctor: each pitfall detector on a failing and a passing case, and the pitfalls on ranks."""
+"""labkit.pitfalls: each pitfall detector on a failing and a passing case, and the pitfalls on ranks."""
 import pytest
 
-from labkit.doctor import pitfalls as P
+from labkit import pitfalls as P
 
 
 def test_forgotten_set_device_detected_from_devices_and_local_ranks():
-    from labkit.doctor.ranks import illustrated_device_map
+    from labkit.pitfalls.ranks import illustrated_device_map
     ok, why = P.devices_distinct(illustrated_device_map(4, set_device=False))
     assert not ok and "ranks 0, 1, 2, 3 all use cuda:0" in why and "set_device" in why
     assert P.devices_distinct(illustrated_device_map(4, set_device=True))[0]
@@ -16,7 +16,7 @@ def test_forgotten_set_device_detected_from_devices_and_local_ranks():
 
 
 def _device_map():
-    from labkit.doctor.ranks import device_map
+    from labkit.pitfalls.ranks import device_map
     return device_map()
 
 
@@ -77,7 +77,7 @@ def test_pipeline_balance():
 
 # --- on ranks -------------------------------------------------------------------------------
 def _bn(sync):
-    from labkit.doctor.ranks import batchnorm_stats
+    from labkit.pitfalls.ranks import batchnorm_stats
     return batchnorm_stats(sync)
 
 
@@ -91,7 +91,7 @@ def test_batchnorm_differs_then_hand_synchronised_matches_one_process(cluster):
 
 
 def _seeds(**kw):
-    from labkit.doctor.ranks import seed_probe
+    from labkit.pitfalls.ranks import seed_probe
     return seed_probe(**kw)
 
 
@@ -120,7 +120,7 @@ def test_seed_probe_on_ranks(cluster2):
 def test_single_rank_sanity_says_no_when_nothing_can_be_learned():
     """Issue 33: the item had no failing case. Shuffled labels still let the loss fall (to the
     targets' frequencies, about log 37): not learning; a frozen model does not move at all."""
-    from labkit.doctor.checklist import _single_rank_sanity
+    from labkit.pitfalls.checklist import _single_rank_sanity
     ok, why = _single_rank_sanity()
     assert ok and "chance: log 37 = 3.61" in why, why
     ok, why = _single_rank_sanity(shuffled_labels=True)
@@ -130,7 +130,7 @@ def test_single_rank_sanity_says_no_when_nothing_can_be_learned():
 
 
 def _norm(**kw):
-    from labkit.doctor.checklist import _gradient_norm
+    from labkit.pitfalls.checklist import _gradient_norm
     return _gradient_norm(16, 100.0, **kw)
 
 
@@ -144,7 +144,7 @@ def test_gradient_norm_is_one_process_norm_and_a_blow_up_is_caught(cluster2):
 
 
 def _checklist(**kw):
-    from labkit.doctor.checklist import convergence_checklist
+    from labkit.pitfalls.checklist import convergence_checklist
     return convergence_checklist(**kw)
 
 

@@ -10,7 +10,7 @@
 (data wait, forward, backward, waiting for the other ranks, communication, optimizer) and
 returns the four checks in that order; `bottleneck(findings)` names the first one that fires:
 "data", "communication", "imbalance" (ranks idle waiting for a slower one), "memory" or "none". No torch, no processes: the
-timers that fill `Phases` live in `labkit.diagnose.steps`.
+timers that fill `Phases` live in `labkit.throughput.steps`.
 
 "Utilisation" here is the compute share: the part of the step spent computing (forward +
 backward + optimizer), from timers around each phase. It is not what `nvidia-smi` (or

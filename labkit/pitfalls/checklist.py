@@ -13,7 +13,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from labkit.doctor import pitfalls
+from labkit.pitfalls import detectors as pitfalls
 from labkit.i18n import N_, tr
 
 ITEMS = (N_("single-rank sanity"), "gradient norm", N_("learning-rate rule"), N_("seeds in sync"))
@@ -23,9 +23,9 @@ def _single_rank_sanity(steps: int = 40, lr: float = 0.05, batch: int = 16, shuf
                         frozen: bool = False):
     """Train a fresh model on this rank alone (no communication) on a learnable toy task.
     `shuffled_labels` (targets permuted across the samples: nothing left to learn) and `frozen`
-    (no parameter trains) are the two ways this item must say no (tests/pitfalls/test_doctor.py)."""
+    (no parameter trains) are the two ways this item must say no (tests/test_pitfalls.py)."""
     from labkit.ddp.lr_scaling import _task
-    from labkit.models import AwkwardNet, lm_loss
+    from labkit.toy_models import AwkwardNet, lm_loss
     torch.manual_seed(0)
     model = AwkwardNet()
     if frozen:
@@ -67,7 +67,7 @@ def _gradient_norm(batch: int, max_norm: float, lr: float = 0.0, steps: int = 0,
     undivided (the wrong reduction the comparison must catch)."""
     from labkit.ddp.data_parallel import FlatDDP
     from labkit.ddp.lr_scaling import _task
-    from labkit.models import AwkwardNet, lm_loss
+    from labkit.toy_models import AwkwardNet, lm_loss
     torch.manual_seed(0)
     ddp = FlatDDP(AwkwardNet())
     n, r = dist.get_world_size(), dist.get_rank()
@@ -109,7 +109,7 @@ def convergence_checklist(lr: float, base_lr: float, base_batch: int, batch: int
     """On every rank: the four items of the checklist, [(item, ok, detail)].
     lr: the learning rate used with `batch` per rank; base_lr: the one tuned at base_batch."""
     from labkit.comm.objects import all_gather_json
-    from labkit.doctor.ranks import seed_probe
+    from labkit.pitfalls.ranks import seed_probe
     out = [(tr(ITEMS[0]), *_single_rank_sanity())]
     out.append((tr(ITEMS[1]), *_gradient_norm(batch, max_norm)))
     out.append((tr(ITEMS[2]), *pitfalls.lr_rule(lr, base_lr, base_batch, batch * dist.get_world_size())))

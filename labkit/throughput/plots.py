@@ -3,7 +3,7 @@ import matplotlib.pyplot as plt
 
 from labkit import figtext
 from labkit.i18n import N_, tr_fig
-from labkit.diagnose.verdict import COMM_SHARE
+from labkit.throughput.verdict import COMM_SHARE
 
 # communication first, so that its bar starts at 0 and reads against the 30 % line
 ORDER = ("comm", "wait", "data", "forward", "backward", "optimizer")

@@ -1,0 +1,52 @@
+"""Packages renamed in this release stay importable under their old names for one release, with a
+DeprecationWarning that names the new place (labkit._lazy.moved): notebooks outside the repository
+may still import them."""
+import subprocess
+import sys
+
+import pytest
+
+OLD_AND_NEW = [
+    # (statement with the old name, expression that must be True, the new package named)
+    ("from labkit.doctor import pitfalls", "pitfalls is importlib.import_module('labkit.pitfalls.detectors')",
+     "labkit.pitfalls"),
+    ("import labkit.doctor.ranks as m", "m is importlib.import_module('labkit.pitfalls.ranks')", "labkit.pitfalls"),
+    ("from labkit.doctor.checklist import convergence_checklist as f",
+     "f is importlib.import_module('labkit.pitfalls.checklist').convergence_checklist", "labkit.pitfalls"),
+    ("from labkit.diagnose import diagnose as f", "f is importlib.import_module('labkit.throughput').diagnose",
+     "labkit.throughput"),
+    ("from labkit.diagnose import timed_run as f", "f is importlib.import_module('labkit.throughput.steps').timed_run",
+     "labkit.throughput"),
+    ("import labkit.diagnose.draw as m", "m is importlib.import_module('labkit.throughput.plots')", "labkit.throughput"),
+    ("from labkit.models import TinyGPT as f", "f is importlib.import_module('labkit.toy_models').TinyGPT",
+     "labkit.toy_models"),
+    ("import labkit.models as m", "m is importlib.import_module('labkit.toy_models')", "labkit.toy_models"),
+    ("from labkit.diagnose.verdict import Phases as f",
+     "f is importlib.import_module('labkit.throughput.verdict').Phases", "labkit.throughput"),
+]
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-W", "always::DeprecationWarning", "-c", code],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("old, same, new", OLD_AND_NEW)
+def test_old_name_imports_the_new_module_and_warns(old, same, new):
+    p = _run(f"import importlib\n{old}\nassert {same}, 'not the same object'\n")
+    assert p.returncode == 0, p.stderr
+    assert "DeprecationWarning" in p.stderr and f"is now {new}" in p.stderr, p.stderr
+
+
+def test_new_names_do_not_warn():
+    p = _run("import warnings\nwarnings.simplefilter('error', DeprecationWarning)\n"
+             "from labkit import pitfalls, throughput\nimport labkit.pitfalls.ranks, labkit.throughput.plots\n"
+             "pitfalls.lr_rule, throughput.diagnose\n")
+    assert p.returncode == 0, p.stderr
+
+
+def test_a_name_that_never_existed_is_an_attribute_error():
+    p = _run("import labkit.doctor\nlabkit.doctor.no_such_thing\n")
+    assert "AttributeError" in p.stderr and "no_such_thing" in p.stderr, p.stderr
+    p = _run("import labkit.diagnose.no_such_module\n")
+    assert "ModuleNotFoundError" in p.stderr, p.stderr
