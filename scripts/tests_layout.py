@@ -12,7 +12,8 @@ Every step finds nothing to do the second time, so it can run again after each m
    pattern that matches the file name wins; then `test_<folder>...py` for any folder tests/
    already has; a module that is not a test is a helper and goes to tests/support/). A file no
    rule places is reported and stays where it is (exit status 1: add a rule). conftest.py,
-   README.md and check_corpus/ (data: the answers the checkers are tested with) stay.
+   README.md and check_corpus/ (data: the answers the checkers are tested with) stay. A file in a
+   folder that RULES now put in another (a rule follows a renamed labkit folder) moves there too.
 3. In each file it moved, the paths computed from __file__ keep pointing where they pointed:
    ``parents[1]`` -> ``parents[2]``, ``.parent.parent`` -> ``.parent.parent.parent``,
    ``os.path.join(os.path.dirname(__file__), "..", ...)`` gains a "..", ``with_name("x.py")``
@@ -27,8 +28,8 @@ Every step finds nothing to do the second time, so it can run again after each m
    ``check_corpus`` is found; the ranks get the notebook's sys.path with every task.
 5. In every tracked text file (scripts/test's portable list, scripts/cpu-matrix, .ci/run, the root
    conftest.py, README.md, docs/, tests/, labkit/'s docstrings, a notebook and its .po files
-   alike): ``tests/<file>.py`` (also ``tests/<glob>.py`` and ``tests/<module>``) names the file in
-   its folder.
+   alike): ``tests/<file>.py`` (also ``tests/<glob>.py``, ``tests/<module>`` and a path through a
+   folder the file left) names the file in its folder.
 6. Collects again and compares the ids modulo the folder (``tests/zero/test_zero.py::x`` is
    ``tests/test_zero.py::x``): prints both counts and every difference (exit status 1 on one).
 
@@ -73,7 +74,7 @@ RULES = [
     ("test_moe*.py", "moe"), ("test_tricks*.py", "tricks"), ("test_plan*.py", "plan"),
     ("test_memory*.py", "memory"), ("test_comm*.py", "comm"), ("test_ring*.py", "comm"),
     ("test_capstone*.py", "capstone"), ("test_grading*.py", "grading"),
-    ("test_parallel_dims*.py", "dims"), ("test_clipping*.py", "dims"),
+    ("test_parallel_dims*.py", "nd"), ("test_clipping*.py", "nd"),      # labkit/nd/: what spans dimensions
     ("test_diagnose*.py", "throughput"), ("test_throughput*.py", "throughput"),
     ("test_doctor*.py", "pitfalls"), ("test_pitfalls*.py", "pitfalls"),
     ("test_exercises*.py", "course"), ("test_slide*.py", "course"), ("test_figtext*.py", "course"),
@@ -92,10 +93,17 @@ def git(*args: str, check: bool = True) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, check=check, capture_output=True, text=True).stdout
 
 
-def folder_for(name: str, folders: set[str]) -> str | None:
+def ruled(name: str) -> str | None:
+    """The folder RULES give `name` (None: no pattern matches)."""
     for pattern, folder in RULES:
         if fnmatch.fnmatchcase(name, pattern):
             return folder
+    return None
+
+
+def folder_for(name: str, folders: set[str]) -> str | None:
+    if folder := ruled(name):
+        return folder
     for folder in sorted(folders, key=len, reverse=True):     # a folder made by hand attracts its tests
         if folder != SUPPORT and (name == f"test_{folder}.py" or name.startswith(f"test_{folder}_")):
             return folder
@@ -218,12 +226,14 @@ def helper_imports(text: str, helpers: set[str]) -> str:
 
 
 # --- step 5: paths named in text -------------------------------------------------------------------
-PATH = re.compile(r"(?<![\w.-])tests/(?P<stem>[\w*]+)(?P<py>\.py)?(?![\w/*])")
+PATH = re.compile(r"(?<![\w.-])tests/(?:(?P<folder>\w+)/)?(?P<stem>[\w*]+)(?P<py>\.py)?(?![\w/*])")
 
 
 def named_paths(text: str, where: dict[str, str], report: list[str], path: str) -> str:
     def new(m):
-        stem, py = m.group("stem"), m.group("py") or ""
+        stem, py, was = m.group("stem"), m.group("py") or "", m.group("folder")
+        if was == "check_corpus" or (was and (TESTS / was / (stem + ".py")).exists()):
+            return m.group(0)                               # a path that is right
         if "*" in stem:
             matched = {f for n, f in where.items() if fnmatch.fnmatchcase(n, stem + (py or "*"))}
             if len(matched) > 1:
@@ -276,17 +286,23 @@ def main(argv=None) -> int:
         else:
             moves[name] = dest
     where = placed(flat, nested)
+    # a file in a folder that RULES now put in another (a rule changed: labkit's folder was renamed)
+    regroup = {n: (f, ruled(n)) for n, f in where.items() if ruled(n) not in (None, f) and n not in flat
+               and not (TESTS / ruled(n) / n).exists()}
 
-    print(f"{len(moves)} files to move, {len(where)} in their folders")
+    print(f"{len(moves)} files to move, {len(where)} in their folders"
+          + (f", {len(regroup)} of them to another folder" if regroup else ""))
     for name, dest in sorted(moves.items(), key=lambda kv: (kv[1], kv[0])):
         print(f"  tests/{name} -> tests/{dest}/{name}")
+    for name, (was, dest) in sorted(regroup.items()):
+        print(f"  tests/{was}/{name} -> tests/{dest}/{name}")
     if args.dry_run:
         for r in report:
             print("!", r)
         return 1 if report else 0
 
     before = None
-    if moves and not args.no_collect:
+    if (moves or regroup) and not args.no_collect:
         print("collecting the test ids before (pytest tests --collect-only -q) ...", flush=True)
         before, broken = collect(report, "before")
 
@@ -297,6 +313,12 @@ def main(argv=None) -> int:
         old_text[name] = (TESTS / name).read_text(encoding="utf-8") if name.endswith(".py") else None
         git("mv", f"tests/{name}", f"tests/{dest}/{name}")
         where[name] = dest
+    for name, (was, dest) in regroup.items():                # same depth: no path from __file__ changes
+        (TESTS / dest).mkdir(exist_ok=True)
+        git("mv", f"tests/{was}/{name}", f"tests/{dest}/{name}")
+        where[name] = dest
+        if not any((TESTS / was).iterdir()):
+            (TESTS / was).rmdir()
     changed = set()
     init = TESTS / SUPPORT / "__init__.py"
     if (TESTS / SUPPORT).is_dir() and not init.exists():
@@ -370,7 +392,7 @@ def main(argv=None) -> int:
         print(f"? {line}   (tests/, not the repository: parents[2] meant?)")
     for r in report:
         print("!", r)
-    if moves or changed:
+    if moves or regroup or changed:
         print("staged: read `git diff --cached -M --stat`, then commit")
     else:
         print("nothing to do: tests/ is laid out")
