@@ -23,7 +23,7 @@ import pathlib
 
 import pytest
 
-from labkit.exercises import BEGIN as BEGIN_SOLUTION
+from labkit.course.exercises import BEGIN as BEGIN_SOLUTION
 from labkit.verdict import EXPECT_FAIL_TAG, failing_lines
 
 # Cells that show a FAIL on purpose in notebooks this change could not edit, until they carry

@@ -6,6 +6,7 @@ tied weights, a frozen parameter, a parameter unused in forward, a buffer, and s
 not divide by the world size. `TinyGPT` is a small GPT-2-style transformer (tens of millions
 of parameters at the course's settings) whose memory can be predicted to the byte.
 """
+import math
 from dataclasses import dataclass
 
 import torch
@@ -87,6 +88,16 @@ class Block(nn.Module):
         y = self.core(q, k, v)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
         return x + self.fc_out(F.gelu(self.fc(self.ln2(x))))
+
+
+def math_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention that keeps the s x s scores for backward (no fused kernel): a `Block.core`
+    for the formula's case without recomputation (labkit.tricks.checkpointing, labkit.tp.parity)."""
+    s = q.size(-2)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+    mask = torch.triu(torch.ones(s, s, dtype=torch.bool, device=q.device), 1)
+    att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+    return att @ v
 
 
 class TinyGPT(nn.Module):

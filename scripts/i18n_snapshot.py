@@ -35,9 +35,9 @@ def keys() -> set:
 def main(argv) -> int:
     out = pathlib.Path(argv[0])
     extra = set(json.loads(pathlib.Path(argv[2]).read_text())) if argv[1:2] == ["--keys"] else set()
-    from labkit.exercises import build
+    from labkit.course.exercises import build
     from labkit.i18n.messages import tr
-    from labkit.i18n.notebooks import in_language
+    from labkit.course.translate import in_language
     notes = []
     for folder in ("notebooks", "slides"):
         (out / "cells" / folder).mkdir(parents=True, exist_ok=True)

@@ -26,13 +26,13 @@ parallelism, each TP rank holding s / t positions between the TP regions, so the
 parameters' gradients (embeddings, norms, row-parallel biases, head) are summed over TP: the
 rule notebook 14's exercise states (without it they are already equal on the TP ranks).
 
-The groups (`trainer.groups`) come from one grid, `labkit.parallel_dims.Layout(dp, pp, tp)` in the
+The groups (`trainer.groups`) come from one grid, `labkit.nd.layout.Layout(dp, pp, tp)` in the
 notes' order (TP fastest, then PP, DP outermost: picotron's `torch.arange(world).view(dp, pp, tp)`),
 which validates the layout; the pipeline's point-to-point peers are `Layout.rank_of`.
 
 The step (`trainer.train`): the DP rank's rows of the global batch cut into `cfg.microbatches`
 micro-batches, run by a `labkit.pipeline.one_f_one_b` schedule (each micro-batch's loss divided by
-the micro-batch count); the DP all-reduce; the global gradient norm (`labkit.clipping.
+the micro-batch count); the DP all-reduce; the global gradient norm (`labkit.nd.clipping.
 global_grad_norm`: TP-split weights summed over TP, TP replicas counted once, stages summed over PP)
 and torch's clip rule; an SGD step. `reference` is the same on one process (torch's
 `clip_grad_norm_`).

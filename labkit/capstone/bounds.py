@@ -11,7 +11,7 @@ magnitudes do not depend on the CPU, only the rounding does).
   of numel squares in another order (fp32 on one process: reorder_bound / (2 norm)): relative
   `rel`.
 - Clipped gradient (coefficient c = min(1, max_norm / norm)): c (1 + rel) d + |g| c rel / (1 - rel)
-  + 2 u |g| (labkit.clipping's parity_bounds, the same argument).
+  + 2 u |g| (labkit.nd.clipping's parity_bounds, the same argument).
 - Parameters after k SGD steps: the sum of lr times those errors, plus each step's rounding of
   the parameter (2 u (|p| + lr |step|)), element by element (labkit.numerics.sgd_bound's terms).
 - Loss at step k: the forward's chain_bound (scale: the largest |activation| or loss) plus, to

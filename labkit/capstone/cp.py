@@ -77,11 +77,11 @@ def use_cp(stage: nn.Module, group, seq: int) -> nn.Module:
 
 def dp_cp_groups(dp: int, pp: int, tp: int, cp: int) -> dict:
     """On every rank: {'dp', 'pp', 'tp', 'cp', 'dp_cp': this rank's group} and the Layout, from
-    labkit.parallel_dims.Layout(dp, pp, tp, cp) in the notes' order (TP fastest, CP beside it,
+    labkit.nd.layout.Layout(dp, pp, tp, cp) in the notes' order (TP fastest, CP beside it,
     then PP, DP outermost: torch.arange(world).view(dp, pp, cp, tp)). dp_cp: the ranks whose
     gradients are averaged (same pp and tp)."""
     import torch.distributed as dist
-    from labkit.parallel_dims import Layout, build_groups
+    from labkit.nd.layout import Layout, build_groups
     layout = Layout(dp=dp, pp=pp, tp=tp, cp=cp, gpus_per_node=max(8, dp * pp * tp * cp))
     g = build_groups(layout)
     me = dist.get_rank()

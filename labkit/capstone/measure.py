@@ -164,7 +164,7 @@ def record_step(cfg: Config = Config(), dp: int = 2, pp: int = 2, tp: int = 2) -
 
 
 def _stage(r, dp, pp, tp):
-    from labkit.parallel_dims import Layout
+    from labkit.nd.layout import Layout
     return Layout(dp=dp, pp=pp, tp=tp, gpus_per_node=max(8, dp * pp * tp)).coords(r["rank"]).pp
 
 
@@ -172,7 +172,7 @@ def traffic_rows(results: list, cfg: Config, dp: int, pp: int, tp: int) -> list:
     """[{dim, what, stage, ranks, calls, bytes (counted: (min, max) over the stage's ranks),
     formula (calls, bytes), sent / sent_formula (on the wire, by the ring formula), planner, ok}]."""
     from labkit.plan.traffic import step_traffic
-    from labkit.parallel_dims import Layout
+    from labkit.nd.layout import Layout
     n = {"tp": tp, "pp": pp, "dp": dp}
     plan = step_traffic(Layout(dp=dp, pp=pp, tp=tp, gpus_per_node=max(8, dp * pp * tp)),
                         n_params=sum(params_on_rank(cfg, pp, 1, s) for s in range(pp)),

@@ -74,14 +74,14 @@ def train_native(cfg: Config = Config(), dp: int = 2, pp: int = 1, tp: int = 2, 
     """`steps` SGD steps on this rank's part of dp x pp x tp with torch's FSDP2, DTensor TP
     and pipelining (call on every rank). Returns {"rank", "coords", "losses" (the global batch's
     mean loss per step, the same on every rank), "norms" (before clipping), "mesh" (its groups),
-    "layout" (labkit.parallel_dims.Layout's groups), "placements" (one block weight's)}."""
+    "layout" (labkit.nd.layout.Layout's groups), "placements" (one block weight's)}."""
     import logging
 
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.parallel import parallelize_module
 
-    from labkit.parallel_dims import Layout
+    from labkit.nd.layout import Layout
     from labkit.tp.dtensor_tp import SplitBlock, tp_plan
     if wrong is not None and wrong not in WRONG:
         raise ValueError(f"wrong must be None or one of {WRONG}, got {wrong!r}")

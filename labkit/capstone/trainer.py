@@ -25,9 +25,9 @@ WRONG_SP = ("replicated gradients not summed over TP",)      # with sequence_par
 
 def groups(dp: int, pp: int, tp: int):
     """(layout, {'dp', 'pp', 'tp': this rank's group}) from one grid, the notes' order
-    (labkit.parallel_dims.Layout validates it; every rank makes every group)."""
+    (labkit.nd.layout.Layout validates it; every rank makes every group)."""
     from labkit.comm.groups import once
-    from labkit.parallel_dims import Layout, build_groups
+    from labkit.nd.layout import Layout, build_groups
     layout = Layout(dp=dp, pp=pp, tp=tp, gpus_per_node=max(8, dp * pp * tp))
     return layout, once(("capstone", dp, pp, tp), lambda: build_groups(layout))
 
@@ -82,7 +82,7 @@ def _zero_step(params, flat, count, cfg, g, dp: int, me: int) -> float:
     shard of the flat parameters, an all-gather puts them back; SGD has no state to shard, so
     stage 1 alone would change nothing): returns the global gradient norm, whose squares are
     now summed over the DP shards too."""
-    from labkit.clipping import global_grad_norm
+    from labkit.nd.clipping import global_grad_norm
     from labkit.comm.compat import all_gather_into_tensor
     from labkit.comm.ring import ring_reduce_scatter
     n = flat.numel()
@@ -113,7 +113,7 @@ def flat_grads(params) -> torch.Tensor:
 def clipped_sgd(params, flat, count, cfg, g) -> torch.Tensor:
     """The global gradient norm (TP-split weights summed over TP, stages over PP; the replicas of
     the other dimensions counted once), torch's clip rule and one SGD step; returns the norm."""
-    from labkit.clipping import global_grad_norm
+    from labkit.nd.clipping import global_grad_norm
     norm = global_grad_norm(flat, count, {"tp": g["tp"], "pp": g["pp"]})
     coef = min(1.0, cfg.max_norm / (float(norm) + 1e-6))                     # torch's rule
     with torch.no_grad():

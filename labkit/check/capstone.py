@@ -12,7 +12,7 @@
         expert-data-parallel replicas ("edp") only.
 
 Judged without processes first, under the ranks' time limit (`guard.time_limit`): the grid on
-several layouts against `labkit.parallel_dims.Layout` (a grid in another order is named by its
+several layouts against `labkit.nd.layout.Layout` (a grid in another order is named by its
 order; groups of another dimension, ranks off by one, missing or doubled ranks each have their
 sentence), then the rule, each wrong dimension with why. Then, when a cluster is running, one run
 on the real ranks: every rank makes the learner's groups with `dist.new_group`, sums a gradient
@@ -63,12 +63,12 @@ _WHY_EXTRA = {
 
 
 def _layout(dp, pp, tp, cp, ep=1):
-    from labkit.parallel_dims import Layout
+    from labkit.nd.layout import Layout
     return Layout(dp=dp, pp=pp, tp=tp, cp=cp, ep=ep, gpus_per_node=max(8, dp * pp * tp * cp))
 
 
 def _reference(dp, pp, tp, cp, order=None) -> dict:
-    from labkit.parallel_dims import Layout
+    from labkit.nd.layout import Layout
     lay = Layout(dp=dp, pp=pp, tp=tp, cp=cp, gpus_per_node=max(8, dp * pp * tp * cp),
                  order=order or "tp-cp-pp-dp")
     out = {}

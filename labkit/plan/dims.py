@@ -4,7 +4,7 @@
   trained at without CP (arXiv 2407.21783, section 3.3.2, table 4); S must split into 2 CP
   chunks (the causal load-balanced layout, `labkit.cp.layout`).
 - EP is tried for MoE models, at every divisor of the experts that divides CP x DP (EP re-cuts
-  the data-parallel ranks, `labkit.parallel_dims`).
+  the data-parallel ranks, `labkit.nd.layout`).
 """
 from labkit.i18n import tr
 from labkit.memory import GB

@@ -3,7 +3,7 @@ experts split over EP ranks and every weight sharded by FSDP2, on torch's fake p
 
     row = shard_bytes("Mixtral-8x7B", world_size=64, ep=8)   # call through fake_scale(moe=...)
 
-The layout is torchtitan's and Megatron-core's (`labkit.parallel_dims`): the world's data ranks
+The layout is torchtitan's and Megatron-core's (`labkit.nd.layout`): the world's data ranks
 are re-cut into EP x EDP for the experts. Each rank builds only its E / EP experts (stacked
 SwiGLU weights, as torchtitan's GroupedExperts) and FSDP2 shards them over the EDP replicas that
 hold the same experts; attention, router, embeddings and norms are sharded over all ranks.

@@ -24,7 +24,7 @@ Two more dimensions, each costed like the others and chosen only when it wins:
   section 3.3.2, table 4). Activations are those of a sequence S / CP; the K/V exchange is
   all-gather attention's (Llama 3's choice, `labkit.cp.formulas`), not overlapped.
 - EP (expert parallelism) for MoE models: EP divides the experts and CP x DP (it re-cuts the
-  data-parallel ranks, `labkit.parallel_dims`); expert weights are 1 / (TP PP EP) per GPU and
+  data-parallel ranks, `labkit.nd.layout`); expert weights are 1 / (TP PP EP) per GPU and
   their ZeRO shards span the EDP = CP x DP / EP replicas; the all-to-alls
   (`labkit.moe.formulas`, balanced routing) are not overlapped. FLOPs use the active parameters.
   MoE activations are costed as a dense layer's (Korthikanti's 4h FFN): for Mixtral's top-2 of
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from labkit.i18n import tr
 from labkit.memory import GB, activations, model_states
-from labkit.parallel_dims import Layout
+from labkit.nd.layout import Layout
 from labkit.plan.flops import bubble_ratio, flops_per_token
 from labkit.plan.shapes import Hardware, Model
 from labkit.plan.dims import CP_MIN_TOKENS, cp_choices, cp_ep_reasons, ep_choices  # noqa: F401

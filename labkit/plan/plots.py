@@ -4,7 +4,7 @@ from matplotlib.patches import FancyBboxPatch, Rectangle
 
 from labkit import figtext
 from labkit.i18n import N_, tr_fig
-from labkit.parallel_dims import Layout
+from labkit.nd.layout import Layout
 
 _TITLES = {"tp": N_("TP groups"), "pp": N_("PP groups (pipelines)"), "dp": N_("DP groups (replicas)")}
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from labkit.cp.formulas import wire
 from labkit.i18n import tr
 from labkit.moe.formulas import uniform_dispatch_bytes
-from labkit.parallel_dims import Layout
+from labkit.nd.layout import Layout
 
 DIMS = ("tp", "cp", "ep", "pp", "dp")
 

@@ -3,6 +3,7 @@ its result on the CPU; a failure as the notebook reads it (text capped); whether
 group survived it. Used by worker.py's task loop, for local and remote ranks alike."""
 import ast
 import os
+import sys
 import traceback
 
 
@@ -21,10 +22,11 @@ def pg_suspect(exc) -> bool:
 def namespace() -> dict:
     import torch
     import torch.distributed as dist
-    import labkit
     from labkit.runtime import context
+    # the cell's `labkit` is the package this module belongs to, loaded before it: handed on, not
+    # imported (the runtime imports nothing from the package's face)
     return {"rank": context.rank(), "world_size": context.world_size(),
-            "device": context.device(), "torch": torch, "dist": dist, "labkit": labkit,
+            "device": context.device(), "torch": torch, "dist": dist, "labkit": sys.modules["labkit"],
             "__name__": "__ranks__", "__builtins__": __builtins__}
 
 

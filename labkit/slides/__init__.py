@@ -1,12 +1,14 @@
-"""The instructor decks in slides/: matplotlib style for slides, and the build to reveal.js.
+"""What a deck in slides/ imports: matplotlib's style for slides (`style()`, its sizes); and the
+command that builds the decks to reveal.js, whose code is labkit.course.decks.
 
+    import labkit.slides; labkit.slides.style()                   # a deck's first code cell
     python -m labkit.slides build --execute slides build/slides   # every deck, run once, to HTML
 
 Each deck becomes ONE self-contained file, build/slides/<deck>.slides.html: reveal.js, its
 speaker-notes plugin, the theme's font and (for decks with formulas) MathJax are inlined, and
 figures are data: URIs, so an instructor can mail or copy a single file and present it with no
 network. reveal.js and MathJax come from the npm registry once, at build time, into
-build/vendor (labkit/slides/vendor.py); nothing is loaded from a CDN when a deck is shown.
+build/vendor (labkit/course/vendor.py); nothing is loaded from a CDN when a deck is shown.
 With --execute every cell runs in a fresh `labkit` kernel; an error in a cell not tagged
 `raises-exception` is listed with its deck and cell, and the command exits 1.
 """
@@ -34,6 +36,6 @@ def style() -> None:
 
 
 def build(src, dst, execute: bool = False, timeout: int = 180, reuse: bool = False, only=None) -> list:
-    """Build every deck in `src` into `dst` (see labkit.slides.build.build); returns Built records."""
-    from labkit.slides.build import build as _build
+    """Build every deck in `src` into `dst` (see labkit.course.decks.build); returns Built records."""
+    from labkit.course.decks import build as _build
     return _build(src, dst, execute, timeout, reuse, only)

@@ -3,7 +3,7 @@ import argparse
 import pathlib
 import sys
 
-from labkit.slides.build import build
+from labkit.course.decks import build
 
 
 def main(argv=None) -> int:

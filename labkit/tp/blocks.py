@@ -38,7 +38,7 @@ class TPMLP(nn.Module):
 class TPAttention(nn.Module):
     """Causal self-attention with rank r computing heads r * a/t .. (r+1) * a/t - 1.
     `core(q, k, v)` is torch's fused attention (it keeps no s x s scores for backward); an
-    instance attribute replaces it (labkit.tricks.checkpointing.math_core keeps them)."""
+    instance attribute replaces it (labkit.toy_models.math_core keeps them)."""
 
     core = staticmethod(Block.core)
 

@@ -101,3 +101,16 @@ class RowParallelLinear(nn.Module):
         y = comms.scatter_seq(partial, self.group, self.impl) if self.sp \
             else comms.reduce_from_tp(partial, self.group)
         return y if self.bias is None else y + self.bias
+
+
+def mark_replicated(tp_stage: nn.Module) -> None:
+    """Flag the parameters every TP rank holds whole (layer norms, row-parallel biases):
+    `p.tp_replicated`, so a norm over the TP group counts them on one rank only."""
+    split = set()
+    for m in tp_stage.modules():
+        if isinstance(m, ColumnParallelLinear):
+            split |= {id(p) for p in m.parameters()}
+        elif isinstance(m, RowParallelLinear):
+            split.add(id(m.weight))
+    for p in tp_stage.parameters():
+        p.tp_replicated = id(p) not in split

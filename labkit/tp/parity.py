@@ -129,7 +129,7 @@ def saved_activation_bytes(n_layer=2, n_embd=256, n_head=4, b=4, s=64, sequence_
     x, _ = batch(b, s, n_embd)
     tp = parallelize_blocks(ref, group, sequence_parallel)
     if attention == "math":
-        from labkit.tricks.checkpointing import math_core
+        from labkit.toy_models import math_core
         for blk in tp:
             blk.attn.core = math_core
     elif attention != "sdpa":

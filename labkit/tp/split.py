@@ -30,7 +30,7 @@ def compute_split(n_layer: int = 1, n_embd: int = 64, n_head: int = 4, b: int = 
                   group=None) -> dict:
     """This rank's FLOPs (forward + backward, matrix products) and weights of a TP block, and
     the same block's on one device (`labkit.tp.parity.reference_blocks`)."""
-    from labkit.clipping import _mark_replicated
+    from labkit.tp.layers import mark_replicated
     from labkit.tp.blocks import parallelize_blocks
     from labkit.tp.parity import batch, reference_blocks
     ref = reference_blocks(n_layer, n_embd, n_head)
@@ -38,7 +38,7 @@ def compute_split(n_layer: int = 1, n_embd: int = 64, n_head: int = 4, b: int = 
     full_flops = _flops(ref, x.clone().requires_grad_(), w)
     full = sum(p.numel() for p in ref.parameters())
     tp = parallelize_blocks(ref, group)
-    _mark_replicated(tp)
+    mark_replicated(tp)
     flops = _flops(tp, x.clone().requires_grad_(), w)
     split = sum(p.numel() for p in tp.parameters() if not p.tp_replicated)
     replicated = sum(p.numel() for p in tp.parameters() if p.tp_replicated)

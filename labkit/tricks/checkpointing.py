@@ -17,21 +17,13 @@
   whole block's forward runs again in backward (one extra forward: about +1/3 of the compute).
 """
 import functools
-import math
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from labkit.toy_models import math_core  # attention that keeps its scores (labkit.toy_models)
+
 MODES = ("none", "selective", "full")
-
-
-def math_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal attention that keeps the s x s scores for backward (no fused kernel)."""
-    s = q.size(-2)
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
-    mask = torch.triu(torch.ones(s, s, dtype=torch.bool, device=q.device), 1)
-    att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
-    return att @ v
 
 
 def _checkpointed_core(q, k, v):

@@ -38,7 +38,7 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     shutil.copytree(ROOT / "notebooks", root / "notebooks")
     shutil.copytree(ROOT / "slides", root / "slides")
-    from labkit.exercises import build
+    from labkit.course.exercises import build
     build(ROOT / "notebooks", root / "learner-zh", lang="zh", only=["00"], notes=[])
     from labkit.i18n import lab_fonts       # the fonts `bash scripts/lab --lang zh` gives JupyterLab
     with jupyterlab(root, {**SETTINGS, lab_fonts.SETTINGS_FILE: lab_fonts.settings()}) as (base, token), chromium() as page:

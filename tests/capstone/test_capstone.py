@@ -88,7 +88,7 @@ def test_the_grid_is_picotrons_view():
     """labkit.capstone.groups' Layout is torch.arange(world).view(dp, pp, tp), TP fastest
     (notebook 14's exercise and labkit.check.capstone use the same order)."""
     import torch
-    from labkit.parallel_dims import Layout
+    from labkit.nd.layout import Layout
     dp, pp, tp = 2, 2, 2
     view = torch.arange(dp * pp * tp).view(dp, pp, tp)
     for i, d in enumerate(("dp", "pp", "tp")):

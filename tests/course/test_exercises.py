@@ -3,7 +3,7 @@ import nbformat
 import pytest
 
 import labkit
-from labkit.exercises import ExerciseError, learner_copy, strip_solutions
+from labkit.course.exercises import ExerciseError, learner_copy, strip_solutions
 
 SOURCE = '''def f(x):
     y = 1
@@ -53,7 +53,7 @@ def test_learner_copy_drops_check_markers_and_outputs():
 
 
 def test_build_every_course_notebook(tmp_path):
-    from labkit.exercises import build
+    from labkit.course.exercises import build
     import pathlib
     src = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
     written = build(src, tmp_path)
@@ -88,7 +88,7 @@ def test_checker_without_a_cluster_says_so(capsys, monkeypatch):
 
 
 def test_keep_never_overwrites_the_learners_copy(tmp_path, capsys):
-    from labkit.exercises import main
+    from labkit.course.exercises import main
     src = tmp_path / "src"
     src.mkdir()
     for name in ("a.ipynb", "b.ipynb"):
@@ -126,7 +126,7 @@ def test_nbval_markers_become_tags_the_learner_does_not_see():
 def test_course_learner_copies_have_no_nbval_comments(tmp_path):
     """Every learner copy: no `NBVAL_` in any code cell, and every reference tag kept except the
     output check (dropped), so nbval treats the copy as before."""
-    from labkit.exercises import build, _DROPPED_TAGS
+    from labkit.course.exercises import build, _DROPPED_TAGS
     import pathlib
     src = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
     tagged = 0

@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 from labkit import figtext, slides  # noqa: E402
 from labkit.throughput import Phases  # noqa: E402
 from labkit.throughput.plots import phase_shares, throughput_bars  # noqa: E402
-from labkit.parallel_dims import Layout  # noqa: E402
+from labkit.nd.layout import Layout  # noqa: E402
 from labkit.pipeline import gpipe, interleaved_1f1b, one_f_one_b, simulate  # noqa: E402
 from labkit.pipeline.plots import activations_plot, bubble_vs_m, gantt, live_gantt  # noqa: E402
 from labkit.pipeline.schedules import Action  # noqa: E402

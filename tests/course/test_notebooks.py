@@ -33,7 +33,7 @@ def test_nbval_markers_are_tags_not_comments(path):
     ...): a cell that fails on purpose carries `raises-exception`, so JupyterLab's Run All (and
     nbconvert) go on past it as nbval does, and no `# NBVAL_...` comment shows in a cell (nbval
     warns of "overlapping options" when a cell has both)."""
-    from labkit.exercises import _MARKER
+    from labkit.course.exercises import _MARKER
     for i, cell in enumerate(json.loads(path.read_text())["cells"]):
         if cell["cell_type"] == "code":
             found = _MARKER.findall("".join(cell["source"]))

@@ -23,7 +23,7 @@ import pytest
 
 from support.deck_build import DECKS, ROOT, executed
 from labkit.slides import DPI
-from labkit.slides.build import outline
+from labkit.course.decks import outline
 
 NETWORK = re.compile(r"""(?:\b(?:src|href)\s*=\s*["']?|url\(\s*["']?|@import\s+["'])(?:https?:)?//""", re.I)
 LOADS = re.compile(r"""(?:\bsrc\s*=\s*["']?|url\(\s*["']?|@import\s+["'])(?:https?:)?//""", re.I)
@@ -137,16 +137,19 @@ def test_build_names_the_deck_and_cell_of_an_unexpected_error(tmp_path):
 def test_an_executed_build_is_rebuilt_when_the_library_changes(tmp_path, monkeypatch):
     """The build cache's key: a deck's figures come from labkit, so an executed build is stale
     once any labkit module changes; a build as committed depends only on the deck and the template."""
-    from labkit.slides import build as B
-    (tmp_path / "labkit" / "slides").mkdir(parents=True)
-    (tmp_path / "labkit" / "slides" / "deck.css").write_text("a {}")
+    from labkit.course import decks as B
+    (tmp_path / "labkit" / "course").mkdir(parents=True)
+    (tmp_path / "labkit" / "course" / "deck.css").write_text("a {}")
     (tmp_path / "labkit" / "plots.py").write_text("SIZE = 1\n")
     deck = tmp_path / "d.ipynb"
     deck.write_text("{}")
-    monkeypatch.setattr(B, "HERE", tmp_path / "labkit" / "slides")
+    monkeypatch.setattr(B, "HERE", tmp_path / "labkit" / "course")
     before = B.key(deck, True), B.key(deck, False)
     (tmp_path / "labkit" / "plots.py").write_text("SIZE = 2\n")
     after = B.key(deck, True), B.key(deck, False)
     assert after[0] != before[0] and after[1] == before[1]
-    (tmp_path / "labkit" / "slides" / "deck.css").write_text("a { color: red }")
-    assert B.key(deck, False) != after[1]
+    (tmp_path / "labkit" / "course" / "deck.css").write_text("a { color: red }")
+    styled = B.key(deck, False)
+    assert styled != after[1]
+    (tmp_path / "labkit" / "course" / "exercises.py").write_text("STUB = 1\n")   # beside, not a deck's file
+    assert B.key(deck, False) == styled

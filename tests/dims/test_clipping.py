@@ -8,9 +8,9 @@ LAYOUTS = [dict(dp=2, pp=1, tp=2), dict(dp=1, pp=2, tp=2), dict(dp=2, pp=2, tp=1
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=["dp2xtp2", "pp2xtp2", "dp2xpp2"])
 def test_global_norm_and_clipping_equal_one_process(cluster4, layout):
-    from labkit.clipping import WRONG
+    from labkit.nd.clipping import WRONG
     for r in cluster4.run(clip_parity_runner, layout):
-        n, bound = r["norms"], r["bounds"]           # derived: labkit.clipping.parity_bounds
+        n, bound = r["norms"], r["bounds"]           # derived: labkit.nd.clipping.parity_bounds
         assert abs(n["right"] / n["one process"] - 1) <= bound["norm"], (layout, r)
         assert r["clipped shard diff"] <= bound["clipped"], (layout, r)
         missing = {"no DP sum": layout["dp"] > 1, "no TP sum": layout["tp"] > 1,
@@ -22,7 +22,7 @@ def test_global_norm_and_clipping_equal_one_process(cluster4, layout):
 
 
 def test_the_bounds_scale_holds_on_one_process():
-    """labkit.clipping.parity_bounds takes every value clip_parity computes to stay below
+    """labkit.nd.clipping.parity_bounds takes every value clip_parity computes to stay below
     labkit.tp.parity.SCALE; magnitudes do not depend on the CPU (13.7 here)."""
     from labkit.tp.parity import SCALE, batch, reference_blocks
     ref = reference_blocks(2, 32, 4)
@@ -34,11 +34,11 @@ def test_the_bounds_scale_holds_on_one_process():
 
 
 def clip_parity_runner(layout):
-    from labkit.clipping import clip_parity
+    from labkit.nd.parity import clip_parity
     return clip_parity(**layout)
 
 
-# Tolerances derived, not tuned (labkit.clipping.ep_bounds, tied_bounds: labkit.numerics.chain_bound
+# Tolerances derived, not tuned (labkit.nd.clipping.ep_bounds, tied_bounds: labkit.numerics.chain_bound
 # over the gradient's reductions, scale = the largest value one process computes, then the norm's
 # and the clipped gradient's bounds as parity_bounds). A wrong norm's error is bounded alike (its
 # elements are the same gradients, the dense or tied ones counted twice: in numel), against what
@@ -72,10 +72,10 @@ def test_tied_embedding_counted_once(cluster4):
 
 
 def ep_runner(cp):
-    from labkit.clipping import clip_parity_ep
+    from labkit.nd.parity import clip_parity_ep
     return clip_parity_ep(cp=cp)
 
 
 def tied_runner():
-    from labkit.clipping import tied_parity
+    from labkit.nd.parity import tied_parity
     return tied_parity()

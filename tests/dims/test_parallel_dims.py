@@ -1,7 +1,7 @@
 """The 3D grid and its validation: pure arithmetic, no processes."""
 import pytest
 
-from labkit.parallel_dims import Coord, Layout, problems, validate
+from labkit.nd.layout import Coord, Layout, problems, validate
 from labkit.plan.traffic import link_times, step_traffic
 
 

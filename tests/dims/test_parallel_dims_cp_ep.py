@@ -3,7 +3,7 @@ rank arithmetic (`megatron/core/parallel_state.py`: `generate_masked_orthogonal_
 `RankGenerator`, and `initialize_model_parallel`'s second, expert generator), re-typed here."""
 import pytest
 
-from labkit.parallel_dims import Coord, Layout, problems
+from labkit.nd.layout import Coord, Layout, problems
 
 
 def _prefix(a):

@@ -128,7 +128,7 @@ def test_right_gets_every_point_wrong_loses(course, assignment):
     release = nbformat.read(root / "release" / assignment / f"{stem}.ipynb", as_version=4)
     source = nbformat.read(root / "source" / assignment / f"{stem}.ipynb", as_version=4)
     # the release is the learner copy of scripts/lab, cell for cell (sources)
-    from labkit.i18n.notebooks import in_language
+    from labkit.course.translate import in_language
     nb, _ = in_language(nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4),
                         ROOT / "notebooks" / f"{stem}.ipynb", "zh" if assignment.endswith("_zh") else "en")
     learner = exercises.learner_copy(nb)

@@ -338,7 +338,7 @@ def test_a_file_of_another_language_is_refused():
 
 
 def test_build_in_chinese_keeps_stripping_and_falls_back_to_english(tmp_path, capsys):
-    from labkit.exercises import build
+    from labkit.course.exercises import build
     src = tmp_path / "notebooks"
     src.mkdir()
     code = "def f(t):\n    # the answer\n    ### BEGIN SOLUTION\n    return t\n    ### END SOLUTION\n"

@@ -21,8 +21,8 @@ import nbformat
 import pytest
 
 from labkit.i18n.cells import first_line, same_code
-from labkit.i18n.notebooks import read_entries
-from labkit.slides.build import slide_type
+from labkit.course.translate import read_entries
+from labkit.course.decks import slide_type
 
 pytestmark = pytest.mark.cluster          # the English deck it waits for runs ranks
 

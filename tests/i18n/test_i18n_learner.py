@@ -6,7 +6,7 @@ import pathlib
 import nbformat
 import pytest
 
-from labkit.exercises import BEGIN, build
+from labkit.course.exercises import BEGIN, build
 from labkit.i18n.cells import same_code      # tokens without comments (translated text on marked lines)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

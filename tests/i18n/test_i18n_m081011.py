@@ -9,7 +9,7 @@ import pytest
 
 # -- notebook 08: the grid and the planner --------------------------------------------------
 def test_invalid_layout_is_explained_in_chinese_with_its_numbers(zh):
-    from labkit.parallel_dims import validate
+    from labkit.nd.layout import validate
     with pytest.raises(ValueError) as err:
         validate(dp=3, pp=3, tp=16, world_size=128, gpus_per_node=8, layers=80, heads=60)
     text = str(err.value)
@@ -20,7 +20,7 @@ def test_invalid_layout_is_explained_in_chinese_with_its_numbers(zh):
 
 
 def test_layout_and_plan_print_in_chinese(zh):
-    from labkit.parallel_dims import Layout
+    from labkit.nd.layout import Layout
     from labkit.plan import plan, ranking_sentence, step_traffic
     from labkit.plan.shapes import MODELS, Hardware
     lay = Layout(dp=2, pp=2, tp=8, gpus_per_node=8)

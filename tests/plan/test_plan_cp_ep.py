@@ -2,7 +2,7 @@
 import pytest
 
 from labkit.memory import activations
-from labkit.parallel_dims import Layout
+from labkit.nd.layout import Layout
 from labkit.plan.shapes import MODELS, Hardware
 from labkit.plan.planner import cp_choices, evaluate, plan
 from labkit.plan.traffic import step_traffic

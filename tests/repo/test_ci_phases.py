@@ -66,7 +66,7 @@ def test_the_serial_marker_is_declared():
 
 def test_a_learner_copy_runs_only_where_it_differs_from_its_notebook():
     # A learner copy of a notebook with no exercise is that notebook again: nbval runs it once.
-    from labkit.exercises import BEGIN
+    from labkit.course.exercises import BEGIN
     ignore = _root_conftest().pytest_ignore_collect
     with_exercise = [p.name for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
                      if BEGIN in p.read_text(encoding="utf-8")]

@@ -21,6 +21,11 @@ OLD_AND_NEW = [
     ("from labkit.models import TinyGPT as f", "f is importlib.import_module('labkit.toy_models').TinyGPT",
      "labkit.toy_models"),
     ("import labkit.models as m", "m is importlib.import_module('labkit.toy_models')", "labkit.toy_models"),
+    ("from labkit.parallel_dims import Layout as f", "f is importlib.import_module('labkit.nd').Layout",
+     "labkit.nd.layout"),
+    ("from labkit.clipping import global_grad_norm, clip_parity, norms_figure as f",
+     "(global_grad_norm, clip_parity, f) == tuple(getattr(importlib.import_module('labkit.nd.' + m), n) for m, n in "
+     "(('clipping', 'global_grad_norm'), ('parity', 'clip_parity'), ('plots', 'norms_figure')))", "labkit.nd"),
     ("from labkit.diagnose.verdict import Phases as f",
      "f is importlib.import_module('labkit.throughput.verdict').Phases", "labkit.throughput"),
 ]
@@ -43,6 +48,19 @@ def test_new_names_do_not_warn():
              "from labkit import pitfalls, throughput\nimport labkit.pitfalls.ranks, labkit.throughput.plots\n"
              "pitfalls.lr_rule, throughput.diagnose\n")
     assert p.returncode == 0, p.stderr
+
+
+def test_the_course_commands_keep_their_names_without_a_warning():
+    """`python -m labkit.exercises` and `python -m labkit.slides` are commands (scripts/lab,
+    scripts/test, the hub, the README): they stay, and `labkit.exercises` imported is the module
+    labkit.course.exercises itself."""
+    p = _run("import warnings\nwarnings.simplefilter('error', DeprecationWarning)\nimport importlib\n"
+             "import labkit.exercises as e\nassert e is importlib.import_module('labkit.course.exercises')\n"
+             "from labkit.slides import style\n")
+    assert p.returncode == 0, p.stderr
+    for cmd in ("labkit.exercises", "labkit.slides"):
+        p = subprocess.run([sys.executable, "-m", cmd, "build", "--help"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and "usage: python -m " + cmd in p.stdout, p.stdout + p.stderr
 
 
 def test_a_name_that_never_existed_is_an_attribute_error():

@@ -18,9 +18,9 @@ spent = {}      # seconds spent building, by the part of the test run that asked
 
 
 def executed(deck: pathlib.Path):
-    """labkit.slides.build.Built for `deck`, run in a fresh kernel (or reused, see above)."""
+    """labkit.course.decks.Built for `deck`, run in a fresh kernel (or reused, see above)."""
     import fcntl
-    from labkit.slides.build import build_deck, cached
+    from labkit.course.decks import build_deck, cached
     if deck.name not in _built:
         t0 = time.perf_counter()
         OUT.mkdir(parents=True, exist_ok=True)
@@ -34,7 +34,7 @@ def executed(deck: pathlib.Path):
 
 
 def chinese(deck: pathlib.Path):
-    """labkit.slides.build.Built for `deck` in Chinese, not executed (or reused, see above)."""
-    from labkit.slides.build import build_deck, cached
+    """labkit.course.decks.Built for `deck` in Chinese, not executed (or reused, see above)."""
+    from labkit.course.decks import build_deck, cached
     return (cached(deck, OUT_ZH, False, "zh") or
             build_deck(deck, OUT_ZH, execute=False, cache=ROOT / "build" / "vendor", lang="zh"))

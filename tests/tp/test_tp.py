@@ -126,7 +126,7 @@ def _group_sums():
     import torch
     import torch.distributed as dist
 
-    from labkit.parallel_dims import Layout, build_groups
+    from labkit.nd.layout import Layout, build_groups
     groups = build_groups(Layout(dp=2, pp=1, tp=2, gpus_per_node=2))
     out = {}
     for d in ("tp", "pp", "dp"):

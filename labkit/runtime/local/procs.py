@@ -12,12 +12,11 @@ import subprocess
 import sys
 import threading
 
-import labkit
 from labkit.runtime import portable
 from labkit.runtime.local import watchdog
 from labkit.runtime.local.handle import LocalRank
 
-_LABKIT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(labkit.__file__)))
+_LABKIT_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))   # the folder above labkit/
 
 
 class _Launcher:

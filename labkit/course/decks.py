@@ -6,7 +6,7 @@ not in a cell tagged `raises-exception` (naming the deck and the cell), and writ
 key hashes the deck, this package and (when executed) the rest of labkit, so the tests and the
 browser checks reuse an executed build instead of running a deck twice (`cached`).
 With ``lang="zh"`` the deck is built in Chinese: its translation (i18n/zh/slides/<deck>.po,
-`labkit.i18n.notebooks`) applied first, and the key hashes that file and labkit's messages
+`labkit.course.translate`) applied first, and the key hashes that file and labkit's messages
 (labkit/locale/zh/LC_MESSAGES/labkit.po) too.
 """
 import copy
@@ -19,9 +19,10 @@ import pathlib
 import re
 import time
 
-from labkit.slides import vendor
+from labkit.course import vendor
 
-HERE = pathlib.Path(__file__).resolve().parent
+HERE = pathlib.Path(__file__).resolve().parent       # labkit/course; HERE.parent is labkit
+DECK_FILES = ("decks.py", "vendor.py", "deck.css", "deck.html.j2")   # what a deck's HTML is made with
 WIDTH, HEIGHT, MARGIN = 1280, 720, 0.0       # reveal's slide in px; margin 0: scale 1 on a 1280 x 720 screen
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
@@ -36,10 +37,11 @@ class Built:
 
 
 def key(path: pathlib.Path, execute: bool, lang: str = "en") -> str:
-    """The deck, this package's template and style, and (for an executed build) every module of
-    labkit: a deck's figures and tables come from the library, so a changed plot rebuilds it."""
+    """The deck, this build's code, template and style (DECK_FILES), and (for an executed build)
+    every module of labkit: a deck's figures and tables come from the library, so a changed plot
+    rebuilds it."""
     h = hashlib.sha256(path.read_bytes())
-    parts = sorted(HERE.iterdir())
+    parts = sorted(p for p in HERE.iterdir() if p.name in DECK_FILES)
     if execute:
         parts += sorted(HERE.parent.rglob("*.py"))
     for part in parts:
@@ -47,7 +49,7 @@ def key(path: pathlib.Path, execute: bool, lang: str = "en") -> str:
             h.update(str(part.relative_to(HERE.parent)).encode() + part.read_bytes())
     h.update(b"executed" if execute else b"as committed")
     if lang != "en":
-        from labkit.i18n.notebooks import translation_path
+        from labkit.course.translate import translation_path
         tr_file = translation_path(path, lang)
         h.update(lang.encode() + (tr_file.read_bytes() if tr_file.exists() else b"none"))
         from labkit.i18n.po import messages_po
@@ -57,7 +59,7 @@ def key(path: pathlib.Path, execute: bool, lang: str = "en") -> str:
 
 
 def cached(path: pathlib.Path, dst: pathlib.Path, execute: bool, lang: str = "en"):
-    """The Built of an earlier build of this exact deck (and labkit.slides), or None."""
+    """The Built of an earlier build of this exact deck (and this build's DECK_FILES), or None."""
     meta, html = dst / f"{path.stem}.build.json", dst / f"{path.stem}.slides.html"
     if not (meta.exists() and html.exists()):
         return None
@@ -162,7 +164,7 @@ def build_deck(path: pathlib.Path, dst: pathlib.Path, execute: bool = False, tim
                cache: pathlib.Path = None, lang: str = "en") -> Built:
     import sys
     import nbformat
-    from labkit.i18n.notebooks import in_language
+    from labkit.course.translate import in_language
     cache = vendor.fetch(cache or pathlib.Path(os.environ.get("LABKIT_VENDOR") or dst.parent / "vendor"))
     nb, notes = in_language(nbformat.read(path, as_version=4), path, lang)
     for line in notes:

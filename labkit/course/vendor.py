@@ -36,7 +36,7 @@ def fetch(cache: pathlib.Path) -> pathlib.Path:
     if npm is None:
         raise RuntimeError("building the decks needs reveal.js and MathJax from the npm registry, fetched "
                            "once with npm (Node.js): install Node.js, or copy these files into "
-                           f"{cache}: {', '.join(_missing(cache))} (see labkit/slides/vendor.py)")
+                           f"{cache}: {', '.join(_missing(cache))} (see labkit/course/vendor.py)")
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([npm, "pack", "--silent", *VENDOR], cwd=tmp, check=True, stdout=subprocess.DEVNULL)
