@@ -19,7 +19,9 @@ Every step finds nothing to do the second time, so it can run again after each m
    ``os.path.join(os.path.dirname(__file__), "..", ...)`` gains a "..", ``with_name("x.py")``
    finds x.py in its folder; a test module imported from another folder (``from test_x import``)
    gets that folder on sys.path in place of the file's own folder. Any other line with __file__
-   is printed for a look.
+   is printed for a look. In a file already in a folder, ``parents[1] / "labkit"`` (a line that a
+   branch begun before the move brought) becomes ``parents[2] / "labkit"`` when tests/labkit is
+   not there and the repository's labkit/ is; a bare ``parents[1]`` there is printed for a look.
 4. In every .py file under tests/: a helper imported by its bare name comes from the package
    ``support`` (``from runtime_helpers import gone`` -> ``from support.runtime_helpers import
    gone``, ``import proc_view`` -> ``from support import proc_view``, ``sys.modules.get(
@@ -197,6 +199,19 @@ def left_to_read(before: str, after: str, path: str) -> list[str]:
     return out
 
 
+def repo_meant(text: str) -> str:
+    """In a file already in a folder: ``parents[1] / "labkit"`` (tests/labkit, not there) where the
+    repository's labkit/ is meant -> ``parents[2] / "labkit"`` (a line that a branch begun before
+    the move brings into a moved file). Also ``.parent.parent`` and ``.joinpath("labkit", ...)``."""
+    def fix(m):
+        name = m.group(5) or m.group(7)
+        if (TESTS / name).exists() or not (ROOT / name).exists():
+            return m.group(0)
+        return m.group(1) + (".parents[2]" if m.group(2).startswith(".parents") else ".parent.parent.parent") + m.group(3)
+    return re.sub("(" + FILE_PATH + r")(\.parents\[1\]|\.parent\.parent)(?!\.parent)"
+                  r"(\s*/\s*(['\"])([\w.-]+)\4|\.joinpath\((['\"])([\w.-]+)\6)", fix, text)
+
+
 def shallow(folders: set[str]) -> list[str]:
     """Lines of files already in a folder that reach tests/ from __file__ and go on to what is not in
     tests/ (a branch merged after the move may bring ``parents[1]`` meaning the repository)."""
@@ -337,6 +352,13 @@ def main(argv=None) -> int:
             p.write_text(new, encoding="utf-8")
             changed.add(p)
         look += left_to_read(old_text[name], new, f"tests/{dest}/{name}")
+
+    # step 3b: in a file already in a folder, a path from __file__ that means the repository
+    for p in sorted(TESTS.glob("*/*.py")):
+        text = read(p)
+        if p.parent.name != "check_corpus" and text is not None and (new := repo_meant(text)) != text:
+            p.write_text(new, encoding="utf-8")
+            changed.add(p)
 
     # step 4: helper imports, everywhere under tests/
     helpers = {Path(n).stem for n, f in where.items() if f == SUPPORT and n.endswith(".py")}
