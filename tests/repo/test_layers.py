@@ -101,7 +101,7 @@ def test_public_names_still_resolve():
 
 
 # -- the import graph -------------------------------------------------------------------------
-PKG = pathlib.Path(__file__).resolve().parents[1] / "labkit"
+PKG = pathlib.Path(__file__).resolve().parents[2] / "labkit"
 RUNTIME_MAY_IMPORT = ("labkit.runtime", "labkit.i18n", "labkit.versions")
 
 
