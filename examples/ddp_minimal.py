@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import labkit
 from labkit.check.ddp import replicas_in_sync
+from labkit.i18n import tr                             # the printed line in the learner's language
 from labkit.toy_models import GPTConfig, TinyGPT, lm_loss, token_batch
 
 
@@ -65,8 +66,9 @@ for epoch in range(3):
         total += torch.stack([loss.detach(), torch.ones((), device=device)])
     dist.all_reduce(total)
     if dist.get_rank() == 0:
-        print(f"epoch {epoch}: mean loss {total[0].item() / total[1].item():.4f} over "
-              f"{int(total[1].item())} rank-batches on {dist.get_world_size()} ranks")
+        print(tr("epoch {epoch}: mean loss {loss:.4f} over {batches} rank-batches on {ranks} ranks",
+                 epoch=epoch, loss=total[0].item() / total[1].item(), batches=int(total[1].item()),
+                 ranks=dist.get_world_size()))
 
 replicas_in_sync(model)                                # prints one line on rank 0
 dist.barrier()                                         # nobody closes its sockets while a peer still reads

@@ -73,10 +73,16 @@ def draw_frame(frame: dict, ax, n: int) -> None:
     ax.tick_params(length=0)
     ms = max(frame["seconds"].values()) * 1e3 if frame["seconds"] else None
     own = frame["title"] if not frame.get("phase") else None     # a key marked N_() where it is made
-    title = tr_fig("{phase} step {step}", phase=frame["phase"], step=frame["step"]) \
-        if own is None else tr_fig(own)
-    ax.set_title(title + (tr_fig("\n(slowest rank {ms:.2f} ms)", ms=ms) if ms is not None else "\n"),
-                 fontsize=_fs(9))
+    if own is not None and ms is not None:
+        title = tr_fig("{title}\n(slowest rank {ms:.2f} ms)", title=tr_fig(own), ms=ms)
+    elif own is not None:
+        title = tr_fig(own) + "\n"
+    elif ms is not None:
+        title = tr_fig("{phase} step {step}\n(slowest rank {ms:.2f} ms)", phase=frame["phase"], step=frame["step"],
+                       ms=ms)
+    else:
+        title = tr_fig("{phase} step {step}", phase=frame["phase"], step=frame["step"]) + "\n"
+    ax.set_title(title, fontsize=_fs(9))
 
 
 def draw_key(ax, n: int) -> None:

@@ -185,6 +185,9 @@ def table(res: dict, n: int) -> str:
     return "\n".join(rows)
 
 
+KINDS = {"flat": N_("flat"), "bucketed": N_("bucketed")}     # a labkit variant's name in a summary line
+
+
 def summary(res: dict) -> str:
     """Paired step-time ratios inside one group, one line each."""
     lines = []
@@ -198,7 +201,8 @@ def summary(res: dict) -> str:
         if kind == "naive":
             for t in res.values():
                 if t["group"] == r["group"] and t["config"][0] in ("flat", "bucketed") and not t["config"][2]:
-                    lines.append(tr("labkit naive / {other}{cap} step time = {ratio:.2f}", other=t["config"][0],
+                    other = KINDS[t["config"][0]]
+                    lines.append(tr("labkit naive / {other}{cap} step time = {ratio:.2f}", other=tr(other),
                                     cap=" %g MB" % t["config"][1] if t["config"][1] else "",
                                     ratio=paired_ratio(r, t)))
     return "\n".join(lines)

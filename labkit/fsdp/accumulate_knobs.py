@@ -21,7 +21,9 @@ import copy
 import torch
 import torch.distributed as dist
 
-KNOBS = ("sync every micro-batch", "no sync", "no sync, keep unsharded")
+from labkit.i18n import N_
+
+KNOBS = (N_("sync every micro-batch"), N_("no sync"), N_("no sync, keep unsharded"))   # N_: shown translated
 
 
 def expected_counts(blocks: int, micro: int, knob: str) -> list:

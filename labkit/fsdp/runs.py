@@ -103,11 +103,11 @@ def step_report(wrap: str = "block", strategy: str = "full", ring: bool = False,
 
 
 # FSDPMemTracker's categories, in the words the course uses
-PEAK_NAMES = {"SHARDED_PARAM": "params (shard)", "UNSHARDED_PARAM": "params (gathered)",
-              "SHARDED_GRAD": "grads (shard)", "UNSHARDED_GRAD": "grads (gathered)",
-              "ALL_GATHER": "all-gather buffers", "REDUCE_SCATTER": "reduce-scatter buffers",
-              "OPT": N_("optimizer state"), "ACT": "activations", "TEMP": "temporary",
-              "BUFFER": "buffers", "INP": "inputs"}
+PEAK_NAMES = {"SHARDED_PARAM": N_("params (shard)"), "UNSHARDED_PARAM": N_("params (gathered)"),
+              "SHARDED_GRAD": N_("grads (shard)"), "UNSHARDED_GRAD": N_("grads (gathered)"),
+              "ALL_GATHER": N_("all-gather buffers"), "REDUCE_SCATTER": N_("reduce-scatter buffers"),
+              "OPT": N_("optimizer state"), "ACT": N_("activations"), "TEMP": N_("temporary"),
+              "BUFFER": N_("buffers"), "INP": N_("inputs")}
 
 
 HOST_IF_OFFLOADED = ("params (shard)", "grads (shard)", N_("optimizer state"))

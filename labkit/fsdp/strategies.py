@@ -18,6 +18,8 @@ all-reduce, 2(N-1)/N x S (measured with labkit.comm.traffic), so FSDP on gloo mo
 """
 from dataclasses import dataclass
 
+from labkit.i18n import N_
+
 
 @dataclass(frozen=True)
 class Strategy:
@@ -41,20 +43,20 @@ WRAPS = ("model", "block", "linear")
 
 STRATEGIES = {
     "full": Strategy("full", "FULL_SHARD", True, 3, "fully_shard(m, mesh=1-D mesh)",
-                     "parameters, gradients and optimizer state sharded; parameters gathered "
-                     "for forward and again for backward"),
+                     N_("parameters, gradients and optimizer state sharded; parameters gathered "
+                        "for forward and again for backward")),
     "grad_op": Strategy("grad_op", "SHARD_GRAD_OP", False, 2,
                         "fully_shard(m, mesh=1-D mesh, reshard_after_forward=False)",
-                        "full parameters kept from forward to the end of backward: one all-gather "
-                        "per step; ZeRO-2's memory only outside that window"),
+                        N_("full parameters kept from forward to the end of backward: one all-gather "
+                           "per step; ZeRO-2's memory only outside that window")),
     "no_shard": Strategy("no_shard", "NO_SHARD", False, 0,
                          "fully_shard(m, mesh=2-D (N, 1) mesh: replicate N, shard 1)",
-                         "every rank holds everything; gradients all-reduced, as DDP"),
+                         N_("every rank holds everything; gradients all-reduced, as DDP")),
     "hybrid": Strategy("hybrid", "HYBRID_SHARD", True, 3,
                        "fully_shard(m, mesh=2-D (replicas, shard) mesh)",
-                       "sharded inside a group (a node), replicated across groups: parameters "
-                       "gathered inside the group, gradients reduce-scattered inside it and "
-                       "all-reduced across groups"),
+                       N_("sharded inside a group (a node), replicated across groups: parameters "
+                          "gathered inside the group, gradients reduce-scattered inside it and "
+                          "all-reduced across groups")),
 }
 
 BACKENDS = ("nccl", "gloo")

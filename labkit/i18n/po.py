@@ -178,8 +178,11 @@ def listed(path) -> list:
 
 
 def _notebook_sources(root: pathlib.Path):
-    """(where, code) of every code cell of the notebooks and decks, IPython lines blanked."""
+    """(where, code) of every code cell of the notebooks and decks, IPython lines blanked, and of
+    every script in examples/ (run from a notebook cell, they print in the learner's language)."""
     import json
+    for path in sorted((root / "examples").glob("*.py")):
+        yield f"examples/{path.name}", path.read_text(encoding="utf-8")
     for folder in FOLDERS:
         for path in sorted((root / folder).glob("*.ipynb")):
             for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:

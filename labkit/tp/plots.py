@@ -9,12 +9,12 @@ def memory_figure(measured: dict, formula: dict, title: str = ""):
     """Bars per way of computing the loss: logits held and bytes the loss keeps for backward
     (measured), the formula as a black tick on each bar; one scale for all."""
     import matplotlib.pyplot as plt
-    from labkit.i18n import tr_fig
+    from labkit.i18n import N_, tr_fig
     ways = list(formula)
     title = tr_fig(title) if title else title        # first: the learner's font for the axes
     fig, ax = plt.subplots(figsize=(7.5, 3.2))
     width = 0.38
-    for j, (what, color) in enumerate((("logits", "tab:blue"), ("saved by the loss", "tab:orange"))):
+    for j, (what, color) in enumerate(((N_("logits"), "tab:blue"), (N_("saved by the loss"), "tab:orange"))):
         xs = [i + (j - 0.5) * width for i in range(len(ways))]
         ax.bar(xs, [measured[w][what] / 2**20 for w in ways], width, color=color,
                label=tr_fig("{what} (measured)", what=tr_fig(what)))

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from labkit.i18n import tr
+from labkit.i18n import N_, tr
 from labkit.tp import comms
 from labkit.tp.layers import shard_rows
 
@@ -88,6 +88,6 @@ def logits_bytes(tokens: int, vocab: int, t: int, bytes_per_value: int = 4) -> d
     logits gathered before torch's cross-entropy) keeps the whole row per token, loss parallel
     1/t of it. Pure arithmetic."""
     full = tokens * vocab * bytes_per_value
-    return {"one device": {"logits": full, "saved by the loss": full},
-            "gathered, then cross-entropy": {"logits": full // t + full, "saved by the loss": full},
-            "loss parallel": {"logits": full // t, "saved by the loss": full // t}}
+    return {N_("one device"): {"logits": full, "saved by the loss": full},          # N_: figure labels
+            N_("gathered, then cross-entropy"): {"logits": full // t + full, "saved by the loss": full},
+            N_("loss parallel"): {"logits": full // t, "saved by the loss": full // t}}

@@ -23,6 +23,25 @@ def test_strategy_notes_are_shown_in_chinese_and_the_data_stays(monkeypatch):
         assert s.name == name and s.fsdp1.isupper()          # what programs compare: English
 
 
+# -- 05a, 05b, 06: labels that are data (dict keys, knob names) and shown translated -----------
+def test_row_labels_that_are_data_are_shown_in_chinese_and_stay_english_as_data(monkeypatch):
+    from labkit.fsdp.accumulate_knobs import KNOBS
+    from labkit.fsdp.runs import PEAK_NAMES
+    from labkit.i18n import tr
+    from labkit.tp.vocab import logits_bytes
+    ways = list(logits_bytes(512, 4096, 4))
+    monkeypatch.setenv("LABKIT_LANG", "en")
+    assert KNOBS == ("sync every micro-batch", "no sync", "no sync, keep unsharded")
+    assert ways == ["one device", "gathered, then cross-entropy", "loss parallel"]
+    assert [tr(k) for k in KNOBS] == list(KNOBS) and [tr(w) for w in ways] == ways
+    monkeypatch.setenv("LABKIT_LANG", "zh")
+    assert [tr(k) for k in KNOBS] == ["每个 micro-batch 都同步", "不同步", "不同步，且保持不重新分片"]
+    assert [tr(w) for w in ways] == ["单卡", "先 all-gather 再算交叉熵", "loss 并行"]
+    assert tr(PEAK_NAMES["UNSHARDED_PARAM"]) == "all-gather 后的完整参数"      # the glossary's "gathered"
+    untranslated = [v for v in PEAK_NAMES.values() if tr(v) == v]
+    assert not untranslated, untranslated
+
+
 # -- 03: the DDP benchmark's table and summary (labkit/ddp/benchmark.py) -----------------------
 def _bench_result(config, seconds, memory=None):
     return {"config": config, "group": 0, "times": [seconds], "median": seconds, "sent": 3.0e6,
@@ -36,10 +55,10 @@ def test_ddp_benchmark_table_and_summary_in_chinese(zh):
            "labkit bucketed 4 MB view": _bench_result(("bucketed", 4, True), 0.022, 2.5e6),
            "torch DDP 4 MB view": _bench_result(("torch", 4, True), 0.020, 2.5e6)}
     assert benchmark.summary(res).splitlines() == [
-        "单步时间 labkit naive / flat = 1.50",
-        "bucket_cap_mb=4, gradient_as_bucket_view：单步时间 labkit bucketed / torch DDP = 1.10"]
+        "单步时间之比 labkit 朴素实现 / 扁平 = 1.50",
+        "bucket_cap_mb=4, gradient_as_bucket_view：单步时间之比 labkit 分桶实现 / torch DDP = 1.10"]
     lines = benchmark.table(res, 4).splitlines()
-    assert lines[0] == "梯度 2.5 MB；环形 all-reduce 公式 2(N-1)/N x 梯度 = 每个 rank 每步 3.8 MB（N=4）。"
+    assert lines[0] == "梯度 2.5 MB；环形 all-reduce 公式 2(N-1)/N × 梯度 = 每个 rank 每步 3.8 MB（N=4）。"
     assert lines[2] == "| 实现 | step ms | 与 torch DDP 之比（相同 cap 和 view） | 每步发送 MB | 发送/公式 | " \
                        "梯度+桶 MB | / 梯度 |"
     assert lines[6] == "| labkit bucketed 4 MB view | 22.0 | 1.10x | 3.0 | 0.800 | 2.5 | 1.00 |"
