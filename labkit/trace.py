@@ -8,6 +8,7 @@
 
     with trace.saved_bytes(exclude=model.parameters()) as saved:
         loss = model(x)                   # saved.bytes: what autograd keeps for backward
+                                          # (per="view", "storage" or "save": see saved_bytes)
 
 Spans are stamped by a clock: `HostClock` (perf_counter, CLOCK_MONOTONIC: one clock for every
 process on the machine) on CPU ranks, `CudaClock` (CUDA events on the current stream, placed on
@@ -67,11 +68,18 @@ def clock_for(device) -> object:
 
 
 class Recorder:
-    """Spans [(name, start, end, tags)], byte counts {key: bytes}, and what was sent live."""
+    """Spans [(name, start, end, tags)], byte counts {key: bytes}, and what was sent live.
+    `names`: the span names and count keys it keeps (None: all); one it does not keep goes to
+    the next recorder out that does, so a recorder for one kind of record can be turned on
+    inside another's."""
 
-    def __init__(self, clock=None, live: bool = False):
+    def __init__(self, clock=None, live: bool = False, names=None):
         self.clock = clock or HostClock()
+        self.names = None if names is None else frozenset(names)
         self.spans, self.bytes, self.live, self._sent = [], {}, live, 0
+
+    def keeps(self, name: str) -> bool:
+        return self.names is None or name in self.names
 
     @contextlib.contextmanager
     def span(self, name: str, **tags):
@@ -114,52 +122,86 @@ def recording(recorder: Recorder):
         _active.remove(recorder)
 
 
-def active():
-    """The innermost recorder turned on, or None."""
-    return _active[-1] if _active else None
+def active(name: str = None):
+    """The innermost recorder turned on (that keeps `name`, if given), or None."""
+    for rec in reversed(_active):
+        if name is None or rec.keeps(name):
+            return rec
+    return None
 
 
 def span(name: str, **tags):
-    """A span of the active recorder; with none active, one shared empty context."""
-    return _active[-1].span(name, **tags) if _active else _NOTHING
+    """A span of the active recorder that keeps `name`; with none, one shared empty context."""
+    rec = active(name) if _active else None
+    return rec.span(name, **tags) if rec else _NOTHING
 
 
-def stamp():
-    """Now on the active recorder's clock, or None with none on."""
-    return _active[-1].clock.now() if _active else None
+def stamp(name: str = None):
+    """Now on the clock of the active recorder (that keeps `name`), or None with none on."""
+    rec = active(name) if _active else None
+    return rec.clock.now() if rec else None
 
 
 def add(name: str, start, end=None, **tags) -> None:
     """A span from `start` (a stamp() taken earlier; None: nothing) to `end` (default now)."""
-    if _active and start is not None:
-        rec = _active[-1]
+    rec = active(name) if _active and start is not None else None
+    if rec:
         rec.add_span(name, start, rec.clock.now() if end is None else end, tags)
 
 
 def count(key: str, nbytes: int) -> None:
-    if _active:
-        _active[-1].count(key, nbytes)
+    rec = active(key) if _active else None
+    if rec:
+        rec.count(key, nbytes)
+
+
+PER = ("view", "storage", "save")
 
 
 class _Saved:
-    def __init__(self, exclude):
-        self.exclude = {t.data_ptr() for t in exclude}
-        self.bytes, self.tensors, self._seen = 0, 0, set()
+    """What autograd saved inside one `saved_bytes` block."""
+
+    def __init__(self, exclude, per: str):
+        if per not in PER:
+            raise ValueError(f"saved_bytes(per=...) is one of {PER}, got {per!r}")
+        self.per = per
+        self.exclude = {self._where(t) for t in exclude}
+        self.bytes, self.tensors, self.by_dtype, self._seen = 0, 0, {}, set()
+
+    def _where(self, t):
+        """What identifies t's memory: its storage's address (per storage), else its own."""
+        return t.untyped_storage().data_ptr() if self.per == "storage" else t.data_ptr()
 
     def pack(self, t):
-        view = (t.data_ptr(), t.numel())          # a view of a batch: its own elements, once
-        if t.data_ptr() not in self.exclude and view not in self._seen:
-            self._seen.add(view)
-            self.bytes += t.numel() * t.element_size()
-            self.tensors += 1
+        if self._where(t) in self.exclude:
+            return t
+        if self.per == "storage":                 # a storage once, all of it
+            key, size = t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
+        else:                                     # a view of a batch: its own elements
+            key, size = (t.data_ptr(), t.numel()), t.numel() * t.element_size()
+        if self.per != "save":                    # "save": every time autograd saves a tensor
+            if key in self._seen:
+                return t
+            self._seen.add(key)
+        self.bytes += size
+        self.tensors += 1
+        dtype = str(t.dtype).replace("torch.", "")
+        self.by_dtype[dtype] = self.by_dtype.get(dtype, 0) + size
         return t
 
 
 @contextlib.contextmanager
-def saved_bytes(exclude=()):
-    """Count the bytes autograd saves for backward inside the block (each (pointer, size) once;
-    tensors in `exclude`, e.g. the parameters, not counted). Yields an object with `.bytes`."""
+def saved_bytes(exclude=(), per: str = "view"):
+    """Count the bytes autograd saves for backward inside the block. Yields an object with
+    `.bytes`, `.tensors` and `.by_dtype` ({"float32": bytes, ...}).
+
+    per="view" (default): each (pointer, size) once, its own elements (a micro-batch, a view of
+      the batch, counts its share, not the whole batch's storage);
+    per="storage": each storage once, all its bytes (what the allocator holds for them);
+    per="save": every tensor each time autograd saves it (a tensor saved by two ops, twice).
+    Tensors in `exclude` (e.g. the parameters) are not counted: compared by storage for
+    per="storage", by pointer otherwise."""
     import torch
-    saved = _Saved(exclude)
+    saved = _Saved(exclude, per)
     with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
         yield saved

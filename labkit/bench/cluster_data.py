@@ -49,8 +49,8 @@ def _held_not_mapped(pids) -> int:
 
 
 def tree_pids(cluster) -> list:
-    pids = [os.getpid()] + list(cluster._source.pool.workers)
-    z = cluster._source.pool.zygote
+    pids = [os.getpid()] + list(cluster.source.pool.workers)
+    z = cluster.source.pool.zygote
     if z is not None and z.proc.poll() is None:
         pids.append(z.proc.pid)
     return pids
@@ -174,9 +174,9 @@ def standby(world_size: int, spares: int, use_zygote: bool) -> dict:
             c.run(_tiny)
             c.wait_for_spares()
             time.sleep(0.5)
-            spare_pss = [_pss(w.pid) for w in c._source.pool.spares]
-            rank_pss = [_pss(w.pid) for w in c._ranks]
-            z = c._source.pool.zygote
+            spare_pss = [_pss(w.pid) for w in c.source.pool.spares]
+            rank_pss = [_pss(w.pid) for w in c.ranks]
+            z = c.source.pool.zygote
             zyg_pss = _pss(z.proc.pid) if z is not None else 0
             times = []
             for how in ("crash", "hang", "interrupt"):
@@ -194,6 +194,6 @@ def standby(world_size: int, spares: int, use_zygote: bool) -> dict:
                 c.run(_tiny)
                 times.append(time.perf_counter() - t0)
             return {"times": times, "spare_pss": spare_pss, "rank_pss": rank_pss,
-                    "zygote_pss": zyg_pss, "forked": c._source.pool.forked}
+                    "zygote_pss": zyg_pss, "forked": c.source.pool.forked}
     finally:
         zygote.ENABLED = saved

@@ -86,13 +86,6 @@ def stage_of(model, pp: int, stage: int, tp_group=None, sequence_parallel: bool 
 
 def tp_replicated(stage: nn.Module) -> dict:
     """{id(param): True} for the parameters every TP rank holds whole (embeddings, layer norms,
-    row-parallel biases, the head), False for the split ones (Megatron-LM's
-    param_is_not_tensor_parallel_duplicate, inverted)."""
-    from labkit.tp.layers import ColumnParallelLinear, RowParallelLinear
-    split = set()
-    for m in stage.modules():
-        if isinstance(m, ColumnParallelLinear):
-            split |= {id(p) for p in m.parameters()}
-        elif isinstance(m, RowParallelLinear):
-            split.add(id(m.weight))
-    return {id(p): id(p) not in split for p in stage.parameters()}
+    row-parallel biases, the head), False for the split ones: labkit.tp.layers.replicated."""
+    from labkit.tp.layers import replicated
+    return replicated(stage)

@@ -17,6 +17,7 @@ every key is d a (s/cp) s b: ring attention never holds it, only one (s/cp) x (s
 at a time while it computes.
 """
 import labkit
+from labkit import trace
 from labkit.memory.activations import per_layer
 
 
@@ -42,7 +43,7 @@ def measure_layer(seq: int = 256, batch: int = 1, hidden: int = 64, heads: int =
     attention under context parallelism. Returns the bytes kept for backward beside `formula`."""
     import torch
     import torch.distributed as dist
-    from labkit.cp import blocks as B
+    from labkit.cp.block_stats import block_stats
     from labkit.cp.api import attention
     from labkit.cp.shard import shard_sequence
     from labkit.tp.parity import reference_blocks
@@ -53,21 +54,12 @@ def measure_layer(seq: int = 256, batch: int = 1, hidden: int = 64, heads: int =
     g = torch.Generator().manual_seed(1)
     x = torch.randn(batch, seq, hidden, generator=g).to(labkit.device())
     xin = shard_sequence(x, 1, group=group, layout=layout).clone().requires_grad_()
-    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
-    seen = {}
-
-    def pack(t):
-        st = t.untyped_storage()
-        if st.data_ptr() not in params:
-            seen[st.data_ptr()] = st.nbytes()
-        return t
-    B.reset_stats()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = layer(xin)
+    with block_stats() as stats, trace.saved_bytes(exclude=layer.parameters(), per="storage") as saved:
+        out = layer(xin)                                         # saved: each storage once
     cp, rank = dist.get_world_size(group), dist.get_rank(group)
     del out
-    return {"seq": seq, "cp": cp, "rank": rank, "measured": sum(seen.values()),
-            "largest score block": B.STATS["largest block"] * batch * heads * 4,
+    return {"seq": seq, "cp": cp, "rank": rank, "measured": saved.bytes,
+            "largest score block": stats["largest block"] * batch * heads * 4,
             **formula(seq, cp, rank=rank, batch=batch, hidden=hidden, heads=heads, method=method,
                       layout=layout)}
 

@@ -12,26 +12,15 @@ into the result on their union (Milakov & Gimelshein 2018; Liu et al. 2023, ring
 A query row that sees no key of a block has l = -inf and o = 0; it adds nothing to a merge.
 Tensors are (batch, heads, positions, head_dim); positions are global (1-D int64 tensors), so a
 causal mask is key position > query position, whatever the layout.
+
+Each block is a "block" span of labkit.trace (its score entries per batch and head as a tag),
+kept only while a recorder is on: labkit.cp.block_stats reads them from outside.
 """
 import math
-import time
 
 import torch
 
-# this rank, since reset: score entries computed (per batch and head), seconds in attend and
-# attend_backward, blocks, and the largest score block held at once (entries per batch and head)
-STATS = {"score entries": 0, "compute seconds": 0.0, "blocks": 0, "largest block": 0}
-
-
-def reset_stats() -> None:
-    STATS.update({"score entries": 0, "compute seconds": 0.0, "blocks": 0, "largest block": 0})
-
-
-def _count(s, t0) -> None:
-    STATS["score entries"] += s.shape[-1] * s.shape[-2]
-    STATS["largest block"] = max(STATS["largest block"], s.shape[-1] * s.shape[-2])
-    STATS["compute seconds"] += time.perf_counter() - t0
-    STATS["blocks"] += 1
+from labkit import trace
 
 
 def expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -61,7 +50,7 @@ def _safe(lse):
 def attend(q, k, v, qpos, kpos, causal: bool):
     """(o, lse) of queries q (positions qpos) on keys k, values v (positions kpos); k, v may
     have fewer heads (GQA)."""
-    t0 = time.perf_counter()
+    t0 = trace.stamp("block")
     k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
     s = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(q.shape[-1]))
     m = _mask(qpos, kpos, causal)
@@ -69,7 +58,7 @@ def attend(q, k, v, qpos, kpos, causal: bool):
         s = s.masked_fill(m, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     o = torch.exp(s - _safe(lse)[..., None]) @ v
-    _count(s, t0)
+    trace.add("block", t0, entries=s.shape[-1] * s.shape[-2])
     return o, lse
 
 
@@ -89,7 +78,7 @@ def merge_into(acc, o_b, lse_b, merge_fn=merge):
 def attend_backward(q, k, v, do, lse, delta, qpos, kpos, causal: bool):
     """dq, dk, dv of one block, given the final log-sum-exp of each query row (lse) and
     delta = rowsum(dO * O). dk, dv have k's heads (summed over the query heads sharing them)."""
-    t0 = time.perf_counter()
+    t0 = trace.stamp("block")
     kv_heads, scale = k.shape[1], 1.0 / math.sqrt(q.shape[-1])
     ke, ve = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
     s = q @ ke.transpose(-1, -2) * scale
@@ -101,5 +90,5 @@ def attend_backward(q, k, v, do, lse, delta, qpos, kpos, causal: bool):
     ds = p * (do @ ve.transpose(-1, -2) - delta[..., None])
     dq = ds @ ke * scale
     dk = ds.transpose(-1, -2) @ q * scale
-    _count(s, t0)
+    trace.add("block", t0, entries=s.shape[-1] * s.shape[-2])
     return dq, fold_kv(dk, kv_heads), fold_kv(dv, kv_heads)

@@ -9,9 +9,11 @@ import torch
 import labkit
 import torch.distributed as dist
 
+from labkit import trace
 from labkit.comm import traffic
 from labkit.cp import blocks as B
 from labkit.cp.allgather import AllGatherAttention
+from labkit.cp.block_stats import block_stats
 from labkit.cp.api import attention, reference
 from labkit.cp.ring import RingAttention
 from labkit.cp.formulas import wire
@@ -105,11 +107,11 @@ def attention_work(seq=64, causal=True, method="ring", layout="contiguous", batc
     parts = [shard_sequence(t, 2, group=group, layout=layout) for t in (q, k, v)]
     best = None
     for _ in range(repeats):
-        B.reset_stats()
-        attention(*parts, group=group, causal=causal, method=method, layout=layout)
-        secs = B.STATS["compute seconds"]
+        with block_stats() as stats:
+            attention(*parts, group=group, causal=causal, method=method, layout=layout)
+        secs = stats["compute seconds"]
         best = secs if best is None else min(best, secs)
-    return {"score entries": B.STATS["score entries"],
+    return {"score entries": stats["score entries"],
             "compute seconds": best}
 
 
@@ -120,13 +122,8 @@ def saved_for_backward(seq=64, method="ring", layout="contiguous", causal=True, 
     from labkit.cp.formulas import saved_bytes
     q, k, v = qkv(batch, heads, kv_heads, seq, head_dim)
     parts = [shard_sequence(t, 2, group=group, layout=layout).requires_grad_() for t in (q, k, v)]
-    kept = []
-
-    def pack(t):
-        kept.append(t.numel() * t.element_size())
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with trace.saved_bytes(per="save") as saved:              # every saved tensor, each time
         attention(*parts, group=group, causal=causal, method=method, layout=layout)
     n, r = dist.get_world_size(group), dist.get_rank(group)
-    return {"measured": sum(kept), "formula": saved_bytes(seq, n, r, method=method, batch=batch,
+    return {"measured": saved.bytes, "formula": saved_bytes(seq, n, r, method=method, batch=batch,
             heads=heads, kv_heads=kv_heads or heads, head_dim=head_dim, layout=layout)}

@@ -24,7 +24,7 @@ class _TraceRecorder(trace.Recorder):
         TRACE.append((tags["phase"], tags["step"], name, t0, t1))
 
 
-RECORDER = _TraceRecorder()
+RECORDER = _TraceRecorder(names={"compute", "transfer", "wait"})
 
 
 def reset():

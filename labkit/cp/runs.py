@@ -11,6 +11,7 @@ import torch.distributed as dist
 from labkit import trace
 from labkit.cp import blocks as B
 from labkit.cp import ring
+from labkit.cp.block_stats import block_stats
 from labkit.cp.api import attention
 from labkit.cp.parity import qkv
 from labkit.cp.shard import group_info, shard_sequence
@@ -26,11 +27,10 @@ def traced_step(seq=512, causal=True, method="ring", layout="zigzag", batch=1, h
     attention(*parts, group=group, causal=causal, method=method, layout=layout).sum().backward()  # warm
     dist.barrier(group=group)
     ring.reset()
-    B.reset_stats()
     wall0, perf0 = time.time(), time.perf_counter()
     ring.LIVE = live
     try:
-        with trace.recording(ring.RECORDER):
+        with trace.recording(ring.RECORDER), block_stats() as stats:
             out = attention(*parts, group=group, causal=causal, method=method, layout=layout)
             ring.flush()                      # between forward and backward, outside autograd
             out.sum().backward()
@@ -39,8 +39,8 @@ def traced_step(seq=512, causal=True, method="ring", layout="zigzag", batch=1, h
         ring.LIVE = False
     shift = wall0 - perf0
     events = [(ph, st, kind, a + shift, b + shift) for ph, st, kind, a, b in ring.TRACE]
-    return {"events": events, "largest block": B.STATS["largest block"],
-            "compute seconds": B.STATS["compute seconds"]}
+    return {"events": events, "largest block": stats["largest block"],
+            "compute seconds": stats["compute seconds"]}
 
 
 def rates(block=64, batch=1, heads=8, head_dim=16, repeats=5, group=None) -> dict:
@@ -82,9 +82,9 @@ def largest_scores(seq=256, method="ring", layout="contiguous", causal=False, ba
     """The most score entries one rank held at once (one attend call), per batch and head."""
     q, k, v = qkv(batch, heads, None, seq, head_dim)
     parts = [shard_sequence(t, 2, group=group, layout=layout) for t in (q, k, v)]
-    B.reset_stats()
-    attention(*parts, group=group, causal=causal, method=method, layout=layout)
-    return B.STATS["largest block"]
+    with block_stats() as stats:
+        attention(*parts, group=group, causal=causal, method=method, layout=layout)
+    return stats["largest block"]
 
 
 def largest_scores_by_degree(seq=256, degrees=(1, 2, 4), method="ring", heads=4, head_dim=16,

@@ -9,23 +9,20 @@ advice), "linear" (one unit per nn.Linear: the lowest peak and the most, smalles
 `strategy` is one of labkit.fsdp.strategies.STRATEGIES: "full", "grad_op", "no_shard",
 "hybrid" (a (replicas, shard) 2-D mesh; `replicas` ranks hold the same shard).
 
-Every unit's all-gathers and reduce-scatters go through labkit's counting wrappers
-(`FSDPModule.set_custom_all_gather` / `set_custom_reduce_scatter`, torch >= 2.8), which time
-and log each call and, with ring=True, run the reduce-scatter as labkit's ring (module 02) so
-the bytes on gloo are the (N-1)/N that NCCL would send instead of gloo's all-reduce-sized 2(N-1)/N.
+With log=True every unit's all-gathers and reduce-scatters go through labkit's
+collectives (labkit/fsdp/collectives.py, installed by `FSDPModule.set_custom_all_gather` /
+`set_custom_reduce_scatter`, torch >= 2.8): each call is a span of a labkit.trace recorder, the
+model's comm log; with ring=True the reduce-scatter is labkit's ring (module 02), so the bytes on
+gloo are the (N-1)/N that NCCL would send instead of gloo's all-reduce-sized 2(N-1)/N.
 """
-import time
 import warnings
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
-# The comm interfaces FSDP2 accepts for custom collectives (private module, torch 2.8-2.13).
-from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+from torch.distributed.fsdp import fully_shard
 
-from labkit.comm.compat import all_gather_into_tensor, reduce_scatter_tensor
 from labkit.fsdp.strategies import WRAPS, Group, _strategy, padded_numel
 from labkit.i18n import tr
 
@@ -102,24 +99,20 @@ def shard(model: nn.Module, *, wrap: str = "block", strategy: str = "full", repl
         fully_shard(m, reshard_after_forward=s.reshard_after_forward, **kw)
     fully_shard(model, **kw)
     if log:
-        records = []
-        model._labkit_comm_log = records
-        for name, m in model.named_modules():
-            if isinstance(m, FSDPModule):
-                m.set_custom_all_gather(_LoggedAllGather(records, name or "(root)"))
-                m.set_custom_reduce_scatter(_LoggedReduceScatter(records, ring, name or "(root)"))
+        from labkit.fsdp.collectives import install
+        model._labkit_comm_log = install(model, ring)
     return model
 
 
 def comm_log(model: nn.Module, clear: bool = False) -> list:
     """The collectives FSDP made since shard() (or the last clear): dicts with kind, bytes (the
     full tensor), ranks, unit (the module's name), t0, t1 (time.perf_counter on this rank)."""
-    records = getattr(model, "_labkit_comm_log", None)
-    if records is None:
+    log = getattr(model, "_labkit_comm_log", None)
+    if log is None:
         raise ValueError("this model was not sharded by labkit.fsdp.shard(..., log=True)")
-    out = list(records)
+    out = list(log.records)
     if clear:
-        records.clear()
+        log.records.clear()
     return out
 
 
@@ -128,63 +121,3 @@ def counts(records) -> dict:
     for r in records:
         out[r["kind"]] += 1
     return out
-
-
-def _refs(t: torch.Tensor) -> int:
-    """References to `t`'s storage (tensors, views, and a collective's own while it holds one)."""
-    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
-
-
-def _released(before: dict, limit_s: float = 0.1) -> None:
-    """Return once a collective has let go of its tensors ({tensor: references before it}).
-    gloo says a collective is done from its worker thread and drops that thread's references a
-    moment later, so when FSDP then freed a buffer (its storage really freed only at the last
-    reference) depended on thread timing: the measured peak of a choice moved from run to run
-    (block, full, bf16, offload: 561,156 B or 620,452 B on a rank, 59 kB of temporaries alive or
-    not; never in 64 runs with this wait). NCCL's references live on a stream, not a thread:
-    there this returns at once."""
-    deadline = time.perf_counter() + limit_s
-    while any(_refs(t) > n for t, n in before.items()) and time.perf_counter() < deadline:
-        time.sleep(0)
-
-
-class _Alloc:
-    def allocate(self, size, *, dtype, device):
-        return torch.empty(*size, dtype=dtype, device=device)
-
-
-class _LoggedAllGather(_Alloc, AllGather):
-    def __init__(self, records, unit: str = ""):
-        self.records, self.unit = records, unit
-
-    def __call__(self, output_tensor, input_tensor, group, async_op=False):
-        t0 = time.perf_counter()
-        before = {t: _refs(t) for t in (input_tensor, output_tensor)}
-        all_gather_into_tensor(output_tensor, input_tensor, group=group)
-        _released(before)
-        self.records.append({"kind": "all_gather", "bytes": output_tensor.numel() * output_tensor.element_size(),
-                             "ranks": dist.get_world_size(group), "unit": self.unit, "t0": t0, "t1": time.perf_counter()})
-        return None
-
-
-class _LoggedReduceScatter(_Alloc, ReduceScatter):
-    def __init__(self, records, ring: bool, unit: str = ""):
-        self.records, self.ring, self.unit = records, ring, unit
-
-    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
-        t0 = time.perf_counter()
-        if self.ring:
-            from labkit.comm import ring_reduce_scatter
-            out = ring_reduce_scatter(input_tensor, group=group)     # a sum, as a view
-            if op == dist.ReduceOp.AVG:
-                out = out / dist.get_world_size(group)
-            elif op != dist.ReduceOp.SUM:
-                raise NotImplementedError(f"labkit's ring reduce-scatter does sum and average, not {op}")
-            output_tensor.copy_(out)
-        else:
-            before = {t: _refs(t) for t in (input_tensor, output_tensor)}
-            reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group)
-            _released(before)
-        self.records.append({"kind": "reduce_scatter", "bytes": input_tensor.numel() * input_tensor.element_size(),
-                             "ranks": dist.get_world_size(group), "unit": self.unit, "t0": t0, "t1": time.perf_counter()})
-        return None

@@ -16,6 +16,7 @@ import contextlib
 import time
 
 import labkit
+from labkit import trace
 from labkit.pipeline.executor_core import _KINDS, _tag, run_actions  # noqa: F401 (importable here)
 from labkit.pipeline.toy_mlp import batch, mlp, reference_grads, split
 from labkit.pipeline.schedules import compute_only
@@ -28,23 +29,19 @@ class _Memory:
     counted), per (micro-batch, chunk) set; the peak; the largest set of each chunk."""
 
     def __init__(self, params):
-        self.params = {p.data_ptr() for p in params}
+        self.params = list(params)
         self.live, self.peak, self.held, self.set_bytes = 0, 0, {}, {}
 
+    @contextlib.contextmanager
     def hooks(self, key):
-        import torch
-        seen = set()
-
-        def pack(t):
-            view = (t.data_ptr(), t.numel())           # a micro-batch is a view of the batch:
-            size = t.numel() * t.element_size()         # count the view, not the whole storage
-            if t.data_ptr() not in self.params and view not in seen:
-                seen.add(view)
-                self.held[key] = self.held.get(key, 0) + size
-                self.live += size
-                self.peak = max(self.peak, self.live)
-            return t
-        return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        """Count one forward's saved tensors (a micro-batch is a view of the batch: per="view"
+        counts the view, not the whole storage). Only frees lower `live`, and none runs inside
+        a forward, so the peak is reached at a forward's end."""
+        with trace.saved_bytes(exclude=self.params, per="view") as saved:
+            yield
+        self.held[key] = self.held.get(key, 0) + saved.bytes
+        self.live += saved.bytes
+        self.peak = max(self.peak, self.live)
 
     def done(self, key):
         """The forward of `key` = (micro-batch, chunk) is over: note its set's size."""

@@ -105,10 +105,7 @@ def gantts(timelines: list, path: str = None, height: float = None):
         gantt(t, ax, xmax=xmax)
     for ax in axes[:-1, 0]:
         ax.set_xlabel("")
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=100)
-    return fig
+    return _done(fig, path)
 
 
 def side_by_side(left: Timeline, right: Timeline, path: str = None):
@@ -174,33 +171,20 @@ def bubble_vs_m(measured: dict, stages: int, chunks: dict = None, path: str = No
     ax.set_title(tr_fig("Bubble against m, p={p}", p=stages), fontsize=figtext.size(10))
     ax.set_ylim(0, None)
     ax.legend(fontsize=figtext.size(7))
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=100)
-    return fig
+    return _done(fig, path)
 
 
 def activations_plot(timelines: dict, path: str = None):
     """timelines: {label: measured Timeline}; per stage, peak saved-activation KiB (bars) and the
     simulated count of micro-batches alive (numbers on the bars)."""
     fig, ax = plt.subplots(figsize=figtext.figsize((6.5, 3.5)))
-    n = len(timelines)
-    for i, (label, t) in enumerate(timelines.items()):
-        kib = [b / 1024 for b in t.extra["peak_bytes"]]
-        xs = [r + (i - (n - 1) / 2) * 0.8 / n for r in range(t.stages)]
-        bars = ax.bar(xs, kib, width=0.8 / n, label=label, color=plt.get_cmap("tab10")(i))
-        for bar, k in zip(bars, peak_in_flight(t.intervals)):
-            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{k}", ha="center",
-                    va="bottom", fontsize=figtext.size(7))
-    ax.set_xticks(range(t.stages), [tr_fig("stage {r}", r=r) for r in range(t.stages)])
+    _stage_bars(ax, timelines, lambda t: [b / 1024 for b in t.extra["peak_bytes"]],
+                lambda t: peak_in_flight(t.intervals), "{}")
     ax.set_ylabel(tr_fig("peak saved activations (KiB)"))
     ax.set_title(tr_fig("Activation memory per stage, measured") + ("\n(" if figtext.slides() else " (")
                  + tr_fig("numbers: micro-batches alive at the peak)"), fontsize=figtext.size(9))
     ax.legend(fontsize=figtext.size(8))
-    fig.tight_layout()
-    if path:
-        fig.savefig(path, dpi=100)
-    return fig
+    return _done(fig, path)
 
 
 def held_plot(timelines: dict, path: str = None):
@@ -209,24 +193,35 @@ def held_plot(timelines: dict, path: str = None):
     and the count from the schedule's lists (numbers on the bars)."""
     from labkit.pipeline.timeline import held_measured
     fig, ax = plt.subplots(figsize=figtext.figsize((7.5, 3.6)))
-    n = len(timelines)
-    for i, (label, t) in enumerate(timelines.items()):
-        xs = [r + (i - (n - 1) / 2) * 0.8 / n for r in range(t.stages)]
-        bars = ax.bar(xs, held_measured(t), width=0.8 / n, label=label, color=plt.get_cmap("tab10")(i))
-        for bar, k in zip(bars, held_in_order(_schedule_of(t))):
-            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{k:g}", ha="center",
-                    va="bottom", fontsize=figtext.size(7))
-    ax.set_xticks(range(t.stages), [tr_fig("stage {r}", r=r) for r in range(t.stages)])
+    _stage_bars(ax, timelines, held_measured, lambda t: held_in_order(_schedule_of(t)), "{:g}")
     ax.set_ylabel(tr_fig("micro-batches' worth held"))
     ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
     ax.set_title(tr_fig("Activations held at the peak: bars measured on the ranks") +
                  ("\n" if figtext.slides() else tr_fig(", ")) + tr_fig("numbers counted from the schedule"),
                  fontsize=figtext.size(9))
     ax.legend(fontsize=figtext.size(7), loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _done(fig, path)
+
+
+def _done(fig, path: str = None):
+    """Lay the figure out, save it to `path` if given (100 dpi), return it."""
     fig.tight_layout()
     if path:
         fig.savefig(path, dpi=100)
     return fig
+
+
+def _stage_bars(ax, timelines: dict, values, numbers, fmt: str) -> None:
+    """Per stage, one bar per timeline ({label: Timeline}) of height values(t)[stage], with
+    numbers(t)[stage] written on it (`fmt`), and the stages named on the x axis."""
+    n = len(timelines)
+    for i, (label, t) in enumerate(timelines.items()):
+        xs = [r + (i - (n - 1) / 2) * 0.8 / n for r in range(t.stages)]
+        bars = ax.bar(xs, values(t), width=0.8 / n, label=label, color=plt.get_cmap("tab10")(i))
+        for bar, k in zip(bars, numbers(t)):
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), fmt.format(k), ha="center",
+                    va="bottom", fontsize=figtext.size(7))
+    ax.set_xticks(range(t.stages), [tr_fig("stage {r}", r=r) for r in range(t.stages)])
 
 
 def _schedule_of(t: Timeline):

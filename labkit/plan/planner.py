@@ -205,25 +205,9 @@ class Plan:
     chosen: Candidate               # None when nothing fits
     reasons: list = field(default_factory=list)    # [(branch of the tree, sentence)]
 
-    @property
-    def tp(self):
-        return self.chosen.tp if self.chosen else None
-
-    @property
-    def pp(self):
-        return self.chosen.pp if self.chosen else None
-
-    @property
-    def dp(self):
-        return self.chosen.dp if self.chosen else None
-
-    @property
-    def cp(self):
-        return self.chosen.cp if self.chosen else None
-
-    @property
-    def ep(self):
-        return self.chosen.ep if self.chosen else None
+    # the chosen degree of each dimension (plan.tp, ...), None when nothing fits
+    tp, pp, dp, cp, ep = (property(lambda self, d=d: getattr(self.chosen, d) if self.chosen else None)
+                          for d in ("tp", "pp", "dp", "cp", "ep"))
 
     def __str__(self) -> str:
         hw = self.hardware

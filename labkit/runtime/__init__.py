@@ -10,16 +10,18 @@ stacks.py    where a rank is: frames from a traceback or a faulthandler dump, in
              words; a process's state; the folders stack dumps go to
 portable.py  the Linux-only pieces used here and their fallbacks (LABKIT_PORTABLE=1: none used)
 
-The run loop, for local and remote ranks alike:
-cluster.py   Cluster: one class; start ranks, run work, recover after failures
+The run loop, for local and remote ranks alike (one run: cluster -> wire -> group -> collect):
+cluster.py   Cluster: one class; start ranks, run work, decide what follows a failure
+kernel.py    the clusters open in this kernel: the newest (for %%ranks), close_all()
 source.py    where ranks come from: the interface local/ and remote/ implement (RankSource)
-handle.py    a rank as the run loop sees it (RankHandle): messages, output, how it ended
+group.py     the ranks of one generation as one (RankGroup): join, send a task, recover, kill all
+handle.py    a rank as the run loop sees it (RankHandle): send, messages, output, how it ended
 control.py   the authenticated control server ranks (and node agents, over TLS) connect to
-collect.py   the wait loop of one run: results, output, events (capped), failures, hangs
+collect.py   the wait loop of one task: results, output, events (capped), failures, hangs; Release
 output.py    a rank's output on its way to the cell: live partial lines, \r, the output cap
 interrupts.py  Ctrl-C during a run, safe to press twice
 options.py   checking a Cluster's arguments before anything starts
-wire.py      sending functions and values by value (cloudpickle), with errors that name the culprit
+wire.py      pickling only: functions and values by value (cloudpickle), errors that name the culprit
 carry.py     what pickle cannot carry as it is: tensors of every dtype, numpy arrays and bytes
 shm.py       tensors (and numpy arrays, bytes) through anonymous shared memory
 learner.py   the notebook's folder, sys.path and edited modules, carried by every task
@@ -27,6 +29,7 @@ context.py   rank(), world_size(), device(), emit() - inside a rank, under torch
 magic.py     the %%ranks cell magic
 
 The rank side, for both sources:
+channel.py   a rank's connection to the notebook: one lock per send, events capped, its results' memory
 worker.py    the task loop of a rank (forked by the zygote, spawned, or under torchrun):
              die_with_parent(), prepare(stack_path), serve(conn, owner_alive, on_lost)
 tasks.py     one task on a rank: run it in the namespace, its result on CPU, a failure's report
@@ -42,7 +45,8 @@ local/ - ranks on this machine:
                side; zygote_main.py is the process itself)
 
 remote/ - ranks that torchrun starts on other machines (docs/remote.md):
-  source.py    RemoteRanks: the source of Cluster.remote (the commands, the ranks torchrun started)
+  source.py    RemoteRanks: the source of Cluster.remote (listening, the key file, the commands)
+  pool.py      RemotePool: the ranks torchrun started that reached the notebook, taken by rank
   handle.py    RemoteRank: a rank reached through its node's agent
   link.py      the hub thread: every node agent's link, each remote rank as a socketpair
   rank.py      the module torchrun runs on each rank (then ../worker.py's task loop)

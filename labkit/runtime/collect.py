@@ -6,15 +6,17 @@ is flushed into its pipe before its result is sent, so after the last result one
 shows everything the task printed. The loop never blocks past the run's deadline: messages
 are read only as far as their bytes have arrived (`Worker.read_messages`).
 
-`collect` only watches; what to do afterwards (replace ranks, join a new process group) is
-the caller's decision, read from the `Outcome`. It needs from its caller (the Cluster) only
-what `Host` lists, and of each rank only what `handle.RankHandle` offers, so local and remote
-ranks are waited on alike.
+`collect` only watches (and, once every result is loaded, tells the ranks whose result came
+through shared memory that they may free it: Release); what to do afterwards (replace ranks,
+join a new process group) is the Cluster's decision, read from the `Outcome`. It uses of the
+group (group.RankGroup) its ranks, its outputs and its source's `dump_stacks`, and of each rank
+only what `handle.RankHandle` offers, so local and remote ranks are waited on alike; what the
+ranks emit goes to an `Events` (the Cluster's `events` and `on_event` callbacks).
 """
 import selectors
+import sys
 import time
 from collections import namedtuple
-from typing import Protocol
 
 from labkit.i18n.messages import tr
 from labkit.runtime import errors, interrupts, protocol, stacks, wire
@@ -24,20 +26,26 @@ GRACE_S = 0.5      # after a rank dies, how long the others get to finish before
 PROBE_S = 0.5      # after a rank raises, how often the unfinished ranks' stacks are checked
 
 
-class Host(Protocol):
-    """What `collect` uses of the Cluster that runs the task."""
-    world_size: int
-    ranks: list                     # handle.RankHandle by rank, for this run (local or remote alike)
+class Events:
+    """What the ranks emit during runs: the last run's events (`cluster.events`) and the
+    callbacks that see each one as it arrives (`cluster.on_event`)."""
 
-    def show_output(self, worker, final: bool = False) -> None:
-        """Move what `worker` printed into the cell (all of it, if final)."""
+    def __init__(self):
+        self.last = []                # Event(rank, time, data) of the last run
+        self.callbacks = []
 
-    def deliver_event(self, event: Event) -> None:
-        """Deliver one labkit.emit(...) event to cluster.events and the callbacks."""
-
-    def dump_stacks(self, ranks: list, which: list) -> dict:
-        """Where each rank in `which` is now: innermost frame first, or a sentence when it
-        cannot answer (the Cluster asks its source: signals here, node agents elsewhere)."""
+    def deliver(self, event: Event) -> None:
+        self.last.append(event)
+        for cb in list(self.callbacks):
+            try:
+                cb(event)
+            except BaseException as exc:          # noqa: B902 - a broken plot, or sys.exit() in it
+                if interrupts.is_real(exc):       # Ctrl-C pressed while it ran: the run stops
+                    raise
+                print(tr("labkit: event callback {cb} failed: {error}; removed (the run goes on)",
+                         cb=repr(cb), error=repr(exc)), file=sys.stderr)
+                if cb in self.callbacks:
+                    self.callbacks.remove(cb)
 
 
 class Outcome:
@@ -91,7 +99,6 @@ def _event_fields(r: int, data: dict):
     """An event's fields, each unpickled on its own; None (the event dropped, said) when one
     cannot be read here: the connection and every rank's state are fine (issue 39)."""
     import pickle
-    import sys
     fields = {}
     for k, v in data.items():
         try:
@@ -109,19 +116,21 @@ def _event_fields(r: int, data: dict):
 
 def _say_dropped(out: Outcome, limits) -> None:
     if out.dropped:
-        import sys
         each = ", ".join(f"rank {r}: {n:,}" for r, n in sorted(out.dropped.items()))
         print(f"labkit: events dropped ({each}): at most {limits[0]:,} labkit.emit events "
               f"({limits[1]:,} bytes) per rank per run reach cluster.events; emit less often, "
               "or raise cluster.max_events / cluster.max_event_bytes", file=sys.stderr)
 
 
-def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
-    ranks = list(host.ranks)
+def collect(group, task_id: int, timeout: float, limits=None, events: Events = None) -> Outcome:
+    """Wait for task `task_id` on every rank of `group` (group.RankGroup), at most `timeout`
+    seconds; at most `limits` (events, bytes) per rank reach `events`."""
+    ranks, outputs = list(group.ranks), group.outputs
+    events = events if events is not None else Events()
     out = Outcome(len(ranks))
     limits = limits or (float("inf"), float("inf"))
     out.nodes = {r: w.where for r, w in enumerate(ranks) if w.where} or None
-    stack_sizes = {r: w.stack_size() for r, w in enumerate(ranks)}
+    mapped = {}                                        # rank -> its result maps its shared memory
     sel = selectors.DefaultSelector()
     for r, w in enumerate(ranks):
         sel.register(w.conn.fileno(), selectors.EVENT_READ, ("conn", r))
@@ -152,7 +161,7 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
                 # A rank raised. The others may be computing on their own (let them finish:
                 # their state is kept) or waiting in a collective for the failed rank (they
                 # never will: stop them). Their stacks tell which.
-                found = host.dump_stacks(ranks, sorted(out.pending))
+                found = group.source.dump_stacks(ranks, sorted(out.pending))
                 if any(not isinstance(s, str) and stacks.in_collective(s) for s in found.values()):
                     out.stuck = describe(found)
                     break
@@ -162,7 +171,7 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
                 what, r = key.data
                 w = ranks[r]
                 if what == "out":
-                    host.show_output(w)
+                    outputs.show(w)
                     continue
                 if r in gone:
                     continue
@@ -174,7 +183,7 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
                             data = _event_fields(r, msg.data)
                             if data is not None:
                                 out.events[r] = out.events.get(r, 0) + 1
-                                host.deliver_event(Event(msg.rank, msg.time, data))
+                                events.deliver(Event(msg.rank, msg.time, data))
                         else:
                             out.dropped[r] = out.dropped.get(r, 0) + 1
                     elif isinstance(msg, protocol.EventsDropped):
@@ -185,7 +194,7 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
                         out.pending.discard(r)
                         if msg.ok:
                             try:
-                                out.results[r] = wire.load_result(w, msg.data)
+                                out.results[r], mapped[r] = wire.loads_result(msg.data)
                             except BaseException as exc:  # noqa: B902 - SystemExit... in a reduce too
                                 if interrupts.is_real(exc):
                                     raise             # Ctrl-C pressed meanwhile: the run stops
@@ -203,46 +212,23 @@ def collect(host: Host, task_id: int, timeout: float, limits=None) -> Outcome:
                             f"decode ({w.garbled}); its connection is unusable, so the rank is "
                             "replaced", ""))
                 elif w.eof:
-                    host.show_output(w, final=True)
+                    outputs.show(w, final=True)
                     if r in out.pending:
-                        fail(r, how=w.death(stack_sizes[r]))
+                        fail(r, how=w.death())
                     else:
                         out.broken.add(r)
             for w in ranks:
-                host.show_output(w)                   # redraw live lines whose redraw was due
+                outputs.show(w)                   # redraw live lines whose redraw was due
     finally:
         sel.close()
     for w in ranks:
-        host.show_output(w, final=not out.pending)
+        outputs.show(w, final=not out.pending)
     _say_dropped(out, limits)
+    # Every result is loaded: a rank whose result came through shared memory may free its
+    # segment now. The others hold none: a message to them would only cost the round trip
+    # (about a quarter of a trivial run's), and a rank frees what it holds at its next task.
+    for r in [r for r, m in mapped.items() if m]:
+        ranks[r].send(protocol.Release(task_id))
     if out.pending and not out.stuck:
-        out.stuck = describe(host.dump_stacks(ranks, sorted(out.pending)))
+        out.stuck = describe(group.source.dump_stacks(ranks, sorted(out.pending)))
     return out
-
-
-def wait_joined(cluster, deadline: float, kill) -> None:
-    """Wait for every rank's reply to init/rejoin (the Cluster's `_promote`, `_rejoin`); on a
-    failure stop them all (`kill()`) and say why."""
-    waiting = set(range(cluster.world_size))
-    while waiting:
-        for r in list(waiting):
-            w = cluster.ranks[r]
-            cluster.show_output(w)
-            msgs = w.read_messages()
-            if w.eof or w.garbled:
-                how = w.how_it_died() if w.eof else f"sent garbage ({w.garbled})"
-                kill()
-                raise errors.StartError(f"rank {r} {how} while joining the process group")
-            for msg in msgs:
-                if isinstance(msg, protocol.InitFailed):
-                    kill()
-                    f = errors.failure_from_report(r, msg.report)
-                    raise errors.StartError(f"rank {r} could not join the process group: {f.type}: "
-                                       f"{f.message}\n{f.traceback}")
-                if isinstance(msg, protocol.Ready):
-                    waiting.discard(r)
-        if waiting and time.monotonic() > deadline:
-            kill()
-            raise errors.StartTimeout(f"ranks {sorted(waiting)} did not join the process group in time")
-        if waiting:
-            time.sleep(0.005)

@@ -2,79 +2,15 @@
 
     labkit.rank(), labkit.world_size(), labkit.device(), labkit.emit(step=3, loss=0.5)
 
-Inside a Cluster the worker sets these when it joins the process group. Under torchrun they
+Inside a Cluster the worker sets these when it joins the process group (the rank's own
+connection to the notebook is channel.py's). Under torchrun they
 come from RANK / WORLD_SIZE / LOCAL_RANK, so an exercise runs unchanged on a real multi-node
 job (call `labkit.init_process_group()` once there). Anywhere else: rank 0 of 1.
 """
 import os
-import threading
 import time
 
-_worker = None          # (rank, world_size, device, backend, conn) inside a labkit rank
-_task_id = None         # the task the rank is running now, for emit()
-EVENT_LIMITS = (10_000, 10_000_000)   # events, pickled bytes per rank per run: Cluster's defaults
-_events = None          # [count, bytes, dropped, limits] of the running task
-
-
-def new_task(task_id, limits=None) -> None:
-    """On a rank: a task starts (None: it ended); its events are counted from zero."""
-    global _task_id, _events
-    _task_id = task_id
-    _events = [0, 0, 0, tuple(limits or EVENT_LIMITS)]
-
-
-def events_dropped() -> int:
-    return _events[2] if _events else 0
-
-
-class Channel:
-    """A rank's control connection to the notebook, safe to send on from many threads.
-
-    multiprocessing's Connection writes a message in several system calls (header, then body),
-    so two threads sending at once interleave bytes and the notebook cannot decode either
-    message. Every send of a rank (results, events, init replies) goes through one lock.
-    A process forked from the rank (os.fork, a multiprocessing child) must never write here:
-    its sends are dropped, so it can neither garble the stream nor answer for the rank."""
-
-    def __init__(self, conn):
-        self.conn = conn
-        self.pid = os.getpid()
-        self._lock = threading.Lock()
-
-    def send(self, msg) -> None:
-        if os.getpid() != self.pid:
-            return
-        with self._lock:
-            self.conn.send(msg)
-
-    def send_event(self, msg) -> None:
-        """An event, unless this task already sent as many events or bytes as it may: then
-        it is counted as dropped (the notebook says how many), and the notebook's memory
-        stays bounded however fast a rank emits."""
-        import pickle
-        ev = _events
-        if ev is None or os.getpid() != self.pid:
-            return
-        if ev[0] >= ev[3][0]:
-            ev[2] += 1
-            return
-        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-        if ev[1] + len(data) > ev[3][1]:
-            ev[2] += 1
-            return
-        ev[0] += 1
-        ev[1] += len(data)
-        with self._lock:
-            self.conn.send_bytes(data)
-
-    def recv(self):
-        return self.conn.recv()
-
-    def poll(self, timeout: float = 0.0) -> bool:
-        return self.conn.poll(timeout)
-
-    def fileno(self) -> int:
-        return self.conn.fileno()
+_worker = None          # (rank, world_size, device, backend, channel.Channel) inside a labkit rank
 
 
 def _set_worker(rank, world_size, device, backend, conn) -> None:
@@ -142,14 +78,8 @@ def emit(**fields) -> None:
     registered with `cluster.on_event`; live plots and progress bars are drawn from them.
     Outside a Cluster (torchrun, plain Python) events are dropped.
     """
-    if _worker is None or _task_id is None:
-        return
-    import pickle
-    from labkit.runtime.protocol import Event
-    # each field pickled on its own: a value the notebook cannot unpickle (a class only the
-    # ranks can import) loses that event, named, not the whole connection (collect.py)
-    data = {k: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for k, v in fields.items()}
-    _worker[4].send_event(Event(_task_id, _worker[0], time.time(), data))
+    if _worker is not None:                       # the channel knows the task and its cap
+        _worker[4].send_event(_worker[0], time.time(), fields)
 
 
 def init_process_group(backend: str = "auto", **kwargs):

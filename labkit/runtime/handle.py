@@ -1,4 +1,4 @@
-"""A rank as the run loop sees it: what `collect`, `wait_joined` and the Cluster use of one rank,
+"""A rank as the run loop sees it: what `group.RankGroup` and `collect` use of one rank,
 wherever its process runs.
 
 `RankHandle` holds the notebook's end of a rank's control connection (messages read without
@@ -36,8 +36,17 @@ class RankHandle:
         self.eof = False         # the control connection closed
         self.garbled = None      # why a message could not be decoded, once one could not
         self.stopped_by = None   # why labkit stopped this process, if it did
+        self.stack_read = 0      # how far its stack file was read (a crash dump comes after)
 
     # -- messages and output ----------------------------------------------------------------
+    def send(self, msg) -> None:
+        """One message to the rank. A rank that is gone shows up as EOF when its messages are
+        read, so a failed send is left for that."""
+        try:
+            self.conn.send(msg)
+        except (BrokenPipeError, OSError):
+            pass
+
     def read_messages(self) -> list:
         """The whole messages that have arrived, without ever blocking (see frames.Inbox);
         sets `eof` when the connection closed and `garbled` when a message cannot be decoded."""
@@ -73,13 +82,13 @@ class RankHandle:
         return errors.how_it_ended(self.exit_code(), "the rank's process", stopped_by=self.stopped_by,
                                    lost=self.lost())
 
-    def death(self, stack_offset: int) -> str:
+    def death(self) -> str:
         """How the rank ended, with where it crashed when a signal killed it (faulthandler
-        writes the stack of a SIGSEGV or SIGABRT past `stack_offset`)."""
+        writes the stack of a SIGSEGV or SIGABRT past what was read of its stack file)."""
         self.wait(0.5)
         how = self.how_it_died()
         code = self.exit_code()
-        dump = stacks.parse_dump(self.read_stack(stack_offset), self.main_ident)
+        dump = stacks.parse_dump(self.read_stack(self.stack_read), self.main_ident)
         if dump and isinstance(code, int) and code < 0 and not self.stopped_by:
             how += "\n" + stacks.describe_stack(dump)
         return how

@@ -23,6 +23,17 @@ def is_real(exc: BaseException) -> bool:
     return guard is None or guard._interrupted
 
 
+def stopped(n: int, what: str = None) -> KeyboardInterrupt:
+    """What the Cluster raises once an interrupt has stopped its `n` ranks during `what` (None:
+    a run)."""
+    from labkit.i18n.messages import tr
+    if what is None:
+        return KeyboardInterrupt(tr("interrupted: the {n} ranks were stopped; the next run "
+                                    "starts fresh ones", n=n))
+    return KeyboardInterrupt(tr("interrupted: {what} was stopped and the {n} ranks with it; "
+                                "the next run starts fresh ones", what=what, n=n))
+
+
 class Guard:
     def __init__(self):
         self.active = False

@@ -81,25 +81,43 @@ def check_env(env) -> dict:
 
 
 class Count:
-    """An attribute of whole numbers checked whenever it is set (`count`)."""
+    """An attribute of whole numbers checked whenever it is set (`count`). Only setting goes
+    through here: the value is kept in the instance under the same name, so reading it is a
+    plain attribute read (a descriptor without __get__ leaves reads to the instance)."""
 
     def __init__(self, minimum: int = 0, none_ok: bool = False, what: str = "a whole number"):
         self.minimum, self.none_ok, self.what = minimum, none_ok, what
 
     def __set_name__(self, owner, name):
-        self.name, self.attr = name, "_checked_" + name
-
-    def __get__(self, obj, owner=None):
-        return self if obj is None else obj.__dict__[self.attr]
+        self.name = name
 
     def __set__(self, obj, value):
-        obj.__dict__[self.attr] = count(value, self.name, self.minimum, self.none_ok, self.what)
+        obj.__dict__[self.name] = count(value, self.name, self.minimum, self.none_ok, self.what)
+
+
+def check_cluster(world_size, backend, timeout, spares, start_timeout, env, pg_timeout) -> tuple:
+    """`Cluster`'s arguments, checked before anything starts: (world_size, timeout,
+    start_timeout, pg_timeout, env), pg_timeout's default filled in."""
+    from labkit.runtime.gpus import check_backend
+    world_size = check_world_size(world_size)
+    timeout = seconds(timeout, "timeout", none_ok=False)
+    start_timeout = seconds(start_timeout, "start_timeout", none_ok=False)
+    pg_timeout = seconds(pg_timeout, "pg_timeout") or max(600.0, 2 * timeout)
+    env = check_env(env)
+    count(spares, "spares", none_ok=True, what=N_("a whole number of standby workers"),
+          none_means="as many as world_size")
+    check_backend(backend)
+    return world_size, timeout, start_timeout, pg_timeout, env
 
 
 def check_remote(*, listen, nnodes, nproc_per_node, advertise, rdzv_endpoint, join_file, tls,
-                 max_restarts, heartbeat_timeout, start_timeout, restart_timeout) -> None:
-    """`Cluster.remote`'s own arguments, checked before it listens or writes anything."""
+                 max_restarts, heartbeat_timeout, start_timeout, restart_timeout, rest=()) -> None:
+    """`Cluster.remote`'s own arguments, checked before it listens or writes anything; `rest`:
+    the names it passes on to `Cluster`."""
     from labkit.i18n.messages import tr
+    if "source" in rest or "world_size" in rest:
+        raise TypeError(tr("Cluster.remote takes its world size from nnodes x nproc_per_node "
+                           "and its ranks from torchrun: no world_size= or source="))
     if not isinstance(listen, str):
         raise ValueError(tr("listen= takes 'HOST:PORT' (e.g. '0.0.0.0:29500'), got {value!r}",
                             value=listen))

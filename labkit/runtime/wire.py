@@ -1,4 +1,5 @@
-"""Sending the learner's function and arguments to the ranks, by value.
+"""Pickling for the notebook and its ranks: the learner's function and arguments by value,
+results back (serialization only: what goes over which connection is group.py's and channel.py's).
 
 cloudpickle pickles functions defined in a notebook cell or a script's __main__ by value,
 with the globals and closures they use, so workers never import the learner's __main__.
@@ -8,13 +9,12 @@ closure variable of the function.
 import io
 import pickle
 import sys
-import threading
 import types
 from collections import ChainMap
 
 import cloudpickle
 
-from labkit.runtime import carry, learner, protocol, shm
+from labkit.runtime import carry, shm
 
 
 def _code_reduce(code):
@@ -91,9 +91,9 @@ def dumps(obj, keep: list = None, private: bool = True) -> bytes:
     p = _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
     segment = None
     if keep is not None and shm.ENABLED:           # the Cluster has imported torch already
+        obj = carry.wrap_bytes(obj)
         segment = shm.Segment(private)
         p.shm_reducers = shm.reducers(segment)
-        obj = carry.wrap_bytes(obj)
     try:
         p.dump(obj)
     except BaseException:
@@ -177,59 +177,13 @@ def dumps_values(values: dict, keep: list = None) -> bytes:
     return dumps(values, keep)
 
 
-_sent = []                 # a rank's result segments, until the notebook has loaded them
-_sent_lock = threading.Lock()
-
-
-def dumps_result(value) -> bytes:
-    """On a rank: pickle a result, its tensors through shared memory the notebook maps."""
-    with _sent_lock:
-        return dumps(value, keep=_sent, private=False)
-
-
-def send_task(ranks, task_id: int, kind: str, payload, event_limits=None) -> None:
-    """In the notebook: send a task to every rank, with the notebook's folder, sys.path and
-    edited modules (learner.py), and how many events (and bytes of them) each rank may send.
-    A rank that is gone shows up as EOF when results are read."""
-    msg = protocol.Task(task_id, kind, payload, learner.snapshot(), event_limits)
-    for w in ranks:
-        try:
-            w.conn.send(msg)
-        except (BrokenPipeError, OSError):
-            pass
-
-
-def load_result(w, data: bytes):
-    """In the notebook: rank `w`'s result; noted on `w` when it came through shared memory, so
-    that `release` tells that rank (and no other) that it may let go of its segment."""
-    before = shm.maps_made()
-    try:
-        return loads(data)
-    finally:
-        if shm.maps_made() != before:
-            w.holds_result_segment = True
-
-
-def release(ranks, task_id: int) -> None:
-    """In the notebook: every result of task `task_id` is loaded; the ranks whose result came
-    through shared memory may free their segment now. The others hold none: a message to them
-    would only cost the round trip (about a quarter of a trivial run's) and a rank frees what
-    it holds at its next task anyway."""
-    for w in ranks:
-        if not getattr(w, "holds_result_segment", False):
-            continue
-        w.holds_result_segment = False
-        try:
-            w.conn.send(protocol.Release(task_id))
-        except (BrokenPipeError, OSError):
-            pass
-
-
-def release_results() -> None:
-    """On a rank: the notebook has loaded the last result; let go of its segments."""
-    with _sent_lock:
-        shm.close(_sent)
-
-
 def loads(data: bytes):
     return cloudpickle.loads(data)
+
+
+def loads_result(data: bytes) -> tuple:
+    """(value, mapped): a rank's result, and whether it maps the rank's shared memory (the rank
+    then holds its segment until the notebook says it has loaded the result: Release)."""
+    before = shm.maps_made()
+    value = loads(data)
+    return value, shm.maps_made() != before

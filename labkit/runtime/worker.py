@@ -72,7 +72,7 @@ def _owner_alive_check(owner: int):
 def _control_loop(conn, owner_alive, on_lost) -> None:
     """Read messages from the notebook; when it goes away (the connection closes, or
     `owner_alive()` turns false) call `on_lost(eof)`, which ends the process."""
-    from labkit.runtime import protocol, wire
+    from labkit.runtime import protocol
     while True:
         try:
             if not conn.poll(1.0):
@@ -83,7 +83,7 @@ def _control_loop(conn, owner_alive, on_lost) -> None:
         except (EOFError, OSError):
             on_lost(True)
         if isinstance(msg, protocol.Release):  # the notebook has loaded our last result
-            wire.release_results()
+            conn.release_results()
             continue
         _inbox.put(msg)
 
@@ -149,7 +149,7 @@ def _init(conn, opts: dict) -> None:
 
 
 def _serve(conn) -> None:
-    from labkit.runtime import context, learner, protocol, tasks, wire
+    from labkit.runtime import learner, protocol, tasks
     ns = None
     while True:
         msg = _inbox.get()
@@ -167,15 +167,15 @@ def _serve(conn) -> None:
                 conn.send(protocol.InitFailed(tasks.failure_report(exc)))
             continue
         task_id, kind, payload = msg.task_id, msg.kind, msg.payload
-        wire.release_results()                # the notebook has long loaded the last result
-        context.new_task(task_id, msg.event_limits)
+        conn.release_results()                # the notebook has long loaded the last result
+        conn.new_task(task_id, msg.event_limits)
         error = None
         try:
             learner.apply(msg.learner)        # the notebook's folder, path, modules
             value = tasks.to_cpu(tasks.run(kind, payload, ns))
             learner.note_imports()
             try:
-                data = wire.dumps_result(value)   # tensors through shared memory
+                data = conn.dumps_result(value)   # tensors through shared memory
                 out = protocol.Result(task_id, True, data)
                 del value, data                   # hold no argument or result between tasks
             except Exception as exc:
@@ -186,8 +186,8 @@ def _serve(conn) -> None:
             error = exc
             out = protocol.Result(task_id, False, tasks.failure_report(exc))
         finally:
-            dropped = context.events_dropped()
-            context.new_task(None)
+            dropped = conn.events_dropped()
+            conn.new_task(None)
         _flush()                              # output first: it is in the pipe before the result
         if os.getpid() != _PID:               # a child forked by the task came back here
             os._exit(0)
@@ -216,7 +216,8 @@ def prepare(stack_path: str) -> None:
 
 
 def serve(conn, owner_alive, on_lost) -> None:
-    """Serve the notebook's tasks on this (main) thread, forever. A second thread reads `conn`
+    """Serve the notebook's tasks on this (main) thread, forever, over `conn` (a
+    channel.Channel). A second thread reads `conn`
     (see _control_loop); `on_lost(eof)` must end the process."""
     threading.Thread(target=_control_loop, args=(conn, owner_alive, on_lost), daemon=True,
                      name="labkit-control").start()
@@ -234,10 +235,10 @@ def start(address: str, stack_dir: str, authkey: bytes, owner: int) -> None:
     import torch                                   # the slow part (~1.7 s): done while a spare
     import torch.distributed                       # noqa: F401
     import cloudpickle                             # noqa: F401
-    import labkit.runtime.context                  # noqa: F401
     from labkit.runtime import frames, protocol
+    from labkit.runtime.channel import Channel
 
-    conn = labkit.runtime.context.Channel(frames.connect(address, authkey))
+    conn = Channel(frames.connect(address, authkey))
     conn.send(protocol.Hello(os.getpid(), threading.main_thread().ident, stack_path))
     serve(conn, _owner_alive_check(owner), lambda eof: _exit_all())
 

@@ -103,14 +103,22 @@ class RowParallelLinear(nn.Module):
         return y if self.bias is None else y + self.bias
 
 
-def mark_replicated(tp_stage: nn.Module) -> None:
-    """Flag the parameters every TP rank holds whole (layer norms, row-parallel biases):
-    `p.tp_replicated`, so a norm over the TP group counts them on one rank only."""
+def replicated(tp_stage: nn.Module) -> dict:
+    """{id(param): True} for the parameters every TP rank holds whole (layer norms, row-parallel
+    biases, embeddings and heads left unsplit), False for the split ones (Megatron-LM's
+    param_is_not_tensor_parallel_duplicate, inverted)."""
     split = set()
     for m in tp_stage.modules():
         if isinstance(m, ColumnParallelLinear):
             split |= {id(p) for p in m.parameters()}
         elif isinstance(m, RowParallelLinear):
             split.add(id(m.weight))
+    return {id(p): id(p) not in split for p in tp_stage.parameters()}
+
+
+def mark_replicated(tp_stage: nn.Module) -> None:
+    """Flag the parameters every TP rank holds whole (`replicated`): `p.tp_replicated`, so a
+    norm over the TP group counts them on one rank only."""
+    whole = replicated(tp_stage)
     for p in tp_stage.parameters():
-        p.tp_replicated = id(p) not in split
+        p.tp_replicated = whole[id(p)]

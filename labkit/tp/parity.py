@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import labkit
+from labkit import trace
 from labkit.comm import traffic
 from labkit.toy_models import Block, GPTConfig
 from labkit.tp.blocks import TPBlock, full_grad_slice, parallelize_blocks, sync_sequence_parallel_grads
@@ -134,19 +135,10 @@ def saved_activation_bytes(n_layer=2, n_embd=256, n_head=4, b=4, s=64, sequence_
             blk.attn.core = math_core
     elif attention != "sdpa":
         raise ValueError(f"attention must be 'sdpa' or 'math', got {attention!r}")
-    params = {p.untyped_storage().data_ptr() for p in tp.parameters()}
-    seen = {}
-
-    def pack(t):
-        st = t.untyped_storage()
-        if st.data_ptr() not in params:
-            seen[st.data_ptr()] = st.nbytes()
-        return t
-
     xin = (_local_seq(x, group) if sequence_parallel else x).clone().requires_grad_()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with trace.saved_bytes(exclude=tp.parameters(), per="storage") as saved:       # each storage once
         tp(xin)
-    return sum(seen.values())
+    return saved.bytes
 
 
 def activation_formula(n_layer=2, n_embd=256, n_head=4, b=4, s=64, sequence_parallel=False,

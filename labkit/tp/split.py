@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import labkit
+from labkit import trace
 from labkit.tp.vocab import vocab_parallel_cross_entropy
 
 
@@ -49,15 +50,9 @@ def compute_split(n_layer: int = 1, n_embd: int = 64, n_head: int = 4, b: int = 
 
 def _saved_bytes(fn) -> int:
     """Bytes of the distinct storages autograd saves while `fn()` runs."""
-    seen = {}
-
-    def pack(t):
-        st = t.untyped_storage()
-        seen[st.data_ptr()] = st.nbytes()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with trace.saved_bytes(per="storage") as saved:
         fn()
-    return sum(seen.values())
+    return saved.bytes
 
 
 def vocab_memory(tokens_=512, vocab=4096, group=None) -> dict:

@@ -84,12 +84,6 @@ class Offloaded(InnerOptimizer):
         self.moved = {"to_host": moved, "to_device": back}
         return None
 
-    def host_bytes(self) -> int:
-        """Bytes this optimizer holds in host memory (fp32 copies and the inner state)."""
-        from labkit.memory.accounting import measure
-        return int(measure(torch.nn.Module(), self).optimizer)
-
-
 def measure(model, optimizer, label: str = ""):
     """`labkit.memory.measure`, with the optimizer's categories labelled as host memory when
     `optimizer` is `Offloaded` (on a CPU-only machine measure cannot tell by the device)."""

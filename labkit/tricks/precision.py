@@ -16,6 +16,8 @@ import contextlib
 
 import torch
 
+from labkit import trace
+
 HALF = torch.bfloat16
 
 
@@ -43,21 +45,10 @@ def forward_context(precision: str, device_type: str = "cpu"):
 def dtypes_saved(model: torch.nn.Module, x: torch.Tensor, precision: str) -> dict:
     """{dtype: bytes} of the tensors autograd saves for backward in one forward of `model`
     (parameters excluded), to see what each precision stores."""
-    saved = {}
-    seen = set()
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-
-    def pack(t):
-        st = t.untyped_storage()
-        key = st.data_ptr()
-        if key not in params and key not in seen:
-            seen.add(key)
-            saved[str(t.dtype).replace("torch.", "")] = saved.get(str(t.dtype).replace("torch.", ""), 0) + st.nbytes()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), forward_context(precision):
+    with trace.saved_bytes(exclude=model.parameters(), per="storage") as saved, forward_context(precision):
         out = model(x)
     del out
-    return saved
+    return saved.by_dtype
 
 
 def saved_by_dtype(precision: str = "autocast", shape=None) -> dict:
@@ -96,16 +87,6 @@ def matmul_seconds(n: int = 256, repeats: int = 5) -> dict:
             x @ y
             out[k].append(time.perf_counter() - t0)
     return out
-
-
-def bf16_fast() -> bool:
-    """Whether oneDNN (torch's CPU kernel library) runs bf16 matrix products on this CPU
-    (``torch.ops.mkldnn._is_mkldnn_bf16_supported()``): True with AVX-512 or newer on x86, with
-    or without bf16 instructions (`labkit.machine.bf16_matmul` tells the two apart)."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
 
 
 def speed_verdict(ratios: list, kind: str):

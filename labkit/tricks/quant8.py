@@ -13,7 +13,6 @@ Why bitsandbytes is not used: it runs on CPU (0.50.2 steps there), but installs 
 CUDA libraries; torchao's AdamW8bit compiles each step with torch.compile (about 30 s per
 tensor shape on a 2-core CPU). This file is the same algorithm in plain torch.
 """
-import math
 
 import torch
 
@@ -111,13 +110,3 @@ class Adam8bit(torch.optim.Optimizer):
                            "exp_avg_sq": N_("variance")}.get(key, "other")
                     out[cat] += t.untyped_storage().nbytes()
         return out
-
-
-def quantization_error(x: torch.Tensor, signed: bool = True, block: int = Q.BLOCK) -> float:
-    """Largest |x - dequantize(quantize(x))| relative to the block's scale (for the tests)."""
-    code, mids = _codebook(signed)
-    q, s = quantize(x, code, mids, block)
-    back = dequantize(q, s, code, block)
-    nb = s.numel()
-    err = torch.nn.functional.pad((back - x).abs().reshape(-1), (0, nb * block - x.numel())).view(nb, block)
-    return float((err.amax(dim=1) / s.clamp_min(1e-30)).max()) if not math.isnan(float(err.sum())) else math.nan

@@ -81,8 +81,8 @@ def test_checker_verdicts(cluster, capsys):
 
 
 def test_checker_without_a_cluster_says_so(capsys, monkeypatch):
-    from labkit.runtime import cluster as runtime_cluster
-    monkeypatch.setattr(runtime_cluster, "_current", None)
+    from labkit.runtime import kernel
+    monkeypatch.setattr(kernel, "_current", None)
     assert labkit.check.mean_over_ranks(_right) is False
     assert "start a cluster first" in capsys.readouterr().out
 

@@ -40,8 +40,8 @@ KERNELS = ROOT / "build" / "hub" / "jupyter"
 WHERE = dedent("""
     import json, ipykernel
     print("WHERE " + json.dumps({
-        "control": cluster._source.pool.server.address,
-        "stack_dir": cluster._source.pool.stack_dir,
+        "control": cluster.source.pool.server.address,
+        "stack_dir": cluster.source.pool.stack_dir,
         "pids": [w.pid for w in cluster.ranks],
         "connection_file": ipykernel.get_connection_file()}))
 """)

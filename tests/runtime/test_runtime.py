@@ -124,9 +124,9 @@ def test_push_pull(cluster):
 
 def test_ranks_magic_keeps_state_per_rank(cluster2, capsys):
     from IPython.core.interactiveshell import InteractiveShell
-    from labkit.runtime import cluster as runtime_cluster
+    from labkit.runtime import kernel
     shell = InteractiveShell.instance()
-    old = runtime_cluster._current
+    old = kernel._current
     try:
         shell.run_cell("%load_ext labkit", store_history=True)
         shell.user_ns["c2"] = cluster2
@@ -143,7 +143,7 @@ def test_ranks_magic_keeps_state_per_rank(cluster2, capsys):
         assert "Cell In[" in str(r.error_in_exec) and "raise KeyError" in str(r.error_in_exec)
         assert cluster2.pull("mine") == [0, 10], "a plain error keeps every rank's variables"
     finally:
-        runtime_cluster._current = old
+        kernel._current = old
 
 
 def test_world_size_one():
@@ -153,11 +153,11 @@ def test_world_size_one():
 
 def test_two_clusters_at_once_do_not_collide(cluster2):
     with labkit.Cluster(2, spares=0) as other:
-        assert other._source.pool.server.address != cluster2._source.pool.server.address
-        assert other._source.store_path != cluster2._source.store_path
+        assert other.source.pool.server.address != cluster2.source.pool.server.address
+        assert other.source.store_path != cluster2.source.store_path
         for c in (other, cluster2):
-            folder = os.path.dirname(c._source.store_path)   # the rendezvous: a private file
-            assert c._source.pool.server.address == os.path.join(folder, "control")  # a Unix socket
+            folder = os.path.dirname(c.source.store_path)   # the rendezvous: a private file
+            assert c.source.pool.server.address == os.path.join(folder, "control")  # a Unix socket
             assert os.stat(folder).st_mode & 0o777 == 0o700 and os.stat(folder).st_uid == os.getuid()
         results = {}
 
@@ -183,7 +183,7 @@ def test_control_channel_rejects_a_wrong_key(cluster2):
     from multiprocessing.connection import Client
     from multiprocessing import AuthenticationError
     with pytest.raises((AuthenticationError, EOFError, ConnectionError)):
-        Client(cluster2._source.pool.server.address, authkey=b"not the key").send(("hello", 1, 1, ""))
+        Client(cluster2.source.pool.server.address, authkey=b"not the key").send(("hello", 1, 1, ""))
     assert cluster2.run(lambda: 1) == [1, 1]
 
 
@@ -221,8 +221,8 @@ def test_unpicklable_things_are_named(cluster2):
 
 def test_a_second_cluster_mentions_the_first_and_close_all(capsys, monkeypatch):
     import weakref
-    from labkit.runtime import cluster as runtime_cluster
-    monkeypatch.setattr(runtime_cluster, "_open", weakref.WeakSet())   # leave the shared ones open
+    from labkit.runtime import kernel
+    monkeypatch.setattr(kernel, "_open", weakref.WeakSet())   # leave the shared ones open
     first = labkit.Cluster(1, spares=0)
     second = labkit.Cluster(1, spares=0)
     assert "other cluster(s) still open" in capsys.readouterr().err

@@ -173,7 +173,7 @@ DRIVER = r"""
 import os, sys, time, labkit
 c = labkit.Cluster(2, backend="gloo", spares=0)
 print("PIDS", *[w.pid for w in c.ranks], flush=True)
-print("DIR", c._source.pool.stack_dir, flush=True)
+print("DIR", c.source.pool.stack_dir, flush=True)
 def fn(d):
     import ctypes, os, signal, time
     if labkit.rank() == 0:

@@ -62,9 +62,9 @@ def test_arguments_and_results_travel_by_shared_memory(cluster2):
     assert _memfds(os.getpid()) <= 2              # the notebook keeps only the results' maps
     del out
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(_memfds(w.pid) for w in cluster2._ranks):
+    while time.monotonic() < deadline and any(_memfds(w.pid) for w in cluster2.ranks):
         time.sleep(0.05)
-    assert not any(_memfds(w.pid) for w in cluster2._ranks)   # ranks released their copies
+    assert not any(_memfds(w.pid) for w in cluster2.ranks)   # ranks released their copies
     cluster2.push(p=torch.nn.Parameter(torch.ones(70_000)), h=torch.ones(50_000, dtype=torch.bfloat16))
     got = cluster2.pull("p")
     assert type(got[1]) is torch.nn.Parameter and got[1].requires_grad and got[1].sum() == 70_000
@@ -86,7 +86,7 @@ def test_sigkill_of_notebook_or_rank_leaves_nothing(tmp_path):
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_runtime_data import _hold_and_sleep
         c = labkit.Cluster(2, backend="gloo", spares=0)
-        print(" ".join(str(w.pid) for w in c._source.pool.workers.values()), c._source.pool.zygote.proc.pid, flush=True)
+        print(" ".join(str(w.pid) for w in c.source.pool.workers.values()), c.source.pool.zygote.proc.pid, flush=True)
         c.run(_hold_and_sleep, torch.ones(8 * 2**20))
     """))
     nb = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
@@ -161,7 +161,7 @@ def _identity():
 @pytest.mark.skipif(not zygote.ENABLED, reason="no fork on this system")
 def test_three_failures_in_a_row_recover_from_the_zygote():
     with labkit.Cluster(2, backend="gloo", spares=0, timeout=60) as c:   # a fresh notebook
-        z = c._source.pool.zygote.proc.pid
+        z = c.source.pool.zygote.proc.pid
         ids = c.run(_identity)
         assert all(_ppid(pid) == z for _, pid, *_ in ids)            # forked, not spawned
         assert [i[2:5] for i in ids] == [(c.threads_per_rank, True, True)] * 2
@@ -183,24 +183,24 @@ def test_three_failures_in_a_row_recover_from_the_zygote():
                 t0 = time.perf_counter()
                 assert c.run(_identity)[1][0] == 1
                 times.append(time.perf_counter() - t0)
-                assert all(_ppid(w.pid) == z for w in c._ranks)       # replacements were forked
+                assert all(_ppid(w.pid) == z for w in c.ranks)       # replacements were forked
             rounds.append(times)
             if max(times) < FAST:
                 break
         assert min(max(t) for t in rounds) < FAST, rounds
-        assert c._source.pool.forked >= 8
+        assert c.source.pool.forked >= 8
 
 
 def test_zygote_death_falls_back_to_spawned_workers():
     with labkit.Cluster(2, backend="gloo", spares=0, timeout=60) as c:
-        if c._source.pool.zygote is None:
+        if c.source.pool.zygote is None:
             pytest.skip("no zygote on this system")
-        os.kill(c._source.pool.zygote.proc.pid, signal.SIGKILL)
+        os.kill(c.source.pool.zygote.proc.pid, signal.SIGKILL)
         assert c.run(lambda: 2) == [2, 2]         # ranks outlive their zygote
         with pytest.raises(labkit.RankError):
             c.run(_crash)
         assert c.run(lambda: 3) == [3, 3]         # replacements spawned
-        assert all(_ppid(w.pid) == os.getpid() for w in c._ranks)
+        assert all(_ppid(w.pid) == os.getpid() for w in c.ranks)
 
 
 # -- the learner's modules, folder and sys.path ---------------------------------------------

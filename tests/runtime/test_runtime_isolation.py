@@ -66,7 +66,7 @@ def listening_ports(pids) -> list:
 
 
 def cluster_pids(c) -> list:
-    pool = c._source.pool
+    pool = c.source.pool
     pids = [os.getpid(), *pool.workers]
     if pool.zygote is not None:
         pids.append(pool.zygote.proc.pid)
@@ -92,7 +92,7 @@ def victim_works(c) -> None:
 
 def test_every_path_into_the_cluster_is_refused(c, other_python, tmp_path):
     victim_works(c)
-    rank = c._ranks[0]
+    rank = c.ranks[0]
     seg = shm.Segment(private=True)                          # a tensor in shared memory, as a run holds one
     import torch
     seg.add(torch.ones(1 << 16).untyped_storage())
@@ -101,14 +101,14 @@ def test_every_path_into_the_cluster_is_refused(c, other_python, tmp_path):
     try:
         key_file = tls.write_join_file(os.path.join(key_dir, "join.json"),
                                        {"key": key, "cert": "", "name": "x", "tls": True})
-        folder = c._source.pool.stack_dir
+        folder = c.source.pool.stack_dir
         torchrun = os.getpid()                              # any pid: the name's public part
         targets = {
             "ports": listening_ports(cluster_pids(c)),
-            "store_path": getattr(c._source, "store_path", None) or os.path.join(folder, "rendezvous"),
+            "store_path": getattr(c.source, "store_path", None) or os.path.join(folder, "rendezvous"),
             "folder": folder, "stack_file": rank.stack_path, "rank_pid": rank.pid,
             "shm_path": f"/proc/{os.getpid()}/fd/{seg.fd}", "key_file": key_file,
-            "control": c._source.pool.server.address, "next_gen": c._gen + 1,
+            "control": c.source.pool.server.address, "next_gen": c._gen + 1,
             "agent_name_guess": f"\0labkit-agent-{os.getuid()}-{torchrun}",
             "agent_name": agent.socket_name(torchrun, bytes.fromhex(key)).decode("latin-1"),
         }
@@ -147,7 +147,7 @@ def test_a_squatted_agent_socket_is_named_in_the_notebook_at_once(other_python, 
     c = labkit.Cluster.remote("127.0.0.1:0", nnodes=1, nproc_per_node=1, timeout=30,
                               join_file=str(tmp_path / "join.json"), start_timeout=60)
     try:
-        key = bytes.fromhex(json.load(open(c.join_file))["key"])
+        key = bytes.fromhex(json.load(open(c.source.join_file))["key"])
         name = agent.socket_name(os.getpid(), key)          # the rank's parent plays torchrun
         squatter = subprocess.Popen([other_python, "-c", SQUAT, name.hex()], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, text=True, **sysusers.as_user(OTHER))
@@ -156,7 +156,7 @@ def test_a_squatted_agent_socket_is_named_in_the_notebook_at_once(other_python, 
                    WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
         t0 = time.monotonic()
         rank = subprocess.Popen([os.sys.executable, "-m", "labkit.runtime.remote.rank",
-                                 "--connect", f"127.0.0.1:{c.address[1]}", "--join", c.join_file],
+                                 "--connect", f"127.0.0.1:{c.source.address[1]}", "--join", c.source.join_file],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         with pytest.raises(errors.StartError) as info:
             c.wait_for_ranks()
@@ -191,7 +191,7 @@ def test_a_flood_of_connections_by_another_user_breaks_nothing(c, other_python):
               f"(opened in {[h['seconds'] for h in held]} s; accepted: "
               f"{[h['accepted'] for h in held]})")
         assert sum(h["held"] for h in held) >= 19_000, held
-        if c._source.pool.netns is not None:                 # the ranks' network is their own
+        if c.source.pool.netns is not None:                 # the ranks' network is their own
             assert sum(h["accepted"] for h in held) == 0, f"{OTHER} reached the cluster: {held}"
         t0 = time.monotonic()
         victim_works(c)
@@ -244,14 +244,15 @@ def needs_private_network(c) -> None:
     from labkit.runtime.local import netns
     if netns.wanted():
         pytest.skip(f"no private network by design here: {netns.wanted()}")
-    assert c._source.pool.netns is not None, f"no private network here: {c._source.pool.netns_why}"
+    assert c.source.pool.netns is not None, f"no private network here: {c.source.pool.netns_why}"
 
 
-def tell_new_listeners(pids, to, stop) -> None:
-    """Write the port of every new listening socket of these processes to `to`, the moment it
-    opens (what another user reads in /proc/net/tcp; told here so that the attacker touches no
-    one else's cluster on a shared machine)."""
-    known = set(listening_ports(pids))
+def tell_new_listeners(pids, known, to, stop) -> None:
+    """Write the port of every new listening socket of these processes (not among `known`, read
+    before the run starts: a run that opens its listener before this thread first looks must
+    not hide it) to `to`, the moment it opens (what another user reads in /proc/net/tcp; told
+    here so that the attacker touches no one else's cluster on a shared machine)."""
+    known = set(known)
     while not stop.is_set():
         for port in sorted(set(listening_ports(pids)) - known):
             known.add(port)
@@ -282,10 +283,11 @@ def test_another_user_cannot_take_a_pair_of_a_new_group(c, other_python, objects
     command runs."""
     needs_private_network(c)
     marker = f"/tmp/labkit-payload-ran-{os.getpid()}-{time.monotonic_ns()}"
-    pids = [w.pid for w in c._ranks]
+    pids = [w.pid for w in c.ranks]
     att = as_other(other_python, "hijack", str(os.getuid()), marker, *map(str, pids))
     stop = threading.Event()
-    teller = threading.Thread(target=tell_new_listeners, args=(pids, att.stdin, stop), daemon=True)
+    teller = threading.Thread(target=tell_new_listeners, args=(pids, listening_ports(pids), att.stdin, stop),
+                              daemon=True)
     try:
         watching = json.loads(att.stdout.readline())
         teller.start()
@@ -313,7 +315,7 @@ def test_a_flood_of_gloo_hellos_cannot_kill_a_rank(c, other_python):
     keep for the life of its process group until it aborted (SIGABRT). The ranks' listeners are
     out of the other user's reach: every connection is refused, the ranks live on."""
     needs_private_network(c)
-    before = [w.pid for w in c._ranks]
+    before = [w.pid for w in c.ranks]
     ports = listening_ports(before)
     n = max(rank_nofile(p) for p in before) + 100
     att = as_other(other_python, "seqflood", str(n), *map(str, ports), stdin=subprocess.DEVNULL)
@@ -323,4 +325,4 @@ def test_a_flood_of_gloo_hellos_cannot_kill_a_rank(c, other_python):
     print(f"\n{OTHER} sent {n} gloo hellos to each of ports {ports}: {report}")
     assert report["accepted"] == 0, f"{OTHER} reached a rank's gloo listener: {report}"
     victim_works(c)
-    assert [w.pid for w in c._ranks] == before, "a rank was replaced: the flood killed it"
+    assert [w.pid for w in c.ranks] == before, "a rank was replaced: the flood killed it"

@@ -178,7 +178,7 @@ def test_a_killed_zygote_is_named_as_killed(capfd):
     import signal
     with labkit.Cluster(2, backend="gloo", spares=1) as c:
         c.wait_for_spares()
-        os.kill(c._source.pool.zygote.proc.pid, signal.SIGKILL)
+        os.kill(c.source.pool.zygote.proc.pid, signal.SIGKILL)
         t0 = time.monotonic()
         while "forks ranks quickly has stopped" not in (err := capfd.readouterr().err):
             assert time.monotonic() - t0 < 10

@@ -52,7 +52,7 @@ def _my_listening_inodes(pids) -> set:
 @linux_only
 def test_every_rank_shares_one_private_network(cluster2):
     c = cluster2
-    assert c._source.pool.netns is not None, c._source.pool.netns_why
+    assert c.source.pool.netns is not None, c.source.pool.netns_why
     rows = c.run(_where)
     mine = os.readlink("/proc/self/ns/net")
     spaces = {r[0] for r in rows}
@@ -60,11 +60,11 @@ def test_every_rank_shares_one_private_network(cluster2):
     for ns, links, lo_up, listening, total, _ in rows:
         assert links == ["lo"] and lo_up, (links, lo_up)          # lo up, nothing else
         assert listening >= 1 and total == [2.0] * 4
-    inodes = _my_listening_inodes([w.pid for w in c._ranks])
+    inodes = _my_listening_inodes([w.pid for w in c.ranks])
     with open("/proc/net/tcp") as f:                          # the notebook's view (everyone's)
         seen = {line.split()[9] for line in f.readlines()[1:]}
     assert not inodes & seen, "a rank's socket shows in the notebook's /proc/net/tcp"
-    assert isinstance(c._source.pool.server.address, str)     # the control channel: Unix socket
+    assert isinstance(c.source.pool.server.address, str)     # the control channel: Unix socket
     c.restart()                                               # new ranks: the same namespace
     assert {r[0] for r in c.run(_where)} == spaces
 
@@ -87,7 +87,7 @@ def test_traffic_is_measured_inside_the_ranks_network(cluster2):
 SPAWNED = """
 import os, labkit
 with labkit.Cluster(2, spares=0, timeout=60) as c:
-    print(c._source.pool.zygote is None, c._source.pool.netns is not None)
+    print(c.source.pool.zygote is None, c.source.pool.netns is not None)
     print(len({r for r in c.run(lambda: os.readlink('/proc/self/ns/net'))}),
           os.readlink('/proc/self/ns/net') in c.run(lambda: os.readlink('/proc/self/ns/net')))
 """
@@ -115,7 +115,7 @@ def test_no_namespace_is_said_in_one_line(monkeypatch, capsys):
                         ("zh", "这台机器上的其他用户可以连接各 rank 的 gloo 端口")):
         monkeypatch.setenv("LABKIT_LANG", lang)
         with labkit.Cluster(2, spares=0, timeout=60) as c:
-            assert c._source.pool.netns is None
+            assert c.source.pool.netns is None
             assert c.run(lambda: labkit.rank()) == [0, 1]
         err = [line for line in capsys.readouterr().err.splitlines() if "gloo" in line]
         assert len(err) == 1 and words in err[0] and "Operation not permitted" in err[0], err
@@ -134,8 +134,8 @@ def test_portable_mode_says_it_too():
 AS_LEARNER = """
 import os, torch, labkit
 with labkit.Cluster(2, spares=0, timeout=120) as c:
-    p = c._source.pool.netns
-    print(p and p.kinds, c._source.pool.netns_why or "-")
+    p = c.source.pool.netns
+    print(p and p.kinds, c.source.pool.netns_why or "-")
     def fn(x):
         import os, torch.distributed as dist
         y = x.clone(); dist.all_reduce(y)

@@ -57,7 +57,7 @@ def _execute(kc, code: str, timeout: float = 120):
 START = ("import labkit\n"
          "c = labkit.Cluster(2, spares=2)\n"
          "assert c.wait_for_spares(60)\n"
-         "print('PIDS', ([w.pid for w in c._ranks], [w.pid for w in c._source.pool.spares]))")
+         "print('PIDS', ([w.pid for w in c.ranks], [w.pid for w in c.source.pool.spares]))")
 
 
 def _pids(out: str):

@@ -43,7 +43,7 @@ def remote(tmp_path_factory):
                               join_file=str(folder / "join.json"), env={"GLOO_SOCKET_IFNAME": "lo"},
                               timeout=30, start_timeout=90, restart_timeout=60, heartbeat_timeout=3)
     logs = [open(folder / f"node{n}.log", "w") for n in range(2)]
-    nodes = [_torchrun(c.commands["torchrun"], n, logs[n]) for n in range(2)]
+    nodes = [_torchrun(c.source.commands["torchrun"], n, logs[n]) for n in range(2)]
     c.torchruns, c.logs = nodes, [folder / f"node{n}.log" for n in range(2)]
     try:
         yield c
@@ -66,21 +66,21 @@ def total():
 
 
 def test_commands_and_the_key_file(remote):
-    cmd = remote.commands["torchrun"]
+    cmd = remote.source.commands["torchrun"]
     for part in ("torchrun --nnodes 2 --nproc-per-node 1", "--rdzv-backend c10d",
-                 f"--rdzv-endpoint {remote.rdzv_endpoint}", "-m labkit.runtime.remote.rank",
-                 f"--join {remote.join_file}", "--max-restarts"):
+                 f"--rdzv-endpoint {remote.source.rdzv_endpoint}", "-m labkit.runtime.remote.rank",
+                 f"--join {remote.source.join_file}", "--max-restarts"):
         assert part in cmd
-    assert remote.commands["srun"].startswith(f"srun --job-name {remote.name} --nodes 2 --ntasks-per-node 1 "
+    assert remote.source.commands["srun"].startswith(f"srun --job-name {remote.source.name} --nodes 2 --ntasks-per-node 1 "
                                               "env GLOO_SOCKET_IFNAME=lo torchrun")
-    key = json.load(open(remote.join_file))["key"]
-    assert key not in cmd and key not in remote.commands["srun"], "the key never on a command line"
-    assert os.stat(remote.join_file).st_mode & 0o777 == 0o600
+    key = json.load(open(remote.source.join_file))["key"]
+    assert key not in cmd and key not in remote.source.commands["srun"], "the key never on a command line"
+    assert os.stat(remote.source.join_file).st_mode & 0o777 == 0o600
 
 
 def test_a_normal_run_and_ranks_cell(remote, capsys):
     assert remote.run(total) == [3.0, 3.0]
-    assert remote.backend == "gloo" and sorted(n["name"] for n in remote.nodes) == [
+    assert remote.backend == "gloo" and sorted(n["name"] for n in remote.source.nodes) == [
         "node 0 (host %s)" % socket.gethostname(), "node 1 (host %s)" % socket.gethostname()]
     remote.push(x=5)
     assert remote.exec_cell("y = x * 10 + rank\nprint('rank', rank, 'of', world_size)\ny",
@@ -156,7 +156,7 @@ def test_an_interrupt_stops_every_remote_rank(remote):
 
 
 def test_a_killed_node_agent_is_named(remote):
-    node1 = next(n for n in remote.nodes if n["name"].startswith("node 1"))
+    node1 = next(n for n in remote.source.nodes if n["name"].startswith("node 1"))
     threading.Timer(1.0, os.kill, (node1["agent_pid"], signal.SIGKILL)).start()
     t0 = time.monotonic()
     with pytest.raises(labkit.RankError) as info:
@@ -168,7 +168,7 @@ def test_a_killed_node_agent_is_named(remote):
 
 
 def test_a_client_without_the_key_or_certificate_is_refused(remote):
-    host, port = remote.address
+    host, port = remote.source.address
     with socket.create_connection((host, port), 5) as s:   # no TLS at all: shut out
         s.sendall(b"hello, I am a worker\n" * 4)
         s.settimeout(5)
@@ -182,7 +182,7 @@ def test_a_client_without_the_key_or_certificate_is_refused(remote):
         except ConnectionResetError:
             pass
         assert got == b"" or got[:1] == b"\x15", f"only a TLS alert, then the door closes: {got!r}"
-    join = json.load(open(remote.join_file))
+    join = json.load(open(remote.source.join_file))
     wrong = dict(join, key=os.urandom(32).hex())  # the right certificate, a wrong key
     with pytest.raises(multiprocessing.AuthenticationError):
         agent.connect(f"{host}:{port}", wrong)
@@ -195,7 +195,7 @@ def test_a_client_without_the_key_or_certificate_is_refused(remote):
 
 def test_a_key_file_readable_by_others_is_refused(remote, tmp_path):
     bad = tmp_path / "join.json"
-    bad.write_text(open(remote.join_file).read())
+    bad.write_text(open(remote.source.join_file).read())
     os.chmod(bad, 0o644)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run([sys.executable, "-m", "labkit.runtime.remote.rank", "--connect",
@@ -212,10 +212,10 @@ def test_two_ranks_on_one_node_share_one_agent_and_close_cleanly(tmp_path):
                               join_file=str(tmp_path / "join.json"), start_timeout=90,
                               env={"GLOO_SOCKET_IFNAME": "lo"})
     with open(tmp_path / "node.log", "w") as log:
-        p = _torchrun(c.commands["torchrun"], 0, log)
+        p = _torchrun(c.source.commands["torchrun"], 0, log)
     try:
         assert c.run(total) == [3.0, 3.0]
-        assert [n["ranks"] for n in c.nodes] == [[0, 1]]
+        assert [n["ranks"] for n in c.source.nodes] == [[0, 1]]
         assert c.run(lambda: labkit.local_rank()) == [0, 1]
     finally:
         c.close()
@@ -225,17 +225,17 @@ def test_two_ranks_on_one_node_share_one_agent_and_close_cleanly(tmp_path):
             os.killpg(p.pid, signal.SIGKILL)
             code = p.wait()
     assert code == 0, open(tmp_path / "node.log").read()[-2000:]
-    assert not os.path.exists(c.join_file), "the key file is removed when the cluster closes"
+    assert not os.path.exists(c.source.join_file), "the key file is removed when the cluster closes"
 
 
 def test_a_silent_node_is_named_within_the_heartbeat_timeout(remote):
-    node1 = next(n for n in remote.nodes if n["name"].startswith("node 1"))
+    node1 = next(n for n in remote.source.nodes if n["name"].startswith("node 1"))
     threading.Timer(1.0, os.kill, (node1["agent_pid"], signal.SIGSTOP)).start()
     t0 = time.monotonic()
     try:
         with pytest.raises(labkit.RankError) as info:
             remote.run(time.sleep, 20)
-        assert time.monotonic() - t0 < 1.0 + remote.heartbeat_timeout + 3
+        assert time.monotonic() - t0 < 1.0 + remote.source.heartbeat_timeout + 3
         text = str(info.value)
         assert "rank 1 on node 1 (host" in text and "no word from its labkit agent for 3 s" in text
     finally:
@@ -245,7 +245,7 @@ def test_a_silent_node_is_named_within_the_heartbeat_timeout(remote):
 
 def test_a_node_whose_torchrun_ended_is_named_and_the_next_run_says_what_to_do(remote):
     """Last: node 1 leaves for good."""
-    node1 = next(n for n in remote.nodes if n["name"].startswith("node 1"))
+    node1 = next(n for n in remote.source.nodes if n["name"].startswith("node 1"))
     os.kill(node1["torchrun_pid"], signal.SIGKILL)  # its ranks die with it (PDEATHSIG)
     remote.restart_timeout = 3
     with pytest.raises(labkit.RankError, match="rank 1 on node 1"):

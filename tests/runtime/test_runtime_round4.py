@@ -109,7 +109,7 @@ def test_a_stopped_zygote_is_noticed_and_ranks_are_spawned(capfd):
     called "closed its connection but is still running" and left a zombie, and the recovery
     waited the whole restart timeout (120 s) with "0 of 2 ready"."""
     with labkit.Cluster(1, backend="gloo", spares=0, timeout=60) as cl:
-        z = cl._source.pool.zygote.proc.pid
+        z = cl.source.pool.zygote.proc.pid
         pids = cl.run(_pid)
         os.kill(z, signal.SIGSTOP)
         try:
@@ -194,12 +194,12 @@ def _sleep(s):
 
 def _press_ctrl_c_once_new_ranks_exist(cl):
     """Ctrl-C as soon as the cluster holds new ranks (taken from the pool, not joined yet)."""
-    pid, old = os.getpid(), {w.pid for w in cl._ranks}
+    pid, old = os.getpid(), {w.pid for w in cl.ranks}
 
     def press():
         t0 = time.monotonic()
         while time.monotonic() - t0 < 20:
-            now = {w.pid for w in list(cl._ranks)}
+            now = {w.pid for w in list(cl.ranks)}
             if now and not now & old:
                 break
             time.sleep(0.001)
@@ -208,7 +208,7 @@ def _press_ctrl_c_once_new_ranks_exist(cl):
 
 
 def _live_workers(cl) -> int:
-    return sum(w.alive() for w in list(cl._source.pool.workers.values()))
+    return sum(w.alive() for w in list(cl.source.pool.workers.values()))
 
 
 @pytest.mark.parametrize("what", ["restart", "wait_for_ranks"])

@@ -3,7 +3,7 @@ started exactly as the cluster printed them, on a Slurm cluster of this machine 
 slurmctld, slurmd: tests/support/slurm_cluster.py; a second slurmd in a network namespace of its own
 where root can make one).
 
-What a learner does is what the tests do: copy `cluster.commands["srun"]` (or "sbatch") into a
+What a learner does is what the tests do: copy `cluster.source.commands["srun"]` (or "sbatch") into a
 terminal whose Python environment has labkit and torchrun (PATH, PYTHONPATH), and run it.
 """
 import os
@@ -100,11 +100,11 @@ def test_how_a_job_ended_is_asked_of_scontrol(tmp_path, monkeypatch):
 def test_srun_as_printed_a_failed_rank_and_scancel(slurm, tmp_path):
     c = _cluster(slurm, tmp_path, 1, 2)
     log = open(tmp_path / "srun.log", "w")
-    srun = _terminal(c.commands["srun"], tmp_path, log)
+    srun = _terminal(c.source.commands["srun"], tmp_path, log)
     try:
         assert c.run(total) == [3.0, 3.0], (tmp_path / "srun.log").read_text()[-3000:]
-        job = c.nodes[0]["slurm_job"]
-        assert [(j, name) for j, name, _ in slurm.jobs()] == [(job, c.name)], "squeue: the job, by name"
+        job = c.source.nodes[0]["slurm_job"]
+        assert [(j, name) for j, name, _ in slurm.jobs()] == [(job, c.source.name)], "squeue: the job, by name"
 
         def fn():
             if labkit.rank() == 1:
@@ -128,7 +128,7 @@ def test_srun_as_printed_a_failed_rank_and_scancel(slurm, tmp_path):
             c.run(total)
         assert time.monotonic() - t0 < 10
         assert f"ran in Slurm job {job}, which was cancelled" in str(info.value)
-        assert c.commands["srun"] in str(info.value)
+        assert c.source.commands["srun"] in str(info.value)
     finally:
         c.close()
         srun.wait(30)
@@ -141,7 +141,7 @@ def test_sbatch_on_two_nodes_outlives_the_cell_and_close_ends_it(slurm, tmp_path
     nodes = 2 if slurm.two_nodes else 1
     c = _cluster(slurm, tmp_path, nodes, 1)
     try:
-        out = subprocess.run(shlex.split(c.commands["sbatch"]), cwd=tmp_path, capture_output=True,
+        out = subprocess.run(shlex.split(c.source.commands["sbatch"]), cwd=tmp_path, capture_output=True,
                              text=True, timeout=30, env=dict(
                                  os.environ, PYTHONPATH=str(ROOT),
                                  PATH=f"{pathlib.Path(sys.executable).parent}:{os.environ['PATH']}"))
@@ -150,8 +150,8 @@ def test_sbatch_on_two_nodes_outlives_the_cell_and_close_ends_it(slurm, tmp_path
         assert c.run(total) == ([3.0, 3.0] if nodes == 2 else [1.0])
         where = c.run(lambda: (os.environ["SLURM_JOB_ID"], os.environ["SLURMD_NODENAME"],
                                os.readlink("/proc/self/ns/net"), os.environ.get("PET_LOCAL_ADDR")))
-        assert {w[0] for w in where} == {job} and {n["slurm_job"] for n in c.nodes} == {job}
-        assert [(j, name) for j, name, _ in slurm.jobs()] == [(job, c.name)]
+        assert {w[0] for w in where} == {job} and {n["slurm_job"] for n in c.source.nodes} == {job}
+        assert [(j, name) for j, name, _ in slurm.jobs()] == [(job, c.source.name)]
         if nodes == 2:
             assert sorted(w[1] for w in where) == ["vm", "vm2"], where
             assert where[0][2] != where[1][2], "each rank in its node's own network namespace"
@@ -159,4 +159,4 @@ def test_sbatch_on_two_nodes_outlives_the_cell_and_close_ends_it(slurm, tmp_path
     finally:
         c.close()
     assert slurm.jobs() == [], "close() leaves no job in squeue"
-    assert (tmp_path / f"{c.name}-{job}.out").exists(), "the job's output where the command says"
+    assert (tmp_path / f"{c.source.name}-{job}.out").exists(), "the job's output where the command says"

@@ -43,8 +43,19 @@ def test_configs_and_prediction():
 
 
 # -- 8-bit Adam ------------------------------------------------------------------------------
+def quantization_error(x: torch.Tensor, signed: bool = True, block: int = Q.BLOCK) -> float:
+    """Largest |x - dequantize(quantize(x))| relative to the block's scale."""
+    from labkit.tricks.quant8 import _codebook, dequantize, quantize
+    code, mids = _codebook(signed)
+    q, s = quantize(x, code, mids, block)
+    back = dequantize(q, s, code, block)
+    nb = s.numel()
+    err = torch.nn.functional.pad((back - x).abs().reshape(-1), (0, nb * block - x.numel())).view(nb, block)
+    return float((err.amax(dim=1) / s.clamp_min(1e-30)).max()) if not math.isnan(float(err.sum())) else math.nan
+
+
 def test_adam8bit_tracks_fp32_adam_and_counts_its_bytes():
-    from labkit.tricks.quant8 import Adam8bit, quantization_error
+    from labkit.tricks.quant8 import Adam8bit
     torch.manual_seed(0)
     w = torch.randn(300, 70)                   # 21,000 values: 83 blocks, the last one short
     small = torch.randn(50)                    # below 4096 values: fp32 moments

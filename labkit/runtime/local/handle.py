@@ -106,4 +106,5 @@ def dump_stacks(ranks, which) -> dict:
                         "Python's lock, or stopped)")
         else:
             found[r] = stacks.parse_dump(ranks[r].read_stack(sizes[r]), ranks[r].main_ident)
+        ranks[r].stack_read = ranks[r].stack_size()   # a crash dump, later, comes after this
     return found

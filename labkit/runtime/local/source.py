@@ -31,9 +31,6 @@ def open_ports_warning(why: str) -> str:
 class LocalRanks:
     """Ranks forked or spawned on this machine (`Cluster(world_size)`)."""
     local = True                   # ranks share this machine's memory: tensors travel by shm
-    join_at_start = True           # the Cluster's first ranks join before the constructor returns
-    join_grace = 0.0               # seconds past the promote deadline for the joins
-    public = ()                    # no names of its own on the Cluster
 
     def __init__(self, spares: int = None):
         self.spares_wanted = spares
@@ -53,7 +50,6 @@ class LocalRanks:
         self.cvd = (env or {}).get(gpus.VAR, os.environ.get(gpus.VAR))
         self.world_size = world_size
         self.threads_per_rank = procs.fair_threads(world_size)
-        self.start_timeout, self.restart_timeout = start_timeout, 120.0
         self.pool = WorkerPool(self.threads_per_rank, spares, env)
         self.store_path = procs.rendezvous_store(self.pool.stack_dir)
         if self.pool.netns is None:               # no private network here: say so, once per cluster
@@ -67,9 +63,6 @@ class LocalRanks:
     # -- ranks --------------------------------------------------------------------------------
     def take(self, n: int, deadline: float) -> list:
         return self.pool.take(n, deadline)
-
-    def backend_for(self, ranks: list) -> str:
-        return self.backend
 
     def init_options(self, w, rank: int, gen: int) -> dict:
         """Where rank `rank` (handle `w`) meets the others for the process group `gen`."""
@@ -85,9 +78,6 @@ class LocalRanks:
     def wait_for_spares(self, timeout: float) -> bool:
         return self.pool.wait_for_spares(timeout)
 
-    def spare_count(self) -> int:
-        return len(self.pool.spares) if self.pool else 0
-
     def process_count(self) -> int:
         return len(self.pool.workers) if self.pool else 0
 
@@ -95,11 +85,13 @@ class LocalRanks:
         return dump_stacks(ranks, which)
 
     def describe(self) -> str:
-        """With NCCL under a spawner's CUDA_VISIBLE_DEVICES: which given GPU each rank uses."""
+        """The spares; with NCCL under a spawner's CUDA_VISIBLE_DEVICES, which given GPU each
+        rank uses."""
+        spares = f"{len(self.pool.spares) if self.pool else 0} spares"
         if self.backend != "nccl" or self.cvd is None:
-            return ""
+            return spares
         shown = gpus.rank_gpus(self.world_size, self.cvd, None)
-        return f"rank r on the r-th GPU of {gpus.VAR}={self.cvd} ({', '.join(map(str, shown))})"
+        return f"{spares}; rank r on the r-th GPU of {gpus.VAR}={self.cvd} ({', '.join(map(str, shown))})"
 
     def close(self) -> None:
         """Every process of the pool killed, its sockets and folder (with the rendezvous file)

@@ -155,10 +155,10 @@ def main(argv=None) -> None:
     worker.prepare(stack_path)
     os.environ["LABKIT_SHM"] = "0"                # tensors cannot cross machines through memfd
     import torch
-    import labkit.runtime.context as context
     from labkit.runtime import frames, protocol, shm
+    from labkit.runtime.channel import Channel
     shm.ENABLED = False
-    conn = context.Channel(frames.Conn(sock.detach()))   # one write per message
+    conn = Channel(frames.Conn(sock.detach()))   # one write per message
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     try:
         cores = len(os.sched_getaffinity(0))

@@ -16,13 +16,10 @@ has the commands and the security model.
 import os
 import secrets
 import shlex
-import sys
-import threading
-import time
 
-from labkit.runtime import errors, protocol
 from labkit.runtime.remote import slurm, tls
 from labkit.runtime.remote.link import Hub
+from labkit.runtime.remote.pool import RemotePool
 
 
 def _address(text: str) -> tuple:
@@ -32,88 +29,9 @@ def _address(text: str) -> tuple:
     return host, int(port)
 
 
-class RemotePool:
-    """The remote ranks that have reached the notebook, by their torchrun RANK."""
-
-    def __init__(self, missing_message, never_message):
-        self.missing_message = missing_message    # why ranks are missing, in words
-        self.never_message = never_message        # why they will never come (Slurm ended the job)
-        self.cond = threading.Condition()
-        self.workers = {}                         # pid ("host:pid") -> RemoteRank
-        self.spares = []
-        self.refused = None                       # why a node cannot start (a rank said so)
-
-    def add(self, w) -> None:                     # from the hub thread
-        with self.cond:
-            self.workers[w.pid] = w
-            self.cond.notify_all()
-
-    def forget(self, w) -> None:
-        with self.cond:
-            self.workers.pop(w.pid, None)
-
-    def refuse(self, why: str) -> None:           # from the server's handshake thread
-        with self.cond:
-            self.refused = why
-            self.cond.notify_all()
-
-    def top_up(self) -> None:
-        pass                                      # torchrun restarts ranks, not labkit
-
-    def _ready(self) -> dict:
-        """Live ranks that said hello, by rank (the newest one for each rank)."""
-        found = {}
-        for w in list(self.workers.values()):
-            if w.ready is None and w.conn is not None and not w.eof:
-                for msg in w.read_messages():
-                    if isinstance(msg, protocol.Hello):
-                        w.ready = msg.resources
-            if not w.alive() or w.eof:
-                self.workers.pop(w.pid, None)
-                lines = w.read_lines(final=True)
-                if lines and not w.stopped_by:
-                    print(f"labkit: rank {w.info['rank']} on {w.where} ended before it was "
-                          f"ready ({w.how_it_died()}):\n" + "\n".join(lines[-20:]), file=sys.stderr)
-            elif w.ready is not None:
-                found[int(w.info["rank"])] = w
-        return found
-
-    def take(self, n: int, deadline: float) -> list:
-        said, t0 = False, time.monotonic()
-        check_at = t0
-        with self.cond:
-            while True:
-                if self.refused:
-                    raise errors.StartError(f"a node cannot start: {self.refused}")
-                ready = self._ready()
-                bad = [w for w in ready.values() if int(w.info["world_size"]) != n]
-                if bad:
-                    raise errors.StartError(f"torchrun started {bad[0].info['world_size']} ranks, but "
-                                       f"this cluster has {n} (nnodes x nproc_per_node): run the "
-                                       "command the notebook printed")
-                if all(r in ready for r in range(n)):
-                    return [ready[r] for r in range(n)]
-                missing = [r for r in range(n) if r not in ready]
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise errors.StartTimeout(self.missing_message(missing))
-                if time.monotonic() >= check_at:  # Slurm ended their job: fail now, not at the deadline
-                    check_at, never = time.monotonic() + 1.0, self.never_message()
-                    if never:
-                        raise errors.StartError(f"ranks {missing} will not reach the notebook: {never}")
-                if not said and time.monotonic() - t0 > 3:
-                    print(f"labkit: waiting for ranks {missing} (torchrun starts or restarts "
-                          "them on their nodes) ...", file=sys.stderr)
-                    said = True
-                self.cond.wait(min(left, 0.05))
-
-    def wait_for_spares(self, timeout: float = 60.0) -> bool:
-        return True
-
-
 class RemoteRanks:
     """Ranks that torchrun starts on other machines (`Cluster.remote(...)`; see the module
-    docstring). Its public names are reachable on the Cluster too (`cluster.commands`, ...).
+    docstring); the Cluster's `source` (`cluster.source.commands`, `cluster.source.nodes`, ...).
 
     listen: 'HOST:PORT' the notebook listens on ('0.0.0.0:29500'; port 0: any free port).
     advertise: the host name the nodes use to reach the notebook (default: this machine's).
@@ -123,23 +41,16 @@ class RemoteRanks:
     tls: True (always, unless listen is loopback and you pass False).
     max_restarts: failures (hangs, deaths, interrupts) torchrun recovers from before its
         command must be run again. heartbeat_timeout: seconds of silence before a node is lost.
-    start_timeout: how long the first run waits for every rank; restart_timeout: how long a
-        later run waits for torchrun to restart them."""
+    (How long the first run waits for every rank, and a later one for torchrun's restarts, are
+    the Cluster's start_timeout and restart_timeout.)"""
     local = False                  # tensors cannot cross machines through shared memory
-    join_at_start = False          # the first run (or wait_for_ranks) waits for torchrun's ranks
-    join_grace = 60.0              # seconds past the promote deadline for the joins
-    public = ("listen", "nnodes", "nproc_per_node", "advertise", "rdzv_endpoint", "join_file",
-              "tls", "max_restarts", "heartbeat_timeout", "restart_timeout", "name", "address",
-              "commands", "instructions", "nodes", "certificate_tool")
 
     def __init__(self, listen: str, nnodes: int, nproc_per_node: int, *, advertise: str = None,
                  rdzv_endpoint: str = None, join_file: str = None, tls: bool = True,
-                 max_restarts: int = 100, heartbeat_timeout: float = 5.0,
-                 restart_timeout: float = 120.0):
+                 max_restarts: int = 100, heartbeat_timeout: float = 5.0):
         self.listen, self.nnodes, self.nproc_per_node = _address(listen), int(nnodes), int(nproc_per_node)
         self.advertise, self.rdzv_endpoint, self.join_file = advertise, rdzv_endpoint, join_file
         self.tls, self.max_restarts, self.heartbeat_timeout = tls, int(max_restarts), heartbeat_timeout
-        self.restart_timeout = restart_timeout
         self.name = f"labkit-{secrets.token_hex(4)}"
         self.backend, self.threads_per_rank = "?", None
         self.store, self._hub, self._server, self._folder = [], None, None, None
@@ -156,7 +67,7 @@ class RemoteRanks:
         if not self.tls and not tls.is_loopback(host):
             raise ValueError(f"refusing to listen on {host} without TLS: anyone who can reach that "
                              "address could try to run code in your ranks. Keep tls=True.")
-        self.backend_wanted, self.env, self.start_timeout = backend, env, start_timeout
+        self.backend_wanted, self.env = backend, env
         self._folder = tls.private_dir("labkit-remote-")
         ctx = None
         if self.tls:
@@ -220,10 +131,9 @@ class RemoteRanks:
 
     # -- ranks --------------------------------------------------------------------------------
     def take(self, n: int, deadline: float) -> list:
-        """The ranks torchrun started (or restarted), by the rank torchrun gave each."""
-        return self.pool.take(n, deadline)
-
-    def backend_for(self, ranks: list) -> str:
+        """The ranks torchrun started (or restarted), by the rank torchrun gave each (waiting
+        for them until `deadline`); `backend` and `threads_per_rank` are theirs from now."""
+        ranks = self.pool.take(n, deadline)
         enough = all(w.ready["gpus"] >= int(w.info["local_world_size"]) for w in ranks)
         if self.backend_wanted == "nccl" and not enough:
             raise ValueError("backend='nccl' needs one GPU per rank on every node")
@@ -232,7 +142,7 @@ class RemoteRanks:
         else:
             self.backend = "nccl" if enough else "gloo"
         self.threads_per_rank = ranks[0].ready["threads"] if ranks else None
-        return self.backend
+        return ranks
 
     def init_options(self, w, rank: int, gen: int) -> dict:
         """Rank `rank` joins through torchrun's store, as torchrun numbered it."""
@@ -248,9 +158,6 @@ class RemoteRanks:
 
     def wait_for_spares(self, timeout: float) -> bool:
         return True
-
-    def spare_count(self) -> int:
-        return 0
 
     def process_count(self) -> int:
         return len(self.pool.workers) if getattr(self, "pool", None) else 0

@@ -1,0 +1,128 @@
+"""The ranks of one generation, owned as one: what the Cluster does to all its ranks at once.
+
+    group = RankGroup(source.take(n, deadline), source, outputs)   # cluster.py's _promote
+    group.join(pg_timeout, gen, deadline)  # Init to each, wait for every Ready
+    outcome = group.run(task_id, "call", payload, timeout, ...)   # send, collect, release
+    group.recover(outcome, prefix)         # after a failure: join again, or kill (False)
+    group.kill("why")                      # every process ended and reaped, given back
+
+The group sends the task to every rank (protocol.Task, with the notebook's folder and edited
+modules: learner.py) and has `collect` wait for it; collect reads the results and tells the
+ranks that may free their shared memory (Release). After the run `recover` keeps the group,
+has it join a new process group (its own was lost), or kills it (a rank is dead, stuck or
+unreadable); the Cluster then takes a new one. A killed group is done: its ranks are handed
+back to the source (`forget`), and killing it again does nothing.
+"""
+import os
+import sys
+import time
+
+from labkit.i18n.lang import lang as i18n_lang
+from labkit.runtime import errors, learner, protocol
+from labkit.runtime.collect import collect
+
+
+class RankGroup:
+    def __init__(self, ranks: list, source, outputs):
+        self.ranks = ranks            # handle.RankHandle by rank
+        self.source = source          # where they came from (source.RankSource): stacks, forget
+        self.outputs = outputs        # output.Outputs: what each rank printed, on its way to the cell
+        self.joined = False           # every rank is in the process group
+        self.in_flight = False        # a task was sent and not collected (a run cut short)
+        self.alive = True             # not killed yet
+
+    # -- the process group --------------------------------------------------------------------
+    def join(self, pg_timeout: float, gen: int, deadline: float) -> None:
+        """Send each rank its Init (its rank, the backend, the notebook's sys.path and language,
+        and how it meets the others for the `gen`-th process group: the source's
+        `init_options`) and wait for every Ready."""
+        opts = {"world_size": len(self.ranks), "backend": self.source.backend,
+                "pg_timeout": pg_timeout, "sys_path": [p or os.getcwd() for p in sys.path],
+                "lang": i18n_lang()}              # what labkit prints on the rank: the notebook's
+        for r, w in enumerate(self.ranks):
+            w.rank = r
+            w.send(protocol.Init({"rank": r, **opts, **self.source.init_options(w, r, gen)}))
+        self._wait_joined(deadline)
+
+    def rejoin(self, prefix: str, deadline: float) -> None:
+        """The same ranks join a new process group under a new store prefix, namespaces kept
+        (after destroy_process_group() in a rank, or a collective that failed half-way)."""
+        self.joined = False
+        for w in self.ranks:
+            w.send(protocol.Rejoin(prefix))
+        self._wait_joined(deadline)
+
+    def _wait_joined(self, deadline: float) -> None:
+        """Every rank's reply to Init/Rejoin; on a failure kill them all and say why."""
+        waiting = set(range(len(self.ranks)))
+        while waiting:
+            for r in list(waiting):
+                w = self.ranks[r]
+                self.outputs.show(w)
+                msgs = w.read_messages()
+                if w.eof or w.garbled:
+                    how = w.how_it_died() if w.eof else f"sent garbage ({w.garbled})"
+                    self.kill()
+                    raise errors.StartError(f"rank {r} {how} while joining the process group")
+                for msg in msgs:
+                    if isinstance(msg, protocol.InitFailed):
+                        self.kill()
+                        f = errors.failure_from_report(r, msg.report)
+                        raise errors.StartError(f"rank {r} could not join the process group: "
+                                                f"{f.type}: {f.message}\n{f.traceback}")
+                    if isinstance(msg, protocol.Ready):
+                        waiting.discard(r)
+            if waiting and time.monotonic() > deadline:
+                self.kill()
+                raise errors.StartTimeout(f"ranks {sorted(waiting)} did not join the process group in time")
+            if waiting:
+                time.sleep(0.005)
+        self.joined = True
+
+    # -- one task ---------------------------------------------------------------------------------
+    def run(self, task_id: int, kind: str, payload, timeout: float, limits: tuple,
+            output_limits: tuple, events):
+        """Send one task to every rank and wait for it (collect.py): the `collect.Outcome`.
+        limits: (events, bytes of them) per rank; output_limits: (lines, bytes) per rank;
+        events: the collect.Events that receive what the ranks emit."""
+        for w in self.ranks:
+            self.outputs.show(w)                  # what a rank printed between runs
+            self.outputs.new_run(w, *output_limits)
+        msg = protocol.Task(task_id, kind, payload, learner.snapshot(), limits)
+        self.in_flight = True
+        for w in self.ranks:
+            w.send(msg)                           # a rank that is gone: its EOF, in collect
+        outcome = collect(self, task_id, timeout, limits, events)
+        self.in_flight = False
+        return outcome
+
+    def recover(self, outcome, prefix: str, timeout: float = 60.0) -> bool:
+        """After a run (its collect.Outcome): True if these ranks serve the next one, after
+        joining a new process group under `prefix` if theirs was lost; False if they were killed
+        (a rank dead, stuck or unreadable, or they could not join again)."""
+        if outcome.needs_new_ranks:
+            self.kill()
+            return False
+        if outcome.pg_lost:
+            try:
+                self.rejoin(prefix, time.monotonic() + timeout)
+            except (RuntimeError, TimeoutError) as exc:
+                print(f"labkit: the ranks could not join a new process group ({exc}); "
+                      "starting fresh ranks", file=sys.stderr)
+                return False
+        return True
+
+    # -- the end ------------------------------------------------------------------------------------
+    def kill(self, why: str = None) -> None:
+        """End every rank (with every process it started), show what each printed last, and
+        hand them back to the source. Safe to call twice."""
+        if not self.alive:
+            return
+        self.alive = self.joined = False
+        for w in self.ranks:
+            w.kill(why)
+        for w in self.ranks:
+            w.reap(1.0)
+            self.outputs.show(w, final=True)
+            self.outputs.forget(w)
+            self.source.forget(w)
