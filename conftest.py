@@ -11,7 +11,7 @@ well as tests/ (pytest asks a conftest only about the items under its own folder
 
 It also splits CI into two phases (`scripts/test`): `--phase parallel` runs every item except
 the SERIAL files on pytest-xdist workers (`--dist loadfile`: each notebook and each test file
-runs in order on one worker; tests/deck_build.py locks each deck, so the two files that use the
+runs in order on one worker; tests/support/deck_build.py locks each deck, so the two files that use the
 built decks execute each deck once between them); `--phase serial` then runs the SERIAL files alone, because they
 assert wall-clock times (a recovery within 1 s, a round trip against a pipe, a pipeline's
 bubble) that a second worker beside them would blur. A test that asserts a time in a file

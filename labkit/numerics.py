@@ -113,7 +113,7 @@ def one_step_over_bound(got: dict, want: dict, grads: dict, length: int, lr: flo
     """The worst element of `got` (a distributed run's parameters after one optimizer step)
     against `want` (one process's), as a fraction of its bound: <= 1 passes, and it fails
     by a factor of 100 or more for a gradient left unaveraged, a step skipped or a batch shard
-    off by one (tests/test_fsdp.py). `grads`: the reference's gradients by name (zeros for a
+    off by one (tests/fsdp/test_fsdp.py). `grads`: the reference's gradients by name (zeros for a
     tensor without one). Each gradient is a sum over the batch's `length` tokens, added in
     another order on the ranks (per rank, then the reduce-scatter or all-reduce), so it is
     within reorder_bound(length, s) of the reference's, with s the largest |gradient| of that

@@ -23,7 +23,7 @@ the numbers, all of them printed before the exit.
 
 `--cpu` runs part 2 alone on gloo on the CPU, world size 1: the same calls into labkit with the
 same arguments (only the CUDA allocator's reading is skipped), so a signature that changed is
-found without a GPU (tests/test_gpu_check.py runs it). Exit status: 0 every check ok; 1 a check
+found without a GPU (tests/gpu/test_gpu_check.py runs it). Exit status: 0 every check ok; 1 a check
 failed (its line says which); 2 no CUDA device, nothing checked (without --cpu). CI has no GPU:
 the GPU run is by hand where one is lent.
 """

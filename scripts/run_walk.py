@@ -1,5 +1,5 @@
 """The labkit files one `cluster.run(f)` passes through on the notebook's side, in order; and
-the round trip of a trivial run as a ratio to a pipe ping-pong (tests/test_runtime_speed.py).
+the round trip of a trivial run as a ratio to a pipe ping-pong (tests/runtime/test_runtime_speed.py).
 
     .venv/bin/python scripts/run_walk.py              # the walk of one run on a warm Cluster(2)
     .venv/bin/python scripts/run_walk.py --speed 5    # 5 rounds of the round-trip ratio

@@ -43,6 +43,13 @@ def cluster4():
     yield from _shared(4)
 
 
+@pytest.fixture
+def zh(monkeypatch):
+    """LABKIT_LANG=zh for one test: what labkit prints comes out in Chinese (the tests of the
+    Chinese edition ask for it by name)."""
+    monkeypatch.setenv("LABKIT_LANG", "zh")
+
+
 @pytest.fixture(params=[2, 4], ids=["2ranks", "4ranks"])
 def cluster(request):
     """Parametrises a test over the shared 2- and 4-rank clusters."""
@@ -100,7 +107,7 @@ _browser_off = []
 def _browser_missing() -> str:
     import sys, pathlib
     sys.path.insert(0, str(pathlib.Path(__file__).parent))
-    from browser_helpers import ENABLE, missing
+    from support.browser_helpers import ENABLE, missing
     why = missing()
     return f"{why}; {ENABLE}" if why else ""
 
@@ -148,7 +155,7 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{n} browser tests not run: {why}")
     _count_reports(terminalreporter)
     import sys
-    deck_build = sys.modules.get("deck_build")
+    deck_build = sys.modules.get("support.deck_build")
     for part, seconds in (deck_build.spent.items() if deck_build else ()):
         _part_seconds[part] -= seconds            # building (executing) the decks counts as "decks"
         _part_seconds["decks"] = _part_seconds.get("decks", 0.0) + seconds

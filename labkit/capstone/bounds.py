@@ -19,7 +19,7 @@ magnitudes do not depend on the CPU, only the rounding does).
   |dL/dp| |dp|). First order throughout: a gradient taken at parameters dp apart also moves by
   the curvature times dp, left out as in sgd_bound (small beside d while lr x curvature < 1
   over these few steps). Measured on this CPU: observed / bound 2e-5 .. 5e-4 for every layout,
-  the wrong variants 2.3 .. 4200 (tests/test_capstone.py prints them).
+  the wrong variants 2.3 .. 4200 (tests/capstone/test_capstone.py prints them).
 """
 import math
 

@@ -17,7 +17,7 @@ from labkit.numerics import reorder_bound, sgd_bound  # noqa: E402 (pure, no tor
 
 # Derived (labkit.numerics), not tuned: trial's mean gradient is a sum of N <= 8 local gradients
 # (+ the division) in another order on the ranks, the local gradients below G = 4 (randn(37) with
-# fixed seeds: 2.9 at most over 3 steps and 8 ranks; tests/test_zero_check.py checks it); then
+# fixed seeds: 2.9 at most over 3 steps and 8 ranks; tests/check/test_zero_check.py checks it); then
 # 3 SGD steps with momentum 0.9 at lr 0.1, |p| <= 5 (2.4 at the start, moved at most 0.56 G).
 TOL = sgd_bound(reorder_bound(8 + 1, 4.0), lr=0.1, steps=3, param_scale=5.0, momentum=0.9, grad_scale=4.0)
 

@@ -20,7 +20,7 @@ wchar/rchar also count pipes and files, and miss sendmsg/recvmsg traffic.
 
 gloo frames each message with a header and the receiver announces each receive it posts,
 so ``sent`` = payload + 96 B x messages sent + 48 B x messages received (gloo in torch 2.13;
-`overhead_per_message` measures both numbers, tests/test_comm.py checks the sum). On the
+`overhead_per_message` measures both numbers, tests/comm/test_comm.py checks the sum). On the
 receiving side the same bytes show up, except that a peer's 48-byte notices for this rank's
 last sends may arrive just after the block ends: ``received`` can be short by up to
 48 B x messages sent. On NCCL the bytes go over NVLink or InfiniBand, not these sockets, and `sent`

@@ -33,7 +33,7 @@ def qkv(batch=2, heads=4, kv_heads=None, seq=16, head_dim=8, seed=0, dtype=torch
 # Derived, not tuned (labkit.numerics.chain_bound): the reductions of one attention forward and
 # backward, summed in another order when the sequence is split over the ranks (chunks, then the
 # log-sum-exp merge or the ring's accumulation) than on one process. SCALE bounds every value
-# compared: tests/test_cp.py checks it on one process (qkv's and the random dout's sizes).
+# compared: tests/cp/test_cp.py checks it on one process (qkv's and the random dout's sizes).
 SCALE = 16.0
 
 

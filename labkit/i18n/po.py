@@ -14,7 +14,7 @@ update` re-extracts the templates and merges them into every .po: a new message 
 in untranslated, a changed one becomes ``#, fuzzy`` with its previous English (``#| msgid``),
 which labkit does not use until a translator checks it and removes the flag; a removed one is
 kept as ``#~`` (obsolete). Fuzzy and untranslated entries print and draw in English, and the
-checks (tests/test_i18n.py, `python -m labkit.i18n check`) name them.
+checks (tests/i18n/test_i18n.py, `python -m labkit.i18n check`) name them.
 """
 import pathlib
 import string

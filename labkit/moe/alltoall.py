@@ -11,7 +11,7 @@ receives from r-s (mod n), both posted before either is waited on (a blocking se
 every rank would wait forever for a receive nobody has posted yet). Its own block is copied.
 Empty blocks are not sent (both sides know the size, so both skip). Payload bytes and messages
 go to `labkit.comm.traffic` as the ring's do. gloo in torch 2.13 implements
-`all_to_all_single` with uneven and zero splits on CPU (tests/test_moe_parallel.py runs both).
+`all_to_all_single` with uneven and zero splits on CPU (tests/moe/test_moe_parallel.py runs both).
 """
 import torch
 import torch.distributed as dist

@@ -35,7 +35,7 @@ def rank_tokens(tokens, hidden, seed=1):
 # Derived, not tuned (labkit.numerics.chain_bound): the reductions along one forward and backward
 # of the MoE layer, summed in another order with experts on other ranks (tokens grouped per rank
 # and per expert, then the gradients' reduction) than on one device. SCALE bounds every value
-# compared: tests/test_moe_parallel.py checks it on one process (7.8 at most over its cases).
+# compared: tests/moe/test_moe_parallel.py checks it on one process (7.8 at most over its cases).
 SCALE = 16.0
 
 
@@ -84,7 +84,7 @@ def _compare(ep, ref, outs, data, me, n_world) -> dict:
     res = {"output": (y - y_ref).abs().max().item() if y.numel() else 0.0,
            "input grad": (x.grad - gx_ref).abs().max().item() if y.numel() else 0.0,
            # the EP side from what the experts received; which copies are dropped is the
-           # capacity rule, tested against formulas.kept in tests/test_moe.py
+           # capacity rule, tested against formulas.kept in tests/moe/test_moe.py
            "received = one device": bool(torch.equal(got.cpu(), tpe_ref.cpu())),
            "dropped": int(keep_ref.numel() - got.sum()),
            "dropped, one device": int((~keep_ref).sum())}

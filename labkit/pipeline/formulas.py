@@ -130,6 +130,6 @@ def grad_tolerance(microbatches: int, layers: int = 8, width: int = 64, microbat
     may be from one process's, derived (labkit.numerics.chain_bound), not observed: one forward
     and backward through the layers (each a sum of `width` terms each way) and the weight
     gradients' sums over the rows and the micro-batches, added in another order on the stages.
-    Scale 1: above every gradient of this MLP (tests/test_pipeline_run.py checks it)."""
+    Scale 1: above every gradient of this MLP (tests/pipeline/test_pipeline_run.py checks it)."""
     from labkit.numerics import chain_bound
     return chain_bound([width] * (2 * layers) + [microbatch_size * microbatches, microbatches], 1.0)

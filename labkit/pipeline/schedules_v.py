@@ -34,7 +34,7 @@ def zb_v(stages: int, microbatches: int) -> Schedule:
     gradient) and W (weight gradient); warm-up 2(p-r)-1 chunk-0 forwards on rank r, then the
     V's two chunks alternate; W's fill the gaps at the end.
 
-    The paper's claims, both checked in tests/test_pipeline_v.py: with equal chunk times
+    The paper's claims, both checked in tests/pipeline/test_pipeline_v.py: with equal chunk times
     (F = I = W) no rank is idle between its first and its last action, so the bubble in the
     paper's convention, 1 - m(F+I+W) / (the longest rank's span), is 0; and every rank holds at
     most 2p chunk activation sets of 1/(2p) of the model each: p micro-batches' worth, 1F1B's

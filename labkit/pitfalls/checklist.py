@@ -23,7 +23,7 @@ def _single_rank_sanity(steps: int = 40, lr: float = 0.05, batch: int = 16, shuf
                         frozen: bool = False):
     """Train a fresh model on this rank alone (no communication) on a learnable toy task.
     `shuffled_labels` (targets permuted across the samples: nothing left to learn) and `frozen`
-    (no parameter trains) are the two ways this item must say no (tests/test_pitfalls.py)."""
+    (no parameter trains) are the two ways this item must say no (tests/pitfalls/test_pitfalls.py)."""
     from labkit.ddp.lr_scaling import _task
     from labkit.toy_models import AwkwardNet, lm_loss
     torch.manual_seed(0)

@@ -112,7 +112,7 @@ def sync_kv_replica_grads(model: nn.Module) -> int:
 # Derived, not tuned (labkit.numerics.chain_bound): the reductions along one forward and
 # backward of the attention, each summed in another order on the ranks (split over heads, then
 # the all-reduce; the K/V replicas' gradients summed). GQA_SCALE bounds every value compared:
-# tests/test_tp_vocab.py checks it on one process (16.0 with one K/V head, 11.2 with two).
+# tests/tp/test_tp_vocab.py checks it on one process (16.0 with one K/V head, 11.2 with two).
 GQA_SCALE = 32.0
 
 

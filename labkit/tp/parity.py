@@ -24,7 +24,7 @@ from labkit.tp.vocab import VocabParallelEmbedding, vocab_parallel_cross_entropy
 # Derived, not tuned (labkit.numerics.chain_bound): the reductions along the longest chain of
 # one forward and backward through these blocks, each summed in another order on the ranks
 # (split over heads and columns, then the all-reduce) than on one device. SCALE bounds every
-# value compared (tests/test_tp.py checks it on one process: outputs reach 3.9, gradients 15).
+# value compared (tests/tp/test_tp.py checks it on one process: outputs reach 3.9, gradients 15).
 SCALE = 16.0
 
 
@@ -155,7 +155,7 @@ def activation_formula(n_layer=2, n_embd=256, n_head=4, b=4, s=64, sequence_para
 # Derived, not tuned (labkit.numerics.chain_bound), as `tolerance` above: the
 # reductions along one forward and backward, each summed in another order on the ranks (split
 # over the vocabulary, heads and columns, then the all-reduces) than on one device. SCALE (16,
-# above) bounds every value compared: tests/test_tp_vocab.py checks it on one process
+# above) bounds every value compared: tests/tp/test_tp_vocab.py checks it on one process
 # (the LM's loss, logits and gradients reach 4.3; the random logits of the two loss checks 5.0).
 def vocab_tolerance(vocab=64, n_embd=32, n_head=4, b=2, s=8) -> float:
     """The most `vocab_parity`'s differences may be on any CPU (fp32): the block's chain

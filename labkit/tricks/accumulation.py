@@ -41,7 +41,7 @@ def accumulate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, micro: 
 # backward of parity's TinyGPT (2 blocks, 64 wide, 4 heads, vocab 256), taken on micro-batches
 # of another size and added in another order (micro-batches, then the all-reduce) than one
 # process's pass over the global batch. SCALE bounds every value the chain computes (every
-# module's output, the logits, the gradients; tests/test_tricks.py checks it on one process:
+# module's output, the logits, the gradients; tests/tricks/test_tricks.py checks it on one process:
 # 4.3 at most, the gradients 0.085).
 SCALE = 8.0
 

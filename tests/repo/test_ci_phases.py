@@ -1,0 +1,80 @@
+"""CI's two phases (root conftest.py): every item runs in exactly one of them; a file in SERIAL
+and a single test marked `serial` run alone, everything else with the bulk. Pure: no process."""
+import importlib.util
+import pathlib
+import types
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _root_conftest():
+    spec = importlib.util.spec_from_file_location("labkit_root_conftest", ROOT / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Item:
+    def __init__(self, nodeid, marked=False):
+        self.nodeid = nodeid
+        self._marked = marked
+
+    def get_closest_marker(self, name):
+        return pytest.mark.serial.mark if (self._marked and name == "serial") else None
+
+
+def _config(phase, deselected):
+    hook = types.SimpleNamespace(pytest_deselected=lambda items: deselected.extend(items))
+    return types.SimpleNamespace(getoption=lambda name: phase, hook=hook)
+
+
+def test_each_item_runs_in_exactly_one_phase():
+    conftest = _root_conftest()
+    serial_file = sorted(conftest.SERIAL)[0]
+    items = [_Item(f"tests/{serial_file}::test_a"),                         # the whole file is serial
+             _Item("tests/ddp/test_ddp.py::test_overlap", marked=True),         # one marked test
+             _Item("tests/ddp/test_ddp.py::test_parity[2ranks]"),               # the rest of its file
+             _Item("notebooks/00_cluster.ipynb::Cell 0")]
+    ran = {}
+    for phase in ("parallel", "serial"):
+        kept, dropped = list(items), []
+        conftest.pytest_collection_modifyitems(_config(phase, dropped), kept)
+        ran[phase] = [i.nodeid for i in kept]
+        assert sorted(ran[phase] + [i.nodeid for i in dropped]) == sorted(i.nodeid for i in items)
+    assert ran["serial"] == [f"tests/{serial_file}::test_a", "tests/ddp/test_ddp.py::test_overlap"]
+    assert ran["parallel"] == ["tests/ddp/test_ddp.py::test_parity[2ranks]", "notebooks/00_cluster.ipynb::Cell 0"]
+    everything = list(items)
+    conftest.pytest_collection_modifyitems(_config("all", []), everything)
+    assert everything == items
+
+
+def test_every_serial_file_is_one_test_file_under_tests():
+    """SERIAL names files, not paths (tests/ has a folder per part of labkit): each name must be
+    a test file somewhere under tests/, once, or its tests would silently run with the bulk."""
+    serial = _root_conftest().SERIAL
+    found = {name: sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob(name)) for name in serial}
+    assert {name: paths for name, paths in found.items() if len(paths) != 1} == {}
+
+
+def test_the_serial_marker_is_declared():
+    """pytest warns of (and --strict-markers refuses) a marker pyproject.toml does not declare."""
+    text = (ROOT / "pyproject.toml").read_text()
+    assert '"serial: ' in text
+
+
+def test_a_learner_copy_runs_only_where_it_differs_from_its_notebook():
+    # A learner copy of a notebook with no exercise is that notebook again: nbval runs it once.
+    from labkit.course.exercises import BEGIN
+    ignore = _root_conftest().pytest_ignore_collect
+    with_exercise = [p.name for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
+                     if BEGIN in p.read_text(encoding="utf-8")]
+    without = [p.name for p in sorted((ROOT / "notebooks").glob("*.ipynb")) if p.name not in with_exercise]
+    assert with_exercise and without
+    for name in with_exercise:
+        for folder in ("learner", "learner-zh"):
+            assert ignore(ROOT / "build" / folder / name, None) is None, name
+    for name in without:
+        assert ignore(ROOT / "build" / "learner" / name, None) is True, name
+        assert ignore(ROOT / "notebooks" / name, None) is None, name

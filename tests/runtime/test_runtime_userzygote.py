@@ -1,0 +1,274 @@
+"""The learner's zygote (issue 36, labkit/runtime/local/userzygote.py): one per user, shared by
+the notebooks of that user and outliving them, never giving a rank stale code, never keeping a
+rank alive past its notebook. Each notebook here is a process of its own; each test uses a
+zygote of its own (LABKIT_ZYGOTE_IDLE is part of the zygote's key) and stops it at the end.
+(Another user's attempts on it: test_runtime_isolation.py.)"""
+import os
+import pathlib
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+
+import pytest
+
+import labkit
+from labkit.runtime import stacks
+from labkit.runtime.local import userdir, userzygote, zygote
+from support.runtime_helpers import gone
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600),
+              pytest.mark.skipif(not zygote.ENABLED, reason="no zygote without fork and pidfd "
+                                 "(LABKIT_PORTABLE=1, macOS)")]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+# A notebook: its cluster's ranks report who forked them, where they are, what they import.
+NOTEBOOK = r"""
+import os, sys, time
+import labkit
+def look():
+    import os, labkit, helpers
+    with open(f"/proc/{os.getpid()}/stat") as f:
+        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+    return ppid, os.getcwd(), helpers.VALUE, os.environ.get("LKT_MINE"), getattr(labkit, "ZPROBE", None)
+c = labkit.Cluster(2, backend="gloo", spares=0)
+print("ZYGOTE", c.source.pool.zygote.proc.pid, c.source.pool.zygote.shared, flush=True)
+print("RANKS", repr(c.run(look)), flush=True)
+print("PIDS", *[w.pid for w in c.ranks], c.source.pool.stack_dir, flush=True)
+if sys.argv[1] == "hold":
+    sys.stdin.read()
+c.close()
+"""
+
+
+def key_env(**more) -> dict:
+    """An environment whose zygote is this test's alone (the idle time is part of its key)."""
+    return dict(os.environ, LABKIT_ZYGOTE_IDLE=f"300.{uuid.uuid4().int % 10**9}",
+                PYTHONPATH=str(ROOT), **more)
+
+
+def notebook(folder: pathlib.Path, env: dict, value: int, hold=False, root=ROOT):
+    folder.mkdir(exist_ok=True)
+    (folder / "helpers.py").write_text(f"VALUE = {value}\n")
+    return subprocess.Popen([sys.executable, "-c", NOTEBOOK, "hold" if hold else "run"],
+                            cwd=folder, env=dict(env, PYTHONPATH=str(root)), text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def said(p) -> dict:
+    """ZYGOTE, RANKS and PIDS lines of a notebook, as they come."""
+    out = {}
+    while len(out) < 3:
+        line = p.stdout.readline()
+        assert line, f"the notebook ended early ({p.poll()})"
+        word, _, rest = line.strip().partition(" ")
+        if word in ("ZYGOTE", "RANKS", "PIDS"):
+            out[word] = rest
+    z, shared = out["ZYGOTE"].split()
+    *pids, stack_dir = out["PIDS"].split()
+    return {"zygote": int(z), "shared": shared == "True", "ranks": eval(out["RANKS"]),
+            "pids": [int(x) for x in pids], "stack_dir": stack_dir}
+
+
+def finish(p) -> None:
+    if p.stdin:
+        p.stdin.close()
+    assert p.wait(120) == 0
+
+
+def stop_zygote(pid: int) -> None:
+    """SIGTERM: it stops taking notebooks and exits once its own have gone."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    t0 = time.monotonic()
+    while not gone(pid) and time.monotonic() - t0 < 15:
+        time.sleep(0.05)
+    assert gone(pid), "the zygote did not exit on SIGTERM"
+
+
+def session(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[3])
+
+
+def test_a_later_notebook_forks_from_the_learners_zygote(tmp_path):
+    """Two notebooks of one user, in two folders with a helpers.py each: both clusters' ranks
+    are forked by one zygote, which is no child of either notebook and outlives the first;
+    each rank has its own notebook's folder, modules and environment."""
+    env = key_env()
+    a = notebook(tmp_path / "a", env, 1)
+    sa = said(a)
+    finish(a)
+    b = notebook(tmp_path / "b", dict(env, LKT_MINE="b"), 2)
+    sb = said(b)
+    z = sa["zygote"]
+    try:
+        assert sa["shared"] and sb["shared"]
+        assert sb["zygote"] == z, "the second notebook started a zygote of its own"
+        assert not gone(z), "the zygote ended with the first notebook"
+        assert session(z) != session(os.getpid()), "the zygote is in a session of its own"
+        assert all(r[0] == z for r in sa["ranks"] + sb["ranks"])        # forked by it
+        assert [r[1:4] for r in sa["ranks"]] == [(str(tmp_path / "a"), 1, None)] * 2
+        assert [r[1:4] for r in sb["ranks"]] == [(str(tmp_path / "b"), 2, "b")] * 2
+        assert all(gone(p) for p in sa["pids"]) and not os.path.exists(sa["stack_dir"])
+        finish(b)
+        assert all(gone(p) for p in sb["pids"]) and not os.path.exists(sb["stack_dir"])
+        assert not gone(z), "the idle zygote waits for the next notebook"
+    finally:
+        stop_zygote(z)
+
+
+def test_a_changed_labkit_file_gives_the_next_cluster_a_fresh_zygote(tmp_path):
+    """A copy of labkit (its own zygote: the folder is part of the key). A notebook runs; then
+    labkit's __init__.py is edited (as a pip install or an edit would): the next notebook's
+    ranks run the new code, from a new zygote, and the old zygote exits. A mere touch (the
+    file's stamps change, its text does not) is enough to start a fresh one too."""
+    root = tmp_path / "root"
+    shutil.copytree(ROOT / "labkit", root / "labkit", ignore=shutil.ignore_patterns("__pycache__"))
+    init = root / "labkit" / "__init__.py"
+    init.write_text(init.read_text() + "\nZPROBE = 1\n")
+    env = key_env()
+    zygotes = []
+    try:
+        first = said(p := notebook(tmp_path / "nb", env, 0, root=root))
+        finish(p)
+        zygotes.append(first["zygote"])
+        assert first["shared"] and [r[4] for r in first["ranks"]] == [1, 1]
+        init.write_text(init.read_text().replace("ZPROBE = 1", "ZPROBE = 2"))
+        second = said(p := notebook(tmp_path / "nb", env, 0, root=root))
+        finish(p)
+        zygotes.append(second["zygote"])
+        assert [r[4] for r in second["ranks"]] == [2, 2], "a rank ran the old labkit"
+        assert second["zygote"] != first["zygote"]
+        t0 = time.monotonic()
+        while not gone(first["zygote"]) and time.monotonic() - t0 < 15:
+            time.sleep(0.1)
+        assert gone(first["zygote"]), "the stale zygote did not exit"
+        os.utime(root / "labkit" / "runtime" / "worker.py")
+        third = said(p := notebook(tmp_path / "nb", env, 0, root=root))
+        finish(p)
+        zygotes.append(third["zygote"])
+        assert third["zygote"] != second["zygote"] and all(r[0] == third["zygote"] for r in third["ranks"])
+    finally:
+        for z in zygotes:
+            stop_zygote(z)
+
+
+def test_a_killed_notebook_takes_its_ranks_and_leaves_the_zygote(tmp_path, monkeypatch):
+    """A notebook SIGKILLed while one of its ranks is stopped: its ranks and its folder go at
+    once (the zygote saw its connection close), the zygote stays, and another notebook's
+    cluster on the same zygote (this test's) runs on."""
+    env = key_env()
+    monkeypatch.setenv("LABKIT_ZYGOTE_IDLE", env["LABKIT_ZYGOTE_IDLE"])
+    mine = labkit.Cluster(2, backend="gloo", spares=0)
+    z = mine.source.pool.zygote.proc.pid
+    try:
+        p = notebook(tmp_path / "a", env, 1, hold=True)
+        s = said(p)
+        assert s["zygote"] == z
+        os.kill(s["pids"][0], signal.SIGSTOP)
+        p.kill()
+        p.wait()
+        t0 = time.monotonic()
+        while not all(gone(q) for q in s["pids"]) and time.monotonic() - t0 < 10:
+            time.sleep(0.05)
+        assert all(gone(q) for q in s["pids"]), "a rank outlived its notebook"
+        t0 = time.monotonic()
+        while os.path.exists(s["stack_dir"]) and time.monotonic() - t0 < 5:
+            time.sleep(0.05)
+        assert not os.path.exists(s["stack_dir"])
+        assert not gone(z)
+        assert mine.run(labkit.rank) == [0, 1]
+        # the bench's class figure reads the same from /proc (labkit/bench/start_class.py)
+        from labkit.bench.start_class import forked_by
+        assert forked_by([{"ranks": mine.run(os.getpid), "uid": os.getuid()}]) == {os.getuid(): {z}}
+        sleeper = subprocess.Popen(["sleep", "30"])
+        try:
+            with pytest.raises(RuntimeError, match="was forked by"):
+                forked_by([{"ranks": [sleeper.pid], "uid": os.getuid()}])
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+    finally:
+        mine.close()
+        stop_zygote(z)
+
+
+def test_a_killed_zygote_leaves_the_ranks_and_the_next_cluster_starts_a_new_one(monkeypatch, capfd):
+    monkeypatch.setenv("LABKIT_ZYGOTE_IDLE", key_env()["LABKIT_ZYGOTE_IDLE"])
+    with labkit.Cluster(2, backend="gloo", spares=0) as c:
+        z = c.source.pool.zygote.proc.pid
+        pids = [w.pid for w in c.ranks]
+        os.kill(z, signal.SIGKILL)
+        assert c.run(labkit.rank) == [0, 1] and [w.pid for w in c.ranks] == pids
+        with pytest.raises(labkit.RankError):
+            c.run(os._exit, 3)
+        assert c.run(labkit.rank) == [0, 1]                   # spawned instead
+        assert "has stopped" in capfd.readouterr().err
+    with labkit.Cluster(1, backend="gloo", spares=0) as c:
+        z2 = c.source.pool.zygote.proc.pid
+        assert z2 != z and c.source.pool.zygote.shared
+    stop_zygote(z2)
+
+
+def test_env_gets_a_zygote_of_its_cluster_and_zero_none(monkeypatch):
+    """env= may be read while torch imports: that cluster's ranks come from a zygote of its
+    own, started with it. LABKIT_ZYGOTE=cluster: one per Cluster, as before; 0: spawned."""
+    with labkit.Cluster(1, backend="gloo", spares=0, env={"LKT_MINE": "x"}) as c:
+        assert not c.source.pool.zygote.shared
+        assert c.run(lambda: os.environ.get("LKT_MINE")) == ["x"]
+    monkeypatch.setenv("LABKIT_ZYGOTE", "cluster")
+    with labkit.Cluster(1, backend="gloo", spares=0) as c:
+        assert not c.source.pool.zygote.shared
+
+
+def test_idle_zygote_exits_after_its_idle_time(tmp_path):
+    env = dict(key_env(), LABKIT_ZYGOTE_IDLE=f"2.{uuid.uuid4().int % 10**9}")
+    s = said(p := notebook(tmp_path / "a", env, 1))
+    finish(p)
+    t0 = time.monotonic()
+    while not gone(s["zygote"]) and time.monotonic() - t0 < 30:
+        time.sleep(0.2)
+    assert gone(s["zygote"]), "the zygote outlived its idle time"
+
+
+def test_an_unsafe_folder_is_refused_and_the_cluster_still_starts(tmp_path, monkeypatch, capfd):
+    """The zygote's folder must be this user's, 0700, and no link: else nothing in it is
+    trusted and the cluster starts a zygote of its own (one line says why)."""
+    wide = tmp_path / "wide"
+    wide.mkdir(mode=0o755)
+    os.chmod(wide, 0o755)
+    with pytest.raises(PermissionError, match="open to other users"):
+        userdir.safe_folder(str(wide))
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    with pytest.raises(PermissionError, match="not a folder"):
+        userdir.safe_folder(str(tmp_path / "link"))
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(PermissionError, match="belongs to uid 65534"):
+            userdir.safe_folder(str(theirs))
+    assert stat.S_IMODE(os.stat(userdir.safe_folder(str(tmp_path / "new"))).st_mode) == 0o700
+    xdg, tmp = tmp_path / "xdg", tmp_path / "tmp"
+    (xdg / "labkit").mkdir(parents=True, mode=0o755)
+    os.chmod(xdg / "labkit", 0o755)
+    tmp.mkdir()
+    (tmp / f"labkit-zygote-{os.getuid()}").symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setattr(userzygote, "_said", [])
+    capfd.readouterr()
+    with labkit.Cluster(1, backend="gloo", spares=0) as c:
+        assert not c.source.pool.zygote.shared
+        assert c.run(labkit.rank) == [0]
+    err = capfd.readouterr().err
+    assert err.count("starts its own process that forks ranks") == 1 and "not a folder" in err, err
