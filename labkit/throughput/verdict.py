@@ -101,11 +101,11 @@ def diagnose(ranks, peak_bytes: float = None, budget_bytes: float = None) -> lis
              "imbalance": tr("waiting for a slower rank")}
     out = [Finding(1, tr("utilisation (compute share of the step)"), busy, BUSY_LOW, busy < BUSY_LOW,
                    idle_cause if busy < BUSY_LOW else "",
-                   tr("{busy:.0%} computing (low means below {low:.0%})", busy=busy, low=BUSY_LOW) +
-                   (tr("; the rest is mostly {cause} (data {data:.0%}, waiting for other ranks "
-                       "{wait:.0%}, communication {comm:.0%})", cause=words[idle_cause], data=data,
-                       wait=wait, comm=comm)
-                    if busy < BUSY_LOW else ""))]
+                   tr("{busy:.0%} computing (low means below {low:.0%}); the rest is mostly {cause} (data "
+                      "{data:.0%}, waiting for other ranks {wait:.0%}, communication {comm:.0%})",
+                      busy=busy, low=BUSY_LOW, cause=words[idle_cause], data=data, wait=wait, comm=comm)
+                   if busy < BUSY_LOW else
+                   tr("{busy:.0%} computing (low means below {low:.0%})", busy=busy, low=BUSY_LOW))]
     out.append(Finding(2, tr("communication share"), comm, COMM_SHARE, comm > COMM_SHARE,
                        "communication" if comm > COMM_SHARE else "",
                        tr("{comm:.0%} of the step (notes: above {line:.0%}, cut communication: "
