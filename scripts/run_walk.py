@@ -101,7 +101,7 @@ def walk(calls) -> tuple:
 
 
 def pipe_pingpong(n: int = 300) -> float:
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    sys.path.insert(0, os.path.join(ROOT, "tests", "runtime"))
     from test_runtime_speed import _pipe_pingpong
     return _pipe_pingpong(n)
 

@@ -153,6 +153,28 @@ def _sleep():
     time.sleep(30)
 
 
+FAILURES = ("crash", "hang", "interrupt")
+
+
+def fail(c, how: str) -> None:
+    """Make the cluster `c`'s run fail one way of FAILURES: rank 1 exits, rank 0 waits for a
+    message that never comes (the run's timeout: 0.5 s), or Ctrl-C (SIGINT to this process)
+    during a sleep; the error is swallowed, so the caller can time the recovery."""
+    import signal
+
+    import labkit
+    try:
+        if how == "crash":
+            c.run(_crash)
+        elif how == "hang":
+            c.run(_hang, timeout=0.5)
+        else:
+            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+            c.run(_sleep)
+    except (labkit.RankError, KeyboardInterrupt):
+        pass
+
+
 def _tiny():
     import torch
     t = torch.ones(1)
@@ -164,7 +186,6 @@ def standby(world_size: int, spares: int, use_zygote: bool) -> dict:
     """Three failures in a row (crash, hang, interrupt), each followed at once by a run:
     seconds from the failure being reported to the next run's result; and the idle memory
     (Pss) of the spare workers and the zygote."""
-    import signal
     import labkit
     from labkit.runtime.local import zygote
     saved = zygote.ENABLED
@@ -179,17 +200,8 @@ def standby(world_size: int, spares: int, use_zygote: bool) -> dict:
             z = c.source.pool.zygote
             zyg_pss = _pss(z.proc.pid) if z is not None else 0
             times = []
-            for how in ("crash", "hang", "interrupt"):
-                try:
-                    if how == "crash":
-                        c.run(_crash)
-                    elif how == "hang":
-                        c.run(_hang, timeout=0.5)
-                    else:
-                        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
-                        c.run(_sleep)
-                except (labkit.RankError, KeyboardInterrupt):
-                    pass
+            for how in FAILURES:
+                fail(c, how)
                 t0 = time.perf_counter()
                 c.run(_tiny)
                 times.append(time.perf_counter() - t0)

@@ -17,14 +17,12 @@ file measures an older checkout (PYTHONPATH=old/tree python labkit/bench/runtime
 import argparse
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
-from labkit.bench.cluster_data import _crash, _hang, _sleep, _tiny, _touch   # the same tasks as bench cluster
+from labkit.bench.cluster_data import FAILURES, _tiny, _touch, fail   # the same tasks as bench cluster
 
 
 def _big_result(mb):
@@ -50,18 +48,9 @@ def _one_repeat(n: int) -> dict:
             ts.append(time.perf_counter() - t)
         out["round trip, 4 ranks (ms)"] = statistics.median(ts) * 1e3
         times = []
-        for how in ("crash", "hang", "interrupt"):
+        for how in FAILURES:
             c.wait_for_spares()
-            try:
-                if how == "crash":
-                    c.run(_crash)
-                elif how == "hang":
-                    c.run(_hang, timeout=0.5)
-                else:
-                    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
-                    c.run(_sleep)
-            except (labkit.RankError, KeyboardInterrupt):
-                pass
+            fail(c, how)
             t = time.perf_counter()
             c.run(_tiny)
             times.append(time.perf_counter() - t)

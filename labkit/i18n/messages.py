@@ -65,6 +65,12 @@ def load(code: str, path=None) -> Catalog:
     compiled = _load_mo(path.with_suffix(".mo"), path)
     if compiled is not None:
         return compiled
+    return load_po(path)
+
+
+def load_po(path: pathlib.Path) -> Catalog:
+    """The catalog as polib reads the .po `path`: translated, not fuzzy, not obsolete (empty
+    where there is no such file)."""
     if not path.exists():
         return Catalog()
     import polib

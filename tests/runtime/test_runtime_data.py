@@ -6,13 +6,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
 import torch
 
 import labkit
+from labkit.bench.cluster_data import FAILURES, _crash, fail
 from labkit.runtime import shm, wire
 from labkit.runtime.local import zygote
 
@@ -132,27 +132,6 @@ def test_rank_killed_holding_shared_memory(cluster2):
 
 
 # -- the zygote: a standby that never runs dry ---------------------------------------------
-def _crash():
-    import os
-    import torch
-    import labkit
-    if labkit.rank() == 1:
-        os._exit(3)
-    torch.distributed.all_reduce(torch.ones(1))
-
-
-def _hang():
-    import torch
-    import labkit
-    if labkit.rank() == 0:
-        torch.distributed.recv(torch.zeros(1), src=1)
-
-
-def _sleep():
-    import time
-    time.sleep(30)
-
-
 def _identity():
     import os
     import signal
@@ -175,17 +154,8 @@ def test_three_failures_in_a_row_recover_from_the_zygote():
         rounds = []
         for _ in range(3):                        # other jobs' load shows as idle time: retry
             times = []
-            for how in ("crash", "hang", "interrupt"):
-                try:
-                    if how == "crash":
-                        c.run(_crash)
-                    elif how == "hang":
-                        c.run(_hang, timeout=0.5)
-                    else:
-                        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
-                        c.run(_sleep)
-                except (labkit.RankError, KeyboardInterrupt):
-                    pass
+            for how in FAILURES:
+                fail(c, how)
                 t0 = time.perf_counter()
                 assert c.run(_identity)[1][0] == 1
                 times.append(time.perf_counter() - t0)

@@ -180,13 +180,7 @@ class Server:
     def reap(self) -> bool:
         from labkit.runtime import protocol
         ended = False
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+        for pid, status in zm.reaped():
             client = self.owner.pop(pid, None)
             if client is None:
                 continue                          # an adopted descendant (zm._kill_adopted)

@@ -11,6 +11,28 @@ import socket
 import sys
 
 
+def _stdio(out_fd: int) -> None:
+    """A fresh fork's output to `out_fd` (the rank's output pipe), its input from /dev/null."""
+    os.dup2(out_fd, 1)
+    os.dup2(out_fd, 2)
+    os.close(out_fd)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+
+
+def reaped():
+    """(pid, status) of each child that has ended, without waiting (both zygotes' reap loops)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, status
+
+
 def _child(out_fd: int, sock, wake_r: int, wake_w: int, argv: tuple, owner: int) -> None:
     """In a fresh fork: shed the zygote's state and become a spare worker. Never returns."""
     try:
@@ -21,12 +43,7 @@ def _child(out_fd: int, sock, wake_r: int, wake_w: int, argv: tuple, owner: int)
         sock.close()
         os.close(wake_r)
         os.close(wake_w)
-        os.dup2(out_fd, 1)
-        os.dup2(out_fd, 2)
-        os.close(out_fd)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.close(devnull)
+        _stdio(out_fd)
         if "numpy" in sys.modules:                # forks share the zygote's numpy seed
             sys.modules["numpy"].random.seed()
         from labkit.runtime import worker
@@ -54,12 +71,7 @@ def child_for(out_fd: int, h, ns_fds: list, owner: int, close: list) -> None:
                 os.close(fd)
             except OSError:
                 pass
-        os.dup2(out_fd, 1)
-        os.dup2(out_fd, 2)
-        os.close(out_fd)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.close(devnull)
+        _stdio(out_fd)
         os.environ.clear()
         os.environ.update(h.env)
         from labkit.runtime.local import netns
@@ -221,13 +233,7 @@ def main() -> None:
             except BlockingIOError:
                 pass
         ended = False
-        while True:                               # reap, and tell the notebook how each ended
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+        for pid, status in reaped():              # reap, and tell the notebook how each ended
             if pid not in children:               # an adopted descendant (see _kill_adopted)
                 continue
             children.discard(pid)
