@@ -119,7 +119,11 @@ class _Splits:
         ranks = self.ranks or list(range(n))
         deadline = time.monotonic() + self.patience
         while not store.check(keys):
-            gone = [j for j in range(n) if store.check([f"labkit-check/{self.token[0]}/{self.key}/{ranks[j]}"])]
+            # gone: finished without having called this all-to-all. A rank that called it, then
+            # stopped on what it saw, is not gone: its key is there (it may have come between
+            # this loop's check of the keys and this line)
+            gone = [j for j in range(n) if not store.check([keys[j]])
+                    and store.check([f"labkit-check/{self.token[0]}/{self.key}/{ranks[j]}"])]
             if gone or time.monotonic() > deadline:
                 self._stop(tr("rank {rank} waited in its all-to-all number {i} for rank {other}, "
                               "which never called it", rank=rank, i=self.i,
