@@ -218,7 +218,7 @@ def collect(group, task_id: int, timeout: float, limits=None, events: Events = N
                     else:
                         out.broken.add(r)
             for w in ranks:
-                outputs.show(w)                   # redraw live lines whose redraw was due
+                outputs.redraw(w)                 # live lines whose redraw was due
     finally:
         sel.close()
     for w in ranks:

@@ -20,6 +20,7 @@ import time
 from labkit.i18n.lang import lang as i18n_lang
 from labkit.runtime import errors, learner, protocol
 from labkit.runtime.collect import collect
+from labkit.runtime.handle import pickled
 
 
 class RankGroup:
@@ -88,10 +89,10 @@ class RankGroup:
         for w in self.ranks:
             self.outputs.show(w)                  # what a rank printed between runs
             self.outputs.new_run(w, *output_limits)
-        msg = protocol.Task(task_id, kind, payload, learner.snapshot(), limits)
+        data = pickled(protocol.Task(task_id, kind, payload, learner.snapshot(), limits))
         self.in_flight = True
-        for w in self.ranks:
-            w.send(msg)                           # a rank that is gone: its EOF, in collect
+        for w in self.ranks:                      # pickled once for all of them
+            w.send_pickled(data)                  # a rank that is gone: its EOF, in collect
         outcome = collect(self, task_id, timeout, limits, events)
         self.in_flight = False
         return outcome

@@ -14,12 +14,18 @@ A subclass sets `conn`, `out_fd`, `pid`, `main_ident` and implements the methods
 raise NotImplementedError.
 """
 import os
+from multiprocessing.reduction import ForkingPickler
 
 from labkit.i18n import N_
 from labkit.runtime import errors, frames, stacks
 
 
 PARTIAL_KEPT = 64 << 10      # of a line without a newline, read_lines keeps this much (its tail)
+
+
+def pickled(msg) -> bytes:
+    """`msg` as Connection.send pickles it."""
+    return ForkingPickler.dumps(msg)
 
 
 class RankHandle:
@@ -43,8 +49,12 @@ class RankHandle:
     def send(self, msg) -> None:
         """One message to the rank. A rank that is gone shows up as EOF when its messages are
         read, so a failed send is left for that."""
+        self.send_pickled(pickled(msg))
+
+    def send_pickled(self, data: bytes) -> None:
+        """A message already pickled by `pickled` (one task, pickled once for every rank)."""
         try:
-            self.conn.send(msg)
+            self.conn.send_bytes(data)
         except (BrokenPipeError, OSError):
             pass
 

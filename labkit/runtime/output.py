@@ -246,5 +246,10 @@ class Outputs:
             if native:
                 self.native[o.rank] = native
 
+    def redraw(self, w) -> None:
+        """Redraw `w`'s unfinished line if its redraw is due, reading nothing (what arrived on
+        its pipe was read when the pipe said so)."""
+        self._of(w).tick()
+
     def forget(self, w) -> None:
         self._by_pid.pop(w.pid, None)

@@ -2,6 +2,7 @@
 the message to every rank after every run was about a quarter of a trivial run's round trip).
 """
 import os
+import pickle
 import time
 
 import pytest
@@ -30,9 +31,10 @@ def memfds(pid: int) -> int:
 def counted_sends(c):
     sent = {}
     for w in c.ranks:
-        real = w.conn.send
+        real = w.conn.send_bytes                  # every message goes out through it, pickled
         sent[w.pid] = []
-        w.conn.send = lambda msg, real=real, box=sent[w.pid]: (box.append(type(msg).__name__), real(msg))[1]
+        w.conn.send_bytes = lambda data, real=real, box=sent[w.pid]: (
+            box.append(type(pickle.loads(data)).__name__), real(data))[1]
     return sent
 
 
@@ -59,7 +61,7 @@ def test_a_trivial_run_sends_each_rank_its_task_and_nothing_else(c):
         assert c.run(big)[0].numel() == 1 << 18
     finally:
         for w in c.ranks:
-            del w.conn.send
+            del w.conn.send_bytes
     from labkit.runtime import shm
     through_shm = c.source.local and shm.ENABLED     # else results are pickled through the socket
     want = ["Task", "Task", "Release"] if through_shm else ["Task", "Task"]
