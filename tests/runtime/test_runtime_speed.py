@@ -79,8 +79,24 @@ def test_round_trip_against_a_pipe_ping_pong(cluster2):
 MAX_OVER_EXCHANGE = 4.5
 
 
+_EXCHANGE_ROUNDS = r"""
+import json, labkit
+from labkit.bench.start import round_trip_against_exchange
+with labkit.Cluster(4, backend="gloo") as c:
+    for _ in range(10):
+        c.run(int)
+    rounds = []
+    for _ in range(5):
+        run, floor = round_trip_against_exchange(c, 300)
+        rounds.append((run / floor, run, floor))
+        if run / floor < %r:
+            break
+print(json.dumps(rounds))
+"""
+
+
 @pytest.mark.cluster
-def test_round_trip_on_four_ranks_against_the_same_exchange_without_labkit(cluster4):
+def test_round_trip_on_four_ranks_against_the_same_exchange_without_labkit():
     """Issue 36's round trip, guarded: a trivial run on 4 ranks against the exchange it is made
     of without labkit (a pickled message to 4 forked children and an answer back from each,
     labkit/bench/start.Exchange), the two alternated call by call so that both meet the same
@@ -89,16 +105,16 @@ def test_round_trip_on_four_ranks_against_the_same_exchange_without_labkit(clust
     start`; 3.55-4.3x before the notebook stopped reading each message with a 1 MiB os.read and
     the rank stopped handing each task from one thread to another (0.54-0.71 ms). The bound
     leaves room for that spread: it catches a run that costs half again as much (a rank that
-    sleeps 0.3 ms per task: 4.9x, best of 5), not the step of 25% that change was. Best of up to 5 rounds."""
-    from labkit.bench.start import round_trip_against_exchange
-    for _ in range(10):
-        cluster4.run(_trivial)
-    rounds = []
-    for _ in range(5):
-        run, floor = round_trip_against_exchange(cluster4, 300)
-        rounds.append((run / floor, run, floor))
-        if run / floor < MAX_OVER_EXCHANGE:
-            break
+    sleeps 0.3 ms per task: 4.9x, best of 5), not the step of 25% that change was. Best of up to 5 rounds.
+    In a fresh process, as a notebook's: in CI's session every imported test file is a learner's
+    module that each task carries (learner.py): about 100 of them, a snapshot of 236 us and
+    9.5 kB per run, and the run took 1.1 ms there (6.5x)."""
+    import json
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _EXCHANGE_ROUNDS % MAX_OVER_EXCHANGE], check=True,
+                         capture_output=True, text=True, timeout=240).stdout
+    rounds = [tuple(r) for r in json.loads(out.strip().splitlines()[-1])]
     best = min(rounds)
     assert best[0] < MAX_OVER_EXCHANGE, (
         f"a trivial run on 4 ranks takes {best[1] * 1e3:.2f} ms, {best[0]:.1f}x the same exchange "
