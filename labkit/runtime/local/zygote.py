@@ -37,6 +37,9 @@ ENABLED = os.environ.get("LABKIT_ZYGOTE", "1") != "0" and portable.FORK_ZYGOTE  
 UNKNOWN_EXIT = 255          # a child's status after its zygote died (no one left to ask)
 
 
+STATUS_GRACE_S = 5.0     # how long a dead worker's exit status may take to come from the zygote
+
+
 class ForkedProc:
     """A forked worker as the notebook sees it: the subset of subprocess.Popen that
     handle.LocalRank uses (pid, stdout, stdin, poll, wait, kill, returncode)."""
@@ -81,7 +84,24 @@ class ForkedProc:
         except OSError:
             return True
 
+    def _gone(self) -> bool:
+        """Whether the process has exited (its pidfd is readable), though how it ended may still
+        be on its way from the zygote."""
+        fd = self._pidfd
+        if fd is None:
+            return False
+        p = select.poll()
+        try:
+            p.register(fd, select.POLLIN)
+        except (OSError, ValueError):
+            return True                           # closed meanwhile: its status has come
+        return bool(p.poll(0))
+
     def wait(self, timeout: float = None):
+        """Wait for the exit status. A process that has exited is waited for up to STATUS_GRACE_S
+        longer than `timeout`: the zygote reaps it and reports how it ended, and under load
+        (CI's parallel phase) that message once came after a wait of 0.5 s, so a rank killed
+        by SIGKILL was described as "closed its connection but is still running"."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._ended.wait(0.05) and self.poll() is None:
             if stacks.proc_state(self.pid) == "Z" and self._zygote.check_stopped():
@@ -90,6 +110,8 @@ class ForkedProc:
                     self._ended_with(status)
                     break
             if deadline is not None and time.monotonic() > deadline:
+                if time.monotonic() < deadline + STATUS_GRACE_S and self._gone():
+                    continue
                 raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout)
         return self.returncode
 
