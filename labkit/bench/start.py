@@ -17,7 +17,7 @@ Time to first result (issue 36), each figure a ratio against a reference measure
   too, for the issue's 1 ms). The ping-pong: a small pickled message to one child process and
   back over a multiprocessing.Pipe. Shown beside it: the exchange of a trivial run without
   labkit (`Exchange`: to n forked children and back, run by run), what
-  tests/runtime/test_runtime_speed.py guards.
+  tests/runtime/test_runtime_speed.py guards (start_round_trip.py).
 
 Each figure is printed with its goal and "ok" or "MISS"; the exit status is 1 when one is missed.
 """
@@ -101,137 +101,6 @@ def warm_seconds(world_size: int, env: dict, zygotes: set) -> float:
     return took
 
 
-def _echo(conn) -> None:
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            break
-        conn.send(msg)
-
-
-def pipe_pingpong_seconds(n: int) -> float:
-    """Median time of a small pickled message there and back over a multiprocessing.Pipe to one
-    child process (as the notebook's messages to a rank go: pickled, over a socket)."""
-    import multiprocessing
-    ours, theirs = multiprocessing.Pipe()
-    child = multiprocessing.get_context("spawn").Process(target=_echo, args=(theirs,), daemon=True)
-    child.start()
-    times = []
-    try:
-        for i in range(n):
-            t0 = time.perf_counter()
-            ours.send(("call", i))
-            ours.recv()
-            times.append(time.perf_counter() - t0)
-    finally:
-        ours.send(None)
-        child.join(10)
-    return statistics.median(times[n // 10:])
-
-
-def _echo_results(sock) -> None:
-    from multiprocessing.connection import Connection
-    conn = Connection(sock.detach())
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            os._exit(0)
-        conn.send(("result", msg[1], None))
-
-
-class Exchange:
-    """The exchange a trivial run is made of, without labkit: one small pickled message
-    (pickled once) to each of `world_size` forked children over a Unix socket, and a pickled
-    answer back from each, waited for with a selector. What labkit adds on top of it (the
-    function pickled by value, the learner's folder and modules, output, events, failures,
-    results through shared memory) is the round trip's ratio to this.
-
-        with Exchange(4) as ex:
-            seconds = ex.once()
-    """
-
-    def __init__(self, world_size: int):
-        import selectors
-        import socket
-        from multiprocessing.connection import Connection
-        self._conns, self._pids, self._i = [], [], 0
-        self._sel = selectors.DefaultSelector()
-        try:
-            for _ in range(world_size):
-                a, b = socket.socketpair()
-                pid = os.fork()
-                if pid == 0:                      # only echoes: safe after threads, no torch
-                    a.close()
-                    _echo_results(b)
-                b.close()
-                self._pids.append(pid)
-                self._conns.append(Connection(a.detach()))
-                self._sel.register(self._conns[-1].fileno(), selectors.EVENT_READ, self._conns[-1])
-        except BaseException:
-            self.close()
-            raise
-
-    def once(self) -> float:
-        import pickle
-        t0 = time.perf_counter()
-        self._i += 1
-        data = pickle.dumps(("call", self._i, b"x" * 600))
-        for c in self._conns:
-            c.send_bytes(data)
-        left = len(self._conns)
-        while left:
-            for key, _ in self._sel.select():
-                key.data.recv()
-                left -= 1
-        return time.perf_counter() - t0
-
-    def close(self) -> None:
-        self._sel.close()
-        for c in self._conns:
-            c.close()
-        for pid in self._pids:
-            os.waitpid(pid, 0)
-        self._conns, self._pids = [], []
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def round_trip_against_exchange(cluster, n: int) -> tuple:
-    """(round trip, exchange) medians, seconds: a trivial `cluster.run` and the same exchange
-    without labkit (`Exchange`), one after the other call by call, so that both meet the same
-    load and the same placement of processes on cores."""
-    runs, exchanges = [], []
-    with Exchange(cluster.world_size) as ex:
-        for _ in range(n):
-            t0 = time.perf_counter()
-            cluster.run(_nothing)
-            runs.append(time.perf_counter() - t0)
-            exchanges.append(ex.once())
-    return statistics.median(runs[n // 10:]), statistics.median(exchanges[n // 10:])
-
-
-def round_trip_seconds(world_size: int, n: int) -> float:
-    import labkit
-    with labkit.Cluster(world_size, backend="gloo") as c:
-        for _ in range(10):
-            c.run(_nothing)
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            c.run(_nothing)
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def _nothing():
-    return None
-
-
 def verdicts(ratios: dict) -> list:
     """(figure, ratio, goal, ok) for every figure measured, in GOALS' order."""
     return [(name, ratios[name], goal, ratios[name] <= goal) for name, goal in GOALS.items()
@@ -249,7 +118,7 @@ def report(ratios: dict, details: dict) -> int:
 
 
 def main(argv=None) -> int:
-    from labkit.bench import start_class
+    from labkit.bench import start_class, start_round_trip
     ap = argparse.ArgumentParser(prog="python -m labkit.bench start", description=__doc__.split("\n\n")[1])
     ap.add_argument("--repeat", type=int, default=3, help="runs of T, cold and warm (median)")
     ap.add_argument("--calls", type=int, default=300, help="trivial runs for the round trip")
@@ -285,15 +154,7 @@ def main(argv=None) -> int:
             details["zygotes/user"] = "the ranks' parents, from /proc: " + "; ".join(
                 f"uid {u}: {sorted(zs)}" for u, zs in by_user.items())
         if "round trip" not in skip:
-            pipe = pipe_pingpong_seconds(2000)
-            rt = round_trip_seconds(n, a.calls)
-            import labkit
-            with labkit.Cluster(n, backend="gloo") as c:
-                rt2, floor = round_trip_against_exchange(c, 1000)
-            ratios["round trip"] = rt / pipe
-            details["round trip"] = (f"{rt * 1e3:.2f} ms; pipe ping-pong {pipe * 1e6:.0f} us; the "
-                                     f"same exchange without labkit {floor * 1e6:.0f} us, "
-                                     f"{rt2 / floor:.1f}x, run by run")
+            ratios["round trip"], details["round trip"] = start_round_trip.figure(n, a.calls)
     finally:
         start_class.stop_zygotes(z for z in zygotes if z)
     print(f"  T (fresh import of torch and the preloads) = {T:.2f} s; load now {os.getloadavg()[0]:.1f}")

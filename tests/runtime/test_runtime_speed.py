@@ -81,7 +81,7 @@ MAX_OVER_EXCHANGE = 4.5
 
 _EXCHANGE_ROUNDS = r"""
 import json, labkit
-from labkit.bench.start import round_trip_against_exchange
+from labkit.bench.start_round_trip import round_trip_against_exchange
 with labkit.Cluster(4, backend="gloo") as c:
     for _ in range(10):
         c.run(int)
@@ -99,7 +99,7 @@ print(json.dumps(rounds))
 def test_round_trip_on_four_ranks_against_the_same_exchange_without_labkit():
     """Issue 36's round trip, guarded: a trivial run on 4 ranks against the exchange it is made
     of without labkit (a pickled message to 4 forked children and an answer back from each,
-    labkit/bench/start.Exchange), the two alternated call by call so that both meet the same
+    labkit/bench/start_round_trip.Exchange), the two alternated call by call so that both meet the same
     load. Measured on the course's 2-core machine, rounds of 300: 2.7-3.6x (0.44-0.62 ms
     against 139-213 us), 2.6-3.6x beside two busy loops, 3.7-3.8x inside `python -m labkit.bench
     start`; 3.55-4.3x before the notebook stopped reading each message with a 1 MiB os.read and
