@@ -30,7 +30,7 @@ import threading
 import time
 
 from labkit.i18n.messages import tr
-from labkit.runtime import portable, protocol, stacks
+from labkit.runtime import frames, portable, protocol, stacks
 from labkit.runtime.local import procs
 
 ENABLED = os.environ.get("LABKIT_ZYGOTE", "1") != "0" and portable.FORK_ZYGOTE   # Linux: pidfd, prctl
@@ -88,14 +88,10 @@ class ForkedProc:
         """Whether the process has exited (its pidfd is readable), though how it ended may still
         be on its way from the zygote."""
         fd = self._pidfd
-        if fd is None:
-            return False
-        p = select.poll()
         try:
-            p.register(fd, select.POLLIN)
+            return fd is not None and frames.readable(fd)
         except (OSError, ValueError):
             return True                           # closed meanwhile: its status has come
-        return bool(p.poll(0))
 
     def wait(self, timeout: float = None):
         """Wait for the exit status. A process that has exited is waited for up to STATUS_GRACE_S
