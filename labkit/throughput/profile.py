@@ -2,12 +2,15 @@
 
 The notes' tool list: "torch profiler → 定位计算/通信时间占比". The profiler records every
 operator with its start and end; a collective shows as `c10d::allreduce_` (the call) and
-its wait. Summing the time inside collectives over the profiled wall time gives the share
-without putting timers in the training loop - the way one finds it in a real job.
+its wait. Summing the time inside collectives over a step's wall time gives the share
+without putting timers in the training loop - the way one finds it in a real job. Each step
+is marked (`record_function`), and the share is the median of the steps' shares.
 """
+import os
+import statistics
 import time
 
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 
 COMM_WORDS = ("allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter", "broadcast",
               "wait")
@@ -18,28 +21,47 @@ def _is_comm(name: str) -> bool:
     return ("c10d" in n or "gloo" in n or "nccl" in n) and any(w in n for w in COMM_WORDS)
 
 
-def profiled_comm_share(step, steps: int = 3) -> dict:
-    """On a rank: run `step()` `steps` times under torch.profiler (CPU activity) and return
-    {"comm_s", "wall_s", "share", "ops"}: seconds inside top-level collective operators, wall
-    seconds, their ratio, and the collective operator names seen."""
+STEP_MARK = "labkit::step"
+
+
+def _union_us(ranges, lo: float, hi: float) -> float:
+    """Microseconds covered by the union of (start, end) `ranges` clipped to [lo, hi]: nested
+    records (a c10d call and gloo's own record inside it) count once."""
+    total, end = 0.0, lo
+    for s, e in sorted(ranges):
+        s, e = max(s, end), min(e, hi)
+        if e > s:
+            total += e - s
+            end = e
+    return total
+
+
+def profiled_comm_share(step, steps: int = 5) -> dict:
+    """On a rank: run `step()` `steps` times under torch.profiler (CPU activity), each inside a
+    `record_function("labkit::step")`, and return {"comm_s", "wall_s", "share", "step_shares",
+    "ops"}: seconds inside collective operators and wall seconds over all the steps, the
+    median of the steps' own shares (as `timed_run` takes the median of its steps, so that one
+    step slowed by another program does not decide), each step's share, and the collective
+    operator names seen."""
+    # torch 2.13's profiler library (kineto) writes "USDT: ... profiler_start" and
+    # "profiler_stop" to stderr on every run, which every rank would print into the notebook:
+    # level 6 keeps it quiet (it is read when the profiler first starts; a value set by the
+    # learner is kept). Errors still reach Python as exceptions.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
         for _ in range(steps):
-            step()
+            with record_function(STEP_MARK):
+                step()
         wall = time.perf_counter() - t0
-    events = [e for e in prof.events() if _is_comm(e.name)]
-    # keep only outermost collective events (a c10d op may contain gloo's own record)
-    events.sort(key=lambda e: (e.time_range.start, -e.time_range.end))
-    comm_us, end = 0.0, -1.0
-    for e in events:
-        if e.time_range.start >= end:
-            comm_us += e.time_range.end - e.time_range.start
-            end = e.time_range.end
-        elif e.time_range.end > end:
-            comm_us += e.time_range.end - end
-            end = e.time_range.end
-    return {"comm_s": comm_us / 1e6, "wall_s": wall, "share": comm_us / 1e6 / wall if wall else 0.0,
-            "ops": sorted({e.name for e in events})}
+    events = prof.events()
+    comm = [(e.time_range.start, e.time_range.end) for e in events if _is_comm(e.name)]
+    marks = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == STEP_MARK)
+    shares = [_union_us(comm, s, e) / (e - s) for s, e in marks if e > s]
+    comm_us = sum(_union_us(comm, s, e) for s, e in marks)
+    return {"comm_s": comm_us / 1e6, "wall_s": wall,
+            "share": statistics.median(shares) if shares else 0.0, "step_shares": shares,
+            "ops": sorted({e.name for e in events if _is_comm(e.name)})}
 
 
 def share_verdict(results, threshold: float = 0.30) -> bool:

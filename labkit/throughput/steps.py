@@ -130,10 +130,11 @@ def scenario(name: str, steps: int = 5, budget_bytes: int = MEMORY_BUDGET, seed:
     return {"phases": phases, "peak_bytes": int(p.total), "budget_bytes": int(budget_bytes)}
 
 
-def profiled_scenario(name: str = "communication", steps: int = 3, seed: int = 0) -> dict:
+def profiled_scenario(name: str = "communication", steps: int = 5, seed: int = 0) -> dict:
     """On every rank: the communication share of scenario `name` twice, from the timers
     (`timed_run`) and from torch.profiler (`profiled_comm_share`) over the same kind of step.
-    Returns {"timers": share, "profiler": share, "ops": collective operator names}."""
+    Returns {"timers": share, "profiler": share, "profiler_steps": each profiled step's share,
+    "ops": collective operator names}; both shares are medians over the steps."""
     from labkit.ddp.data_parallel import FlatDDP
     from labkit.throughput.profile import profiled_comm_share
     make, data_kw, batch, workers = SCENARIOS[name]
@@ -153,7 +154,8 @@ def profiled_scenario(name: str = "communication", steps: int = 3, seed: int = 0
         opt.zero_grad(set_to_none=True)
     step()                                        # warm-up outside the profile
     prof = profiled_comm_share(step, steps=steps)
-    return {"timers": timers.share("comm"), "profiler": prof["share"], "ops": prof["ops"]}
+    return {"timers": timers.share("comm"), "profiler": prof["share"], "profiler_steps": prof["step_shares"],
+            "ops": prof["ops"]}
 
 
 def load_memory_tracker() -> None:

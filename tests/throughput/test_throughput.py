@@ -98,3 +98,40 @@ def test_workers_overlap_waiting_items(cluster2):
     got = cluster2.run(_throughput)[0]
     assert got[4][0] > 2.0 * got[0][0], got     # ideal 4x; the load of the machine eats some
     assert got[4][0] < 4.4 / 0.02, got          # never above the ideal: the rate is steady state
+
+
+# --- the profiler's share: nested records once, and the median of the steps ----------------------
+def test_union_of_records_counts_nested_ones_once_and_clips_to_the_step():
+    from labkit.throughput.profile import _union_us
+    # a c10d call (10-30) with gloo's record inside it (12-28), a second call (40-50) half outside
+    assert _union_us([(10, 30), (12, 28), (40, 50)], 0, 45) == 20 + 5
+    assert _union_us([], 0, 10) == 0
+    assert _union_us([(5, 8)], 10, 20) == 0
+
+
+def _one_slow_step():
+    """Five steps of a 4 MB all-reduce; the first also sleeps 0.3 s outside any collective (as a
+    step slowed by another program). The share over the whole run falls far below the typical
+    step's; the median of the steps' shares does not."""
+    import time
+    import torch
+    import torch.distributed as dist
+    from labkit.throughput.profile import profiled_comm_share
+    x, n = torch.ones(2**20), [0]
+
+    def step():
+        if n[0] == 0:
+            time.sleep(0.3)
+        n[0] += 1
+        for _ in range(3):
+            dist.all_reduce(x)
+    return profiled_comm_share(step, steps=5)
+
+
+def test_profiled_share_is_the_median_of_the_steps_so_one_slow_step_does_not_decide(cluster2):
+    for r in cluster2.run(_one_slow_step):
+        assert len(r["step_shares"]) == 5
+        assert r["step_shares"][0] < 0.5 * min(r["step_shares"][1:]), r      # the slow step is there
+        assert r["share"] == sorted(r["step_shares"])[2] and r["share"] > 0.5, r
+        assert r["comm_s"] / r["wall_s"] < r["share"], r                     # the run's ratio is lower
+        assert {"c10d::allreduce_", "gloo:all_reduce"} <= set(r["ops"]), r
