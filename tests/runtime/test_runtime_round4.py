@@ -212,19 +212,38 @@ def _live_workers(cl) -> int:
     return sum(w.alive() for w in list(cl.source.pool.workers.values()))
 
 
+def _raised_here(exc: BaseException) -> bool:
+    """Whether `exc` was raised in the test's own frame (the Ctrl-C landed after the call had
+    returned, in the test's sleep) rather than inside labkit."""
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_name.startswith("test_")
+
+
 @pytest.mark.parametrize("what", ["restart", "wait_for_ranks"])
 def test_ctrl_c_during_restart_or_wait_for_ranks_stops_the_new_ranks(c, what):
-    for _ in range(3):
+    """Three Ctrl-Cs that land inside the call. A press can come after the call has returned
+    (the new ranks joined between the press thread seeing them and the signal): that round is
+    not counted, and the next one is tried, up to 10."""
+    inside = 0
+    for _ in range(10):
         if what == "wait_for_ranks":
             with pytest.raises(errors.RankError):
                 c.run(os._exit, 1)                # the next ranks start in wait_for_ranks()
         _press_ctrl_c_once_new_ranks_exist(c)
         with pytest.raises(KeyboardInterrupt) as exc:
             getattr(c, what)()
-            time.sleep(5)                         # (the interrupt came after the call)
+            time.sleep(25)                        # (the interrupt came after the call)
+        if _raised_here(exc.value):
+            continue
         assert str(exc.value).startswith(f"interrupted: {what}() was stopped and the 2 ranks with it"), repr(exc.value)
         time.sleep(0.5)
         assert _live_workers(c) <= 2, f"{_live_workers(c)} worker processes after an interrupted {what}()"
+        inside += 1
+        if inside == 3:
+            break
+    assert inside == 3, f"only {inside} of 10 Ctrl-Cs landed inside {what}()"
     assert c.run(labkit.rank) == [0, 1]
     assert _live_workers(c) == 2
 
