@@ -272,3 +272,46 @@ def test_an_unsafe_folder_is_refused_and_the_cluster_still_starts(tmp_path, monk
         assert c.run(labkit.rank) == [0]
     err = capfd.readouterr().err
     assert err.count("starts its own process that forks ranks") == 1 and "not a folder" in err, err
+
+
+def _say_and_hang_up(where: str, zygote_pid: int, message: bytes) -> None:
+    """Connect to the zygote as this user (not as a notebook) and hang up after `message`."""
+    import socket
+    sock_path = next(p[:-len(".pid")] + ".sock" for p in map(str, pathlib.Path(where).glob("zygote-*.pid"))
+                     if pathlib.Path(p).read_text().strip() == str(zygote_pid))
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(sock_path)
+    s.send(message)
+    time.sleep(0.2)
+    s.close()
+
+
+def test_a_process_of_the_user_that_is_no_notebook_never_ends_the_zygote(tmp_path):
+    """The zygote serves every notebook of the user at once: what one connection sends (not a
+    Hello, a Hello whose cluster folder is not there or is gone already, as when a notebook
+    removes its folder while the zygote drops it) ends that connection, never the zygote.
+    It once died of a FileNotFoundError there, and every other notebook's ranks were then
+    described as 'exited with code 255' (CI, test_rank_killed_holding_shared_memory)."""
+    import pickle
+    env = key_env()
+    a = notebook(tmp_path / "a", env, 1, hold=True)
+    sa = said(a)
+    z = sa["zygote"]
+    where = userdir.folder()
+    gone_dir = tempfile.mkdtemp(prefix="labkit-")
+    os.rmdir(gone_dir)
+    try:
+        for message in [b"not a pickle", pickle.dumps(("a", "tuple")),
+                        pickle.dumps(userzygote.Hello({}, "/", "x", None, b"", ())),
+                        pickle.dumps(userzygote.Hello({}, "/", "x", gone_dir, b"", ()))]:
+            _say_and_hang_up(where, z, message)
+            time.sleep(0.3)
+            assert not gone(z), f"the zygote died of {message[:60]!r}"
+        b = notebook(tmp_path / "b", env, 2)
+        sb = said(b)
+        assert sb["zygote"] == z and all(r[0] == z for r in sb["ranks"])
+        finish(b)
+        finish(a)
+        assert all(gone(p) for p in sa["pids"] + sb["pids"])
+    finally:
+        stop_zygote(z)

@@ -119,9 +119,18 @@ class Peer:
 
 def remove_cluster_folder(path: str) -> None:
     """A notebook gone without closing its cluster leaves its folder: remove it (only such a
-    folder: labkit-<pid>-... in the temp folder, this user's)."""
+    folder: labkit-<pid>-... in the temp folder, this user's). The notebook may be removing it
+    at the same moment (a cluster closed as its zygote hears of it): a folder already gone is
+    no error. (The learner's zygote once died here, for all of its notebooks, of a
+    FileNotFoundError between a check and an lstat.)"""
     import shutil
-    if (os.path.dirname(os.path.realpath(path)) == os.path.realpath(tempfile.gettempdir())
-            and os.path.basename(path).startswith("labkit-") and os.path.isdir(path)
-            and os.lstat(path).st_uid == os.getuid()):
+    import stat
+    try:
+        if (os.path.dirname(os.path.realpath(path)) != os.path.realpath(tempfile.gettempdir())
+                or not os.path.basename(path).startswith("labkit-")):
+            return
+        st = os.lstat(path)
+    except (OSError, TypeError, ValueError):
+        return
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
         shutil.rmtree(path, ignore_errors=True)

@@ -127,6 +127,27 @@ class Server:
             userdir.remove_cluster_folder(client.hello.stack_dir)
         self.last_seen = time.monotonic()
 
+    def serve_safely(self, client: Client) -> None:
+        """`serve`, where a fault while serving one notebook ends that notebook's ranks (its
+        connection is dropped; it spawns instead), never the zygote that the user's other
+        notebooks fork from. The traceback goes to the zygote's log."""
+        try:
+            self.serve(client)
+        except Exception:                         # noqa: BLE001 - logged, that client dropped
+            import traceback
+            traceback.print_exc()
+            sys.stderr.flush()
+            try:
+                self.drop(client, gone=False)
+            except Exception:                     # noqa: BLE001
+                traceback.print_exc()
+                self.clients.pop(client.sock, None)
+                for end in (lambda: self.sel.unregister(client.sock), client.sock.close):
+                    try:
+                        end()
+                    except Exception:             # noqa: BLE001 - already done by drop
+                        pass
+
     def serve(self, client: Client) -> None:
         from labkit.runtime import protocol
         try:
@@ -139,12 +160,16 @@ class Server:
             self.drop(client)
             return
         if client.hello is None:
+            from labkit.runtime.local.userzygote import Hello
             try:
-                client.hello, client.fds = pickle.loads(msg), fds
+                hello = pickle.loads(msg)
             except Exception:                     # noqa: BLE001 - not a notebook of ours
-                client.fds = fds
+                hello = None
+            client.fds = fds
+            if not isinstance(hello, Hello):      # (a process of this user, not a notebook)
                 self.drop(client)
                 return
+            client.hello = hello
             self.served = True
             self.send(client, protocol.ZygoteReady(os.getpid()))
             return
@@ -275,7 +300,7 @@ def main() -> None:
             elif key.fileobj is srv.listener:
                 srv.accept()
             elif key.fileobj in srv.clients:
-                srv.serve(srv.clients[key.fileobj])
+                srv.serve_safely(srv.clients[key.fileobj])
         if srv.reap() or events:
             zm._kill_adopted(set(srv.owner))
         if not preloaded and time.monotonic() - quiet_since >= PRELOAD_AFTER:
