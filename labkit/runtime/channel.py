@@ -81,12 +81,9 @@ class Channel:
         with self._sent_lock:
             shm.close(self._sent)
 
-    # -- reading (the worker's control thread) ----------------------------------------------------
+    # -- reading (the worker's main thread, between tasks; its second thread polls the fileno) ----
     def recv(self):
         return self.conn.recv()
-
-    def poll(self, timeout: float = 0.0) -> bool:
-        return self.conn.poll(timeout)
 
     def fileno(self) -> int:
         return self.conn.fileno()

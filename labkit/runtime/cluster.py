@@ -159,7 +159,7 @@ class Cluster:
         """All ranks join a new process group, namespaces kept (after destroy_process_group()
         in a rank, or a collective that failed half-way)."""
         self._gen += 1
-        self._group.rejoin(f"labkit/{self._gen}/", time.monotonic() + timeout)
+        self._group.rejoin(self._gen, time.monotonic() + timeout)
 
     def _kill_ranks(self, why: str = None) -> None:
         if self._group is not None:
@@ -224,7 +224,7 @@ class Cluster:
                     raise RuntimeError(f"the cluster was closed (close() was called) while {label} "
                                        "was running; start a new one with labkit.Cluster(...)")
                 self._gen += bool(outcome.pg_lost)   # they join a new process group: its prefix
-                if not self._group.recover(outcome, f"labkit/{self._gen}/"):
+                if not self._group.recover(outcome, self._gen):
                     self._group = None            # killed: dead, stuck, or could not join again
                     self.source.top_up()
             except KeyboardInterrupt:

@@ -3,7 +3,7 @@
     group = RankGroup(source.take(n, deadline), source, outputs)   # cluster.py's _promote
     group.join(pg_timeout, gen, deadline)  # Init to each, wait for every Ready
     outcome = group.run(task_id, "call", payload, timeout, ...)   # send, collect, release
-    group.recover(outcome, prefix)         # after a failure: join again, or kill (False)
+    group.recover(outcome, gen)            # after a failure: join again, or kill (False)
     group.kill("why")                      # every process ended and reaped, given back
 
 The group sends the task to every rank (protocol.Task, with the notebook's folder and edited
@@ -45,12 +45,14 @@ class RankGroup:
             w.send(protocol.Init({"rank": r, **opts, **self.source.init_options(w, r, gen)}))
         self._wait_joined(deadline)
 
-    def rejoin(self, prefix: str, deadline: float) -> None:
-        """The same ranks join a new process group under a new store prefix, namespaces kept
-        (after destroy_process_group() in a rank, or a collective that failed half-way)."""
+    def rejoin(self, gen: int, deadline: float) -> None:
+        """The same ranks join the `gen`-th process group, under a new store prefix (and, on
+        this machine, a new rendezvous file: source.rejoin_options), namespaces kept (after
+        destroy_process_group() in a rank, or a collective that failed half-way)."""
         self.joined = False
+        store = self.source.rejoin_options(gen)
         for w in self.ranks:
-            w.send(protocol.Rejoin(prefix))
+            w.send(protocol.Rejoin(f"labkit/{gen}/", store))
         self._wait_joined(deadline)
 
     def _wait_joined(self, deadline: float) -> None:
@@ -97,16 +99,16 @@ class RankGroup:
         self.in_flight = False
         return outcome
 
-    def recover(self, outcome, prefix: str, timeout: float = 60.0) -> bool:
+    def recover(self, outcome, gen: int, timeout: float = 60.0) -> bool:
         """After a run (its collect.Outcome): True if these ranks serve the next one, after
-        joining a new process group under `prefix` if theirs was lost; False if they were killed
+        joining the `gen`-th process group if theirs was lost; False if they were killed
         (a rank dead, stuck or unreadable, or they could not join again)."""
         if outcome.needs_new_ranks:
             self.kill()
             return False
         if outcome.pg_lost:
             try:
-                self.rejoin(prefix, time.monotonic() + timeout)
+                self.rejoin(gen, time.monotonic() + timeout)
             except (RuntimeError, TimeoutError) as exc:
                 print(f"labkit: the ranks could not join a new process group ({exc}); "
                       "starting fresh ranks", file=sys.stderr)

@@ -9,7 +9,7 @@ record per packet.
 
     notebook                                   rank (worker.py, or remote/rank.py under torchrun)
        <-- Hello(pid, main_ident, stack_path, resources) --   once connected (the key checked)
-       --- Init(opts) / Rejoin(prefix) ------------------->   join a (new) process group
+       --- Init(opts) / Rejoin(prefix, store) ------------>   join a (new) process group
        <-- Ready(rank) / InitFailed(report) --------------
        --- Task(task_id, kind, payload, learner, limits) ->   kind: call, exec, push, pull
        <-- Event(task_id, rank, time, data) -------------   labkit.emit, while the task runs
@@ -51,6 +51,7 @@ class Init(NamedTuple):
 
 class Rejoin(NamedTuple):
     prefix: str                     # the store prefix of the new process group
+    store: Optional[dict] = None    # where the store is now (source.rejoin_options), if it moved
 
 
 class Ready(NamedTuple):

@@ -33,6 +33,12 @@ class RankSource(Protocol):
         """How rank `rank` (handle `w`) meets the others for the `gen`-th process group: the
         store's host and port, the key prefix, its torch threads (protocol.Init)."""
 
+    def rejoin_options(self, gen: int) -> dict:
+        """What changes in `init_options` when the ranks join the `gen`-th process group
+        again (protocol.Rejoin): on this machine a fresh rendezvous file; {} for torchrun's
+        store."""
+        return {}
+
     def forget(self, w) -> None:
         """The Cluster has stopped this rank for good."""
 

@@ -9,8 +9,9 @@ Life of a worker:
 2. on ``init``: join the process group as rank r of n (gloo or NCCL), say ready;
 3. loop: run each task on the main thread, send back its result or its failure.
 
-A second thread only reads the control socket. When the notebook's kernel dies the socket
-closes, that thread sees EOF and the worker kills its process group (itself and anything it
+The main thread reads the control socket between tasks; a second thread only watches it.
+When the notebook's kernel dies the socket hangs up, that thread sees it (even during a task)
+and the worker kills its process group (itself and anything it
 started) at once, so no rank outlives its kernel; a worker that cannot run that thread
 (stopped, or holding the GIL in C code) is killed by the kernel: PR_SET_PDEATHSIG (without it:
 the notebook's watchdog process, local/watchdog.py).
@@ -23,13 +24,14 @@ import ctypes
 import datetime
 import faulthandler
 import os
-import queue
+import select
 import signal
 import sys
 import threading
 
+from labkit.runtime import protocol
+
 # Workers never re-import the learner's __main__: this module is __main__ here.
-_inbox: "queue.Queue" = queue.Queue()
 _libc = ctypes.CDLL(None)
 _PID = os.getpid()          # a forked child sees another pid: it must never answer for the rank
 _opts = None                # how this rank joined its process group (to join again)
@@ -69,23 +71,33 @@ def _owner_alive_check(owner: int):
     return lambda: not poller.poll(0)
 
 
-def _control_loop(conn, owner_alive, on_lost) -> None:
-    """Read messages from the notebook; when it goes away (the connection closes, or
-    `owner_alive()` turns false) call `on_lost(eof)`, which ends the process."""
-    from labkit.runtime import protocol
+def _watch(conn, owner_alive, on_lost) -> None:
+    """The second thread: when the notebook goes away (its end of the connection hangs up, or
+    `owner_alive()` turns false) call `on_lost(eof)`, which ends the process, even while the
+    main thread runs a task. It never reads: the main thread alone reads the connection,
+    between tasks (`_next`), so a message wakes one thread of the rank, not two."""
+    hangup = getattr(select, "POLLRDHUP", 0) | select.POLLHUP   # POLLRDHUP: Linux's word for it
+    poller = select.poll()
+    poller.register(conn.fileno(), hangup)
+    while True:
+        if poller.poll(1000):                  # hung up, or the socket failed: never data
+            on_lost(True)
+        if not owner_alive():                  # our kernel (or torchrun) is gone
+            on_lost(False)
+
+
+def _next(conn, on_lost):
+    """The notebook's next message for the main thread (a task, or init/rejoin); a Release
+    (the notebook has loaded our last result) lets go of its shared memory on the way."""
     while True:
         try:
-            if not conn.poll(1.0):
-                if not owner_alive():          # our kernel (or torchrun) is gone
-                    on_lost(False)
-                continue
             msg = conn.recv()
         except (EOFError, OSError):
             on_lost(True)
-        if isinstance(msg, protocol.Release):  # the notebook has loaded our last result
+        if isinstance(msg, protocol.Release):
             conn.release_results()
             continue
-        _inbox.put(msg)
+        return msg
 
 
 def _flush() -> None:
@@ -148,17 +160,18 @@ def _init(conn, opts: dict) -> None:
     context._set_worker(rank, world_size, device, backend, conn)
 
 
-def _serve(conn) -> None:
-    from labkit.runtime import learner, protocol, tasks
+def _serve(conn, on_lost) -> None:
+    from labkit.runtime import learner, tasks
     ns = None
     while True:
-        msg = _inbox.get()
+        msg = _next(conn, on_lost)
         if isinstance(msg, (protocol.Init, protocol.Rejoin)):
             try:
                 if isinstance(msg, protocol.Init):
                     _init(conn, msg.opts)
                     ns = tasks.namespace()
                 else:
+                    _opts.update(msg.store or {})     # a rendezvous file of its own (local)
                     _join(_opts, msg.prefix)
                 _flush()
                 conn.send(protocol.Ready(_opts["rank"]))
@@ -217,11 +230,11 @@ def prepare(stack_path: str) -> None:
 
 def serve(conn, owner_alive, on_lost) -> None:
     """Serve the notebook's tasks on this (main) thread, forever, over `conn` (a
-    channel.Channel). A second thread reads `conn`
-    (see _control_loop); `on_lost(eof)` must end the process."""
-    threading.Thread(target=_control_loop, args=(conn, owner_alive, on_lost), daemon=True,
+    channel.Channel); a second thread watches for the notebook's end (see _watch).
+    `on_lost(eof)` must end the process."""
+    threading.Thread(target=_watch, args=(conn, owner_alive, on_lost), daemon=True,
                      name="labkit-control").start()
-    _serve(conn)
+    _serve(conn, on_lost)
 
 
 def start(address: str, stack_dir: str, authkey: bytes, owner: int) -> None:

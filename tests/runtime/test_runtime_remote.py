@@ -156,6 +156,7 @@ def test_an_interrupt_stops_every_remote_rank(remote):
 
 
 def test_a_killed_node_agent_is_named(remote):
+    remote.wait_for_ranks()                       # (first on its worker: the agents may not be here yet)
     node1 = next(n for n in remote.source.nodes if n["name"].startswith("node 1"))
     threading.Timer(1.0, os.kill, (node1["agent_pid"], signal.SIGKILL)).start()
     t0 = time.monotonic()

@@ -416,3 +416,31 @@ class _Shell:
 def test_ranks_magic_options_are_checked(line, match):
     with pytest.raises((TypeError, ValueError), match=match):
         magic.ranks(line, "1 + 1", _Shell(x=5))
+
+
+def _cut_short(path: str) -> None:
+    """What a rank killed half-way through a FileStore write leaves: a record's length (torch
+    writes it as a native size_t) and fewer bytes than it says. torch's FileStore then reads
+    that file forever (its read loop takes 0 bytes at the end of the file as progress)."""
+    import struct
+    with open(path, "ab") as f:
+        f.write(struct.pack("=Q", 22) + b"lab")
+
+
+@pytest.mark.parametrize("how", ["restart", "rejoin"])
+def test_a_rendezvous_file_cut_short_by_a_killed_rank_is_never_read_again(how):
+    """Each process group gets a rendezvous file of its own (LocalRanks._store): new ranks
+    (restart) or the same ranks joining again (a lost process group) never open the file in
+    which a rank was killed while it wrote. Before, the ranks spun in FileStore's constructor
+    until the notebook gave up (1 run in 4 of the Ctrl-C test above with a faster rank loop)."""
+    with labkit.Cluster(2, backend="gloo", spares=0, timeout=60) as cl:
+        cl.restart_timeout = 20
+        assert cl.run(labkit.rank) == [0, 1]
+        _cut_short(cl.source.store_path)
+        t0 = time.monotonic()
+        if how == "restart":
+            cl.restart()
+        else:
+            cl._rejoin(timeout=20)
+        assert cl.run(labkit.rank) == [0, 1]
+        assert time.monotonic() - t0 < 15, f"{how} took {time.monotonic() - t0:.1f} s"

@@ -143,7 +143,7 @@ def check_capacity(world_size: int, spares: int) -> None:
         need_gb=need / 2**30))
 
 
-def rendezvous_store(folder: str) -> str:
+def rendezvous_store(folder: str, gen: int = 0) -> str:
     """The file the ranks rendezvous through (torch's FileStore), made here: `folder` is the
     cluster's private folder (0700, ours), and the file is created 0600 and must not exist yet.
 
@@ -156,7 +156,7 @@ def rendezvous_store(folder: str) -> str:
         raise PermissionError(f"the cluster's folder {folder} must belong to this user with "
                               f"mode 0700 (it is {oct(st.st_mode & 0o777)}, uid {st.st_uid}); "
                               "its rendezvous file would not be private")
-    path = os.path.join(folder, "rendezvous")
+    path = os.path.join(folder, f"rendezvous-{gen}")   # one per process group: LocalRanks._store
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
     return path
 

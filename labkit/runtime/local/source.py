@@ -51,7 +51,8 @@ class LocalRanks:
         self.world_size = world_size
         self.threads_per_rank = procs.fair_threads(world_size)
         self.pool = WorkerPool(self.threads_per_rank, spares, env)
-        self.store_path = procs.rendezvous_store(self.pool.stack_dir)
+        self.store_path = procs.rendezvous_store(self.pool.stack_dir, gen=1)   # the first group's
+        self._store_gen = 1
         if self.pool.netns is None:               # no private network here: say so, once per cluster
             print(open_ports_warning(self.pool.netns_why), file=sys.stderr)
         elif "user" in self.pool.netns.kinds:
@@ -66,8 +67,30 @@ class LocalRanks:
 
     def init_options(self, w, rank: int, gen: int) -> dict:
         """Where rank `rank` (handle `w`) meets the others for the process group `gen`."""
-        return {"store_path": self.store_path, "prefix": f"labkit/{gen}/",
+        return {"store_path": self._store(gen), "prefix": f"labkit/{gen}/",
                 "threads": self.threads_per_rank}
+
+    def rejoin_options(self, gen: int) -> dict:
+        return {"store_path": self._store(gen)}
+
+    def _store(self, gen: int) -> str:
+        """The rendezvous file of process group `gen`: a new file for each. torch's FileStore
+        appends each key as a length, then its bytes, in separate writes, and reads a file
+        through to its end, looping while a read returns nothing: a rank killed half-way
+        through a write (a Ctrl-C during wait_for_ranks(), a rank stopped while it joined)
+        leaves a record cut short, and every later reader of that file spins forever in its
+        FileStore constructor. The ranks of a new group never open a file that a killed rank
+        wrote. The old file is unlinked: FileStore opens its file by name for every operation,
+        so a rank that leaves the old group on Rejoin (destroy_process_group, whose store
+        destructor adds a key) reads a new empty file, not the cut one."""
+        if gen != self._store_gen:
+            old, self.store_path = self.store_path, procs.rendezvous_store(self.pool.stack_dir, gen=gen)
+            self._store_gen = gen
+            try:
+                os.unlink(old)                    # ranks leaving the old group (destroy_process_group:
+            except OSError:                       # the store's destructor writes to it) find an
+                pass                              # empty file in its place, never a cut one
+        return self.store_path
 
     def forget(self, w) -> None:
         self.pool.forget(w)

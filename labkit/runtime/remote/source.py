@@ -150,6 +150,9 @@ class RemoteRanks:
                 "prefix": f"{self.name}/{gen}/", "threads": w.ready["threads"],
                 "local_rank": int(w.info["local_rank"])}
 
+    def rejoin_options(self, gen: int) -> dict:
+        return {}                                 # torchrun's TCP store: the prefix is enough
+
     def forget(self, w) -> None:
         self.pool.forget(w)
 
