@@ -55,13 +55,15 @@ def profiled_comm_share(step, steps: int = 5) -> dict:
                 step()
         wall = time.perf_counter() - t0
     events = prof.events()
-    comm = [(e.time_range.start, e.time_range.end) for e in events if _is_comm(e.name)]
-    marks = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == STEP_MARK)
-    shares = [_union_us(comm, s, e) / (e - s) for s, e in marks if e > s]
-    comm_us = sum(_union_us(comm, s, e) for s, e in marks)
-    return {"comm_s": comm_us / 1e6, "wall_s": wall,
+    comm = [e for e in events if _is_comm(e.name)]
+    spans = [(e.time_range.start, e.time_range.end) for e in comm]
+    steps_us = [(_union_us(spans, s, e), e - s) for s, e in
+                sorted((e.time_range.start, e.time_range.end) for e in events if e.name == STEP_MARK)
+                if e > s]                         # (comm, wall) of each step, in microseconds
+    shares = [c / w for c, w in steps_us]
+    return {"comm_s": sum(c for c, _ in steps_us) / 1e6, "wall_s": wall,
             "share": statistics.median(shares) if shares else 0.0, "step_shares": shares,
-            "ops": sorted({e.name for e in events if _is_comm(e.name)})}
+            "ops": sorted({e.name for e in comm})}
 
 
 def share_verdict(results, threshold: float = 0.30) -> bool:

@@ -53,7 +53,7 @@ def test_a_failed_start_leaves_nothing_behind(monkeypatch):
     """Whatever stops a start (here the rendezvous store cannot listen), it raises the runtime's
     own StartError and leaves no zygote, worker, accept thread or folder."""
     kids, dirs, accepting = children(), own_dirs(), accept_threads()
-    def no_store(folder, gen=1):
+    def no_store(folder, gen):
         raise OSError("address already in use (a test)")
     monkeypatch.setattr(procs, "rendezvous_store", no_store)
     for _ in range(3):

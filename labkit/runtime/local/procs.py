@@ -143,9 +143,10 @@ def check_capacity(world_size: int, spares: int) -> None:
         need_gb=need / 2**30))
 
 
-def rendezvous_store(folder: str, gen: int = 0) -> str:
+def rendezvous_store(folder: str, gen: int) -> str:
     """The file the ranks rendezvous through (torch's FileStore), made here: `folder` is the
-    cluster's private folder (0700, ours), and the file is created 0600 and must not exist yet.
+    cluster's private folder (0700, ours), and the file is created 0600 and must not exist yet;
+    `gen`: the process group it serves (each has a file of its own: LocalRanks._store).
 
     Not a TCP store: any local user can connect to a loopback port, and torch's TCPStore has no
     key, so another user could list, read and rewrite it (and point the next process group at
@@ -156,7 +157,7 @@ def rendezvous_store(folder: str, gen: int = 0) -> str:
         raise PermissionError(f"the cluster's folder {folder} must belong to this user with "
                               f"mode 0700 (it is {oct(st.st_mode & 0o777)}, uid {st.st_uid}); "
                               "its rendezvous file would not be private")
-    path = os.path.join(folder, f"rendezvous-{gen}")   # one per process group: LocalRanks._store
+    path = os.path.join(folder, f"rendezvous-{gen}")   # one per process group (LocalRanks._store)
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
     return path
 

@@ -51,7 +51,7 @@ class LocalRanks:
         self.world_size = world_size
         self.threads_per_rank = procs.fair_threads(world_size)
         self.pool = WorkerPool(self.threads_per_rank, spares, env)
-        self.store_path = procs.rendezvous_store(self.pool.stack_dir, gen=1)   # the first group's
+        self.store_path = procs.rendezvous_store(self.pool.stack_dir, 1)   # the first group's
         self._store_gen = 1
         if self.pool.netns is None:               # no private network here: say so, once per cluster
             print(open_ports_warning(self.pool.netns_why), file=sys.stderr)
@@ -84,12 +84,12 @@ class LocalRanks:
         so a rank that leaves the old group on Rejoin (destroy_process_group, whose store
         destructor adds a key) reads a new empty file, not the cut one."""
         if gen != self._store_gen:
-            old, self.store_path = self.store_path, procs.rendezvous_store(self.pool.stack_dir, gen=gen)
+            old, self.store_path = self.store_path, procs.rendezvous_store(self.pool.stack_dir, gen)
             self._store_gen = gen
             try:
-                os.unlink(old)                    # ranks leaving the old group (destroy_process_group:
-            except OSError:                       # the store's destructor writes to it) find an
-                pass                              # empty file in its place, never a cut one
+                os.unlink(old)
+            except OSError:
+                pass
         return self.store_path
 
     def forget(self, w) -> None:

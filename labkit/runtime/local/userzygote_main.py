@@ -131,22 +131,16 @@ class Server:
         """`serve`, where a fault while serving one notebook ends that notebook's ranks (its
         connection is dropped; it spawns instead), never the zygote that the user's other
         notebooks fork from. The traceback goes to the zygote's log."""
+        import traceback
         try:
             self.serve(client)
         except Exception:                         # noqa: BLE001 - logged, that client dropped
-            import traceback
             traceback.print_exc()
-            sys.stderr.flush()
             try:
-                self.drop(client, gone=False)
+                self.drop(client, gone=False)     # (it forgets and closes the socket first)
             except Exception:                     # noqa: BLE001
                 traceback.print_exc()
-                self.clients.pop(client.sock, None)
-                for end in (lambda: self.sel.unregister(client.sock), client.sock.close):
-                    try:
-                        end()
-                    except Exception:             # noqa: BLE001 - already done by drop
-                        pass
+            sys.stderr.flush()
 
     def serve(self, client: Client) -> None:
         from labkit.runtime import protocol
