@@ -75,7 +75,7 @@ class _Measure:
         t1 = time.perf_counter()
         if self.record:
             self.log.append((t0, t1, a.kind, a.mb, a.chunk))
-            if self.live:
+            if self.live:                     # the live Gantt: the last step's only
                 labkit.emit(pipeline=self.s.name, kind=a.kind, mb=a.mb, chunk=a.chunk, t0=t0, t1=t1)
 
     @contextlib.contextmanager
@@ -104,12 +104,16 @@ def _step(s, rank, parts, xs, ys, pad, record, live, prefetch):
 
 def run_schedule(schedule, layers: int = 8, width: int = 64, microbatch_size: int = 4, sizes=None,
                  pad: float = None, warmup: int = 1, live: bool = True, check: bool = True,
-                 prefetch: int = 2, repeats: int = 1, frozen=1) -> dict:
+                 prefetch: int = 2, repeats: int = 1, frozen=1, keep: str = "last") -> dict:
     """Run one training step of `schedule` on this rank (call on every rank: cluster.run).
 
     The model is `mlp(layers, width, frozen=frozen)` cut into stages x chunks parts (`sizes`: layers per part,
     for an unequal cut); the batch is m micro-batches of `microbatch_size` rows. `warmup`
-    unrecorded, unpadded steps come first, then `repeats` timed steps (each between barriers, the slowest rank's), the last recorded.
+    unrecorded, unpadded steps come first, then `repeats` timed steps (each between barriers, the
+    slowest rank's); keep="last" returns the last one's intervals, keep="fastest" the shortest
+    one's (every rank picks the same step: the times are the slowest rank's). Other programs
+    on the machine only ever add time (a rank woken late), so the fastest of a few steps is
+    the schedule's own bubble with the least of theirs in it.
     With check=True each rank compares its gradients with one process's on the whole batch.
 
     Returns this rank's intervals [(t0, t1, kind, mb, chunk)] on the machine's monotonic clock,
@@ -132,18 +136,25 @@ def run_schedule(schedule, layers: int = 8, width: int = 64, microbatch_size: in
     parts = {c: cut[s.vstage(rank, c)] for c in range(s.chunks)}
     x, y = (t.to(dev) for t in batch(microbatch_size * s.microbatches, width))
     xs, ys = x.chunk(s.microbatches), y.chunk(s.microbatches)
-    times = []
+    if keep not in ("last", "fastest"):
+        raise ValueError(f"keep={keep!r}: say 'last' (the last timed step) or 'fastest' (the shortest one)")
+    times, steps = [], []
     for step in range(warmup + repeats):
         model.zero_grad(set_to_none=True)
         dist.barrier()
         start = time.perf_counter()
+        last = step == warmup + repeats - 1
         log, waits, mem, loss = _step(s, rank, parts, xs, ys, pad if step >= warmup else None,
-                                       step == warmup + repeats - 1, live, prefetch)
+                                       last or (keep == "fastest" and step >= warmup), live and last,
+                                       prefetch)
         dist.barrier()
         if step >= warmup:
             took = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=x.device)
             dist.all_reduce(took, op=dist.ReduceOp.MAX)
             times.append(float(took))
+            steps.append((start, log, waits))
+    if keep == "fastest" and times:
+        start, log, waits = steps[times.index(min(times))]
     out = {"rank": rank, "start": start, "intervals": log, "waits": waits, "peak_bytes": mem.peak,
            "set_bytes": [mem.set_bytes.get(c, 0) for c in range(s.chunks)],
            "times": times,

@@ -111,3 +111,33 @@ def test_torch_pipelining_same_loss(cluster4, kind):
     ours = cluster4.run(run_schedule, build(kind, 4, 8), live=False, warmup=0)
     assert max(r["grad_diff"] for r in ref) < grad_tol(8)
     assert ref[3]["loss"] == pytest.approx(sum(r["loss"] for r in ours), rel=1e-5)
+
+
+def _second_step_slowed(s, keep):
+    """run_schedule with every padded action of the second timed step 30 ms longer, on every rank."""
+    from labkit.pipeline import executor
+    real, calls, per_step = executor._pad, [0], len(s.actions[0])
+
+    def pad(t0, seconds):
+        if seconds:
+            calls[0] += 1
+            seconds += 0.03 if calls[0] > per_step else 0.0
+        real(t0, seconds)
+    executor._pad = pad
+    try:
+        return executor.run_schedule(s, pad=0.005, repeats=2, keep=keep, live=False, check=False)
+    finally:
+        executor._pad = real
+
+
+def test_keep_fastest_returns_the_shorter_step_and_last_the_last(cluster4):
+    s = one_f_one_b(4, 4)
+    for keep, slowed in (("fastest", False), ("last", True)):
+        res = cluster4.run(_second_step_slowed, s, keep, timeout=60)
+        forwards = [b - a for r in res for a, b, kind, *_ in r["intervals"] if kind == "F"]
+        assert len(forwards) == 4 * 4
+        # a forward is padded to 2 layers x 5 ms; the slowed step's are 30 ms longer
+        assert (min(forwards) > 0.035) if slowed else (max(forwards) < 0.035), (keep, forwards)
+        assert res[0]["times"][1] > res[0]["times"][0] + 0.1      # the second step was the slow one
+    with pytest.raises(Exception, match="keep='slowest'"):
+        cluster4.run(run_schedule, s, keep="slowest", live=False)
