@@ -266,6 +266,8 @@ class Cluster:
     def close(self) -> None:
         """Stop every rank and spare. Safe to call twice."""
         self._closed = True
+        if self._group is not None:
+            self._group.let_go()
         self._group = None
         self._finalizer()
 

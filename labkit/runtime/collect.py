@@ -13,7 +13,6 @@ group (group.RankGroup) its ranks, its outputs and its source's `dump_stacks`, a
 only what `handle.RankHandle` offers, so local and remote ranks are waited on alike; what the
 ranks emit goes to an `Events` (the Cluster's `events` and `on_event` callbacks).
 """
-import selectors
 import sys
 import time
 from collections import namedtuple
@@ -58,6 +57,7 @@ class Outcome:
         self.timed_out = False
         self.stuck = {}             # rank -> where it was
         self.pg_lost = set()        # ranks whose process group is gone or out of step
+        self.waits_kept = False     # the selector's registrations all stand: it serves the next run
         self.nodes = None           # rank -> its node, for ranks on other machines
         self.events = {}            # rank -> events delivered this run
         self.dropped = {}           # rank -> events dropped (over the cap per rank per run)
@@ -122,19 +122,18 @@ def _say_dropped(out: Outcome, limits) -> None:
               "or raise cluster.max_events / cluster.max_event_bytes", file=sys.stderr)
 
 
-def collect(group, task_id: int, timeout: float, limits=None, events: Events = None) -> Outcome:
+def collect(group, task_id: int, timeout: float, limits, events: Events, sel, out_poll) -> Outcome:
     """Wait for task `task_id` on every rank of `group` (group.RankGroup), at most `timeout`
-    seconds; at most `limits` (events, bytes) per rank reach `events`."""
+    seconds; at most `limits` (events, bytes) per rank reach `events`. sel: the group's
+    selector over every rank's connection and output pipe (data ("conn", r) or ("out", r)),
+    kept from run to run unless a connection closes here (`Outcome.waits_kept`); out_poll: a
+    poll of the output pipes alone, for the last look after every result."""
     ranks, outputs = list(group.ranks), group.outputs
     events = events if events is not None else Events()
     out = Outcome(len(ranks))
     limits = limits or (float("inf"), float("inf"))
     out.nodes = {r: w.where for r, w in enumerate(ranks) if w.where} or None
     mapped = {}                                        # rank -> its result maps its shared memory
-    sel = selectors.DefaultSelector()
-    for r, w in enumerate(ranks):
-        sel.register(w.conn.fileno(), selectors.EVENT_READ, ("conn", r))
-        sel.register(w.out_fd, selectors.EVENT_READ, ("out", r))
     deadline = time.monotonic() + timeout
     died_at = probe_at = None
     gone = set()                                       # ranks whose connection is closed
@@ -149,80 +148,79 @@ def collect(group, task_id: int, timeout: float, limits=None, events: Events = N
             out.dead[r] = how
             died_at = died_at or time.monotonic()
 
-    try:
-        while out.pending:
-            now = time.monotonic()
-            if died_at is not None and now - died_at >= GRACE_S:
-                break                                  # a rank is gone: all will be replaced
-            if now >= deadline:
-                out.timed_out = True
+    while out.pending:
+        now = time.monotonic()
+        if died_at is not None and now - died_at >= GRACE_S:
+            break                                  # a rank is gone: all will be replaced
+        if now >= deadline:
+            out.timed_out = True
+            break
+        if probe_at is not None and now >= probe_at and died_at is None:
+            # A rank raised. The others may be computing on their own (let them finish:
+            # their state is kept) or waiting in a collective for the failed rank (they
+            # never will: stop them). Their stacks tell which.
+            found = group.source.dump_stacks(ranks, sorted(out.pending))
+            if any(not isinstance(s, str) and stacks.in_collective(s) for s in found.values()):
+                out.stuck = describe(found)
                 break
-            if probe_at is not None and now >= probe_at and died_at is None:
-                # A rank raised. The others may be computing on their own (let them finish:
-                # their state is kept) or waiting in a collective for the failed rank (they
-                # never will: stop them). Their stacks tell which.
-                found = group.source.dump_stacks(ranks, sorted(out.pending))
-                if any(not isinstance(s, str) and stacks.in_collective(s) for s in found.values()):
-                    out.stuck = describe(found)
-                    break
-                probe_at = time.monotonic() + PROBE_S
-            wake = min(deadline, died_at + GRACE_S if died_at else deadline, probe_at or deadline)
-            for key, _ in sel.select(max(0.0, min(wake - now, 0.1))):
-                what, r = key.data
-                w = ranks[r]
-                if what == "out":
-                    outputs.show(w)
-                    continue
-                if r in gone:
-                    continue
-                for msg in w.read_messages():
-                    if getattr(msg, "task_id", None) != task_id:
-                        continue                      # left over from an earlier task
-                    if isinstance(msg, protocol.Event):   # capped on the rank; here too, for safety
-                        if out.events.get(r, 0) < limits[0]:
-                            data = _event_fields(r, msg.data)
-                            if data is not None:
-                                out.events[r] = out.events.get(r, 0) + 1
-                                events.deliver(Event(msg.rank, msg.time, data))
-                        else:
-                            out.dropped[r] = out.dropped.get(r, 0) + 1
-                    elif isinstance(msg, protocol.EventsDropped):
-                        out.dropped[r] = out.dropped.get(r, 0) + msg.count
-                    elif isinstance(msg, protocol.PgLost):
-                        out.pg_lost.add(r)
-                    elif isinstance(msg, protocol.Result) and r in out.pending:
-                        out.pending.discard(r)
-                        if msg.ok:
-                            try:
-                                out.results[r], mapped[r] = wire.loads_result(msg.data)
-                            except BaseException as exc:  # noqa: B902 - SystemExit... in a reduce too
-                                if interrupts.is_real(exc):
-                                    raise             # Ctrl-C pressed meanwhile: the run stops
-                                fail(r, _unreadable(r, exc))
-                        else:
-                            fail(r, errors.failure_from_report(r, msg.data))
-                if w.garbled or w.eof:
-                    gone.add(r)
-                    sel.unregister(key.fileobj)       # the conn may be closed by close()
-                if w.garbled:
-                    out.broken.add(r)
-                    if r in out.pending:
-                        fail(r, errors.Failure(
-                            r, "ProtocolError", f"rank {r} sent the notebook a message it cannot "
-                            f"decode ({w.garbled}); its connection is unusable, so the rank is "
-                            "replaced", ""))
-                elif w.eof:
-                    outputs.show(w, final=True)
-                    if r in out.pending:
-                        fail(r, how=w.death())
+            probe_at = time.monotonic() + PROBE_S
+        wake = min(deadline, died_at + GRACE_S if died_at else deadline, probe_at or deadline)
+        for key, _ in sel.select(max(0.0, min(wake - now, 0.1))):
+            what, r = key.data
+            w = ranks[r]
+            if what == "out":
+                outputs.show(w)
+                continue
+            if r in gone:
+                continue
+            for msg in w.read_messages():
+                if getattr(msg, "task_id", None) != task_id:
+                    continue                      # left over from an earlier task
+                if isinstance(msg, protocol.Event):   # capped on the rank; here too, for safety
+                    if out.events.get(r, 0) < limits[0]:
+                        data = _event_fields(r, msg.data)
+                        if data is not None:
+                            out.events[r] = out.events.get(r, 0) + 1
+                            events.deliver(Event(msg.rank, msg.time, data))
                     else:
-                        out.broken.add(r)
-            for w in ranks:
-                outputs.redraw(w)                 # live lines whose redraw was due
-    finally:
-        sel.close()
+                        out.dropped[r] = out.dropped.get(r, 0) + 1
+                elif isinstance(msg, protocol.EventsDropped):
+                    out.dropped[r] = out.dropped.get(r, 0) + msg.count
+                elif isinstance(msg, protocol.PgLost):
+                    out.pg_lost.add(r)
+                elif isinstance(msg, protocol.Result) and r in out.pending:
+                    out.pending.discard(r)
+                    if msg.ok:
+                        try:
+                            out.results[r], mapped[r] = wire.loads_result(msg.data)
+                        except BaseException as exc:  # noqa: B902 - SystemExit... in a reduce too
+                            if interrupts.is_real(exc):
+                                raise             # Ctrl-C pressed meanwhile: the run stops
+                            fail(r, _unreadable(r, exc))
+                    else:
+                        fail(r, errors.failure_from_report(r, msg.data))
+            if w.garbled or w.eof:
+                gone.add(r)
+                sel.unregister(key.fileobj)       # the conn may be closed by close()
+            if w.garbled:
+                out.broken.add(r)
+                if r in out.pending:
+                    fail(r, errors.Failure(
+                        r, "ProtocolError", f"rank {r} sent the notebook a message it cannot "
+                        f"decode ({w.garbled}); its connection is unusable, so the rank is "
+                        "replaced", ""))
+            elif w.eof:
+                outputs.show(w, final=True)
+                if r in out.pending:
+                    fail(r, how=w.death())
+                else:
+                    out.broken.add(r)
+        for w in ranks:
+            outputs.redraw(w)                 # live lines whose redraw was due
+    out.waits_kept = not gone                     # else the group drops the selector
+    ready = {fd for fd, _ in out_poll.poll(0)}
     for w in ranks:
-        outputs.show(w, final=not out.pending)
+        outputs.show(w, final=not out.pending, read=w.out_fd in ready)
     _say_dropped(out, limits)
     # Every result is loaded: a rank whose result came through shared memory may free its
     # segment now. The others hold none: a message to them would only cost the round trip

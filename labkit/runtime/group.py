@@ -14,6 +14,8 @@ unreadable); the Cluster then takes a new one. A killed group is done: its ranks
 back to the source (`forget`), and killing it again does nothing.
 """
 import os
+import select
+import selectors
 import sys
 import time
 
@@ -31,6 +33,8 @@ class RankGroup:
         self.joined = False           # every rank is in the process group
         self.in_flight = False        # a task was sent and not collected (a run cut short)
         self.alive = True             # not killed yet
+        self._sel = None              # what collect waits on, kept from run to run (_waits)
+        self._out_poll = None         # which output pipes hold bytes (_ready_outputs)
 
     # -- the process group --------------------------------------------------------------------
     def join(self, pg_timeout: float, gen: int, deadline: float) -> None:
@@ -82,20 +86,67 @@ class RankGroup:
                 time.sleep(0.005)
         self.joined = True
 
+    # -- what a run waits on, kept from run to run ------------------------------------------------
+    def _waits(self) -> selectors.BaseSelector:
+        """One selector over every rank's control connection and output pipe (data: ("conn", r)
+        or ("out", r)) for `collect`, kept from run to run: made and closed for each run it
+        cost a trivial run ten system calls. Dropped when a run's wait was cut short or a
+        rank's connection closed (the Outcome says: `waits_kept`), and when the group is killed."""
+        if self._sel is None:
+            sel = selectors.DefaultSelector()
+            try:
+                for r, w in enumerate(self.ranks):
+                    sel.register(w.conn.fileno(), selectors.EVENT_READ, ("conn", r))
+                    sel.register(w.out_fd, selectors.EVENT_READ, ("out", r))
+            except BaseException:
+                sel.close()
+                raise
+            self._sel = sel
+        return self._sel
+
+    def _drop_waits(self) -> None:
+        if self._sel is not None:
+            self._sel.close()
+            self._sel = None
+
+    def let_go(self) -> None:
+        """The Cluster closes: its source ends the processes; the group closes its selector now
+        rather than whenever the garbage collector gets to it (a descriptor per closed cluster)."""
+        self._drop_waits()
+        self._out_poll = None
+
+    def _outputs_poll(self) -> select.poll:
+        """One poll of every rank's output pipe: which hold bytes, so that only those are read
+        (the four empty pipes of a run that printed nothing, read before and after it, were
+        eight system calls). The pipes stay open until kill() reaps the ranks."""
+        if self._out_poll is None:
+            self._out_poll = select.poll()
+            for w in self.ranks:
+                self._out_poll.register(w.out_fd, select.POLLIN)
+        return self._out_poll
+
     # -- one task ---------------------------------------------------------------------------------
     def run(self, task_id: int, kind: str, payload, timeout: float, limits: tuple,
             output_limits: tuple, events):
         """Send one task to every rank and wait for it (collect.py): the `collect.Outcome`.
         limits: (events, bytes of them) per rank; output_limits: (lines, bytes) per rank;
         events: the collect.Events that receive what the ranks emit."""
+        out_poll = self._outputs_poll()
+        ready = {fd for fd, _ in out_poll.poll(0)}
         for w in self.ranks:
-            self.outputs.show(w)                  # what a rank printed between runs
+            self.outputs.show(w, read=w.out_fd in ready)   # what a rank printed between runs
             self.outputs.new_run(w, *output_limits)
         data = pickled(protocol.Task(task_id, kind, payload, learner.snapshot(), limits))
         self.in_flight = True
         for w in self.ranks:                      # pickled once for all of them
             w.send_pickled(data)                  # a rank that is gone: its EOF, in collect
-        outcome = collect(self, task_id, timeout, limits, events)
+        try:
+            outcome = collect(self, task_id, timeout, limits, events, self._waits(), out_poll)
+        except BaseException:
+            self._drop_waits()                    # an interrupt: registrations may be half undone
+            raise
+        if not outcome.waits_kept:
+            self._drop_waits()
         self.in_flight = False
         return outcome
 
@@ -122,6 +173,8 @@ class RankGroup:
         if not self.alive:
             return
         self.alive = self.joined = False
+        self._drop_waits()
+        self._out_poll = None
         for w in self.ranks:
             w.kill(why)
         for w in self.ranks:

@@ -238,9 +238,11 @@ class Outputs:
     def new_run(self, w, max_lines, max_bytes) -> None:
         self._of(w).reset(max_lines, max_bytes)
 
-    def show(self, w, final: bool = False) -> None:
+    def show(self, w, final: bool = False, read: bool = True) -> None:
+        """What `w` printed, to the cell. read=False: its pipe is known to be empty (a poll
+        said so): only its unfinished line's redraw and, if final, the end of its run."""
         o = self._of(w)
-        o.feed(w.read_output())
+        o.feed(w.read_output() if read else b"")
         if final:
             native = o.finish()
             if native:

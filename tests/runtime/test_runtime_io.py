@@ -280,3 +280,48 @@ def test_an_interrupt_in_ipython_shows_the_cell_not_the_runtime(tmp_path):
     assert "KeyboardInterrupt: interrupted: the 2 ranks were stopped" in text, text
     assert "labkit/runtime" not in text and "_execute" not in text, text
     assert "next run [2, 2]" in text, text
+
+
+# -- what the run loop waits on, kept from run to run -------------------------------------------
+def _print_later(go: str):
+    import threading
+    import time as t
+
+    def later():
+        while not os.path.exists(go):       # the notebook says when: after this run returned
+            t.sleep(0.01)
+        print("printed after its run", flush=True)
+    threading.Thread(target=later).start()
+
+
+def test_what_a_rank_prints_between_runs_shows_at_the_next_run_and_the_selector_is_kept(cluster2, capsys,
+                                                                                           tmp_path):
+    """The group's selector and its poll of the output pipes are kept from run to run (group.py);
+    output that arrives between two runs is read by the next one, output printed just before a
+    result by that run, and a rank that dies drops the selector: the next ranks get a new one."""
+    c, go = cluster2, tmp_path / "go"
+    c.run(_print_later, str(go))
+    sel = c._group._waits()
+    capsys.readouterr()
+    go.touch()
+    time.sleep(0.5)
+    assert "printed after its run" not in capsys.readouterr().out, "nothing reads between runs"
+    c.run(lambda: None)
+    out = capsys.readouterr().out
+    assert out.count("printed after its run") == 2 and "[rank 1] printed after its run" in out, out
+    assert c._group._waits() is sel, "the selector is made once per group, not per run"
+    for i in range(20):       # printed just before the result: shown by the run that printed it
+        c.run(lambda i=i: print(f"run {i}") if labkit.rank() == 1 else None)
+        assert f"[rank 1] run {i}" in capsys.readouterr().out, i
+    with pytest.raises(labkit.RankError):
+        c.run(lambda: os._exit(3) if labkit.rank() == 1 else None, timeout=30)
+    assert c.run(lambda: labkit.rank()) == [0, 1]
+    assert c._group._waits() is not sel
+    assert sel.get_map() is None, "the dead group's selector was closed (no descriptor left open)"
+
+
+def test_a_closed_cluster_closes_its_selector():
+    with labkit.Cluster(1, spares=0) as c:
+        c.run(lambda: None)
+        sel = c._group._waits()
+    assert sel.get_map() is None, "close() closes the selector at once, not at garbage collection"

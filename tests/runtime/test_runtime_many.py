@@ -59,6 +59,13 @@ def _torch_cache(user: str) -> set:
     return {str(d)} if d.is_dir() and not any(d.iterdir()) else set()
 
 
+def _kernel_history(home) -> set:
+    """IPython's history database of the user's kernels (the kernel's, not the cluster's): while
+    its history thread writes the last cells, sqlite's journal file is there for a moment."""
+    d = pathlib.Path(home, ".ipython", "profile_default")
+    return {str(d / f) for f in ("history.sqlite", "history.sqlite-journal")}
+
+
 def _wait(cond, limit: float) -> bool:
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit:
@@ -157,7 +164,8 @@ def test_eight_clusters_of_four_from_eight_kernels_of_two_users(kernels):
     for u, uid in uids.items():
         others = [p for p in proc_view.pids_of(uid) if p not in kernel_pids and p != zygotes[u]]
         assert not others, f"{u} runs more than its kernels: " + "; ".join(map(proc_view.describe, others))
-        new = proc_view.owned_files(uid, homes[u]) - before[u] - _torch_cache(u) - _zygote_folder(uid)
+        new = (proc_view.owned_files(uid, homes[u]) - before[u] - _torch_cache(u) - _zygote_folder(uid)
+               - _kernel_history(homes[u]))
         assert not new, f"{u}'s clusters left files behind: {sorted(new)}"
 
     # the kernels go; then the idle zygotes: no process and no new file of either user is left
@@ -166,7 +174,7 @@ def test_eight_clusters_of_four_from_eight_kernels_of_two_users(kernels):
     for u, uid in uids.items():
         assert _wait(lambda: not proc_view.pids_of(uid), IDLE + 30), (
             f"{u} still runs: " + "; ".join(map(proc_view.describe, proc_view.pids_of(uid))))
-        new = proc_view.owned_files(uid, homes[u]) - before[u] - _torch_cache(u)
+        new = proc_view.owned_files(uid, homes[u]) - before[u] - _torch_cache(u) - _kernel_history(homes[u])
         assert not new, f"{u}'s zygote left files behind: {sorted(new)}"
 
 
