@@ -18,8 +18,18 @@ bubble) that a second worker beside them would blur. A test that asserts a time 
 that mostly does not carries the marker `serial` instead (it alone runs in the serial phase, the
 rest of its file with the bulk). The default, `--phase all`, runs everything, as a plain
 `pytest` does.
+
+In the parallel phase the files run longest first (`by_file_seconds`, from the seconds each file
+took in a CI run: tests/file_seconds.json), so that the last files to start are short ones and
+both workers end together; scripts/test passes `--no-loadscope-reorder`, without which
+pytest-xdist hands out the files with the most items first (the hub's and the grading's single
+long tests came last, and one core idled for the last two minutes or so). scripts/test's parallel
+phase writes the seconds of its own run to build/file-seconds.json (`--file-seconds-out`): copy it
+over tests/file_seconds.json to refresh the table. A stale table only costs time, never a test.
 """
+import json
 import pathlib
+import statistics
 
 import pytest
 
@@ -40,10 +50,17 @@ SERIAL = {                                  # test files that assert times: run 
         #   test_pipeline_run)
 
 
+FILE_SECONDS = pathlib.Path(__file__).parent / "tests" / "file_seconds.json"
+
+
 def pytest_addoption(parser):
     parser.addoption("--phase", default="all", choices=("all", "parallel", "serial"),
                      help="labkit's CI phases: 'parallel' runs all but the tests that assert times "
                           "(conftest.SERIAL), 'serial' only those; 'all' (default) everything")
+    parser.addoption("--file-seconds-out", default=None, metavar="PATH",
+                     help="write the seconds each test file or notebook took (setup, call and "
+                          "teardown of its items) to PATH as JSON: the table the parallel phase "
+                          "orders its files by (tests/file_seconds.json)")
 
 
 def _file(item) -> str:
@@ -66,6 +83,25 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+def by_file_seconds(items: list, seconds: dict) -> list:
+    """`items` with the files that took longest first (`seconds`: file -> seconds; a file not in
+    it counts as the median file), each file's items together and in their order, files of
+    equal seconds in their order of collection."""
+    default = statistics.median(seconds.values()) if seconds else 0.0
+    first = {}
+    for i, item in enumerate(items):
+        first.setdefault(_file(item), i)
+    return sorted(items, key=lambda item: (-seconds.get(_file(item), default), first[_file(item)]))
+
+
+def _file_seconds() -> dict:
+    try:
+        return json.loads(FILE_SECONDS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+@pytest.hookimpl(trylast=True)              # after tests/conftest.py's markers and deselections
 def pytest_collection_modifyitems(config, items):
     phase = config.getoption("--phase")
     if phase == "all":
@@ -77,6 +113,8 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if phase == "parallel":
+        items[:] = by_file_seconds(items, _file_seconds())
 
 
 def _text(outputs) -> str:

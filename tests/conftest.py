@@ -138,9 +138,12 @@ def _part(nodeid: str) -> str:
     return "tests"
 
 
+_file_seconds = {}
+
+
 def _count_reports(terminalreporter) -> None:
-    """Sum each test's setup, call and teardown by part. From the terminal reporter's records,
-    not pytest_runtest_logreport: a conftest in tests/ is not asked about notebooks/ items."""
+    """Sum each test's setup, call and teardown by part and by file. From the terminal reporter's
+    records, not pytest_runtest_logreport: a conftest in tests/ is not asked about notebooks/ items."""
     seen = set()
     for reports in terminalreporter.stats.values():
         for r in reports:
@@ -148,6 +151,8 @@ def _count_reports(terminalreporter) -> None:
                 seen.add(id(r))
                 part = _part(r.nodeid)
                 _part_seconds[part] = _part_seconds.get(part, 0.0) + r.duration
+                path = r.nodeid.split("::")[0]
+                _file_seconds[path] = _file_seconds.get(path, 0.0) + r.duration
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -162,3 +167,11 @@ def pytest_terminal_summary(terminalreporter):
     if _part_seconds:
         parts = ", ".join(f"{k} {v:.0f} s" for k, v in sorted(_part_seconds.items(), key=lambda kv: -kv[1]))
         terminalreporter.write_line(f"time per part: {parts}")
+    out = terminalreporter.config.getoption("--file-seconds-out")
+    if out and _file_seconds and terminalreporter.config.getoption("--phase") == "parallel":
+        import json                              # the parallel phase's order (conftest.py at the root)
+        table = {k: round(v, 1) for k, v in sorted(_file_seconds.items(), key=lambda kv: (-kv[1], kv[0]))}
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump(table, f, indent=0)
+            f.write("\n")
+        terminalreporter.write_line(f"seconds per file: {out} ({len(table)} files)")

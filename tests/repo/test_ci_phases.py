@@ -1,6 +1,7 @@
 """CI's two phases (root conftest.py): every item runs in exactly one of them; a file in SERIAL
 and a single test marked `serial` run alone, everything else with the bulk. Pure: no process."""
 import importlib.util
+import json
 import pathlib
 import types
 
@@ -44,7 +45,8 @@ def test_each_item_runs_in_exactly_one_phase():
         ran[phase] = [i.nodeid for i in kept]
         assert sorted(ran[phase] + [i.nodeid for i in dropped]) == sorted(i.nodeid for i in items)
     assert ran["serial"] == [f"tests/{serial_file}::test_a", "tests/ddp/test_ddp.py::test_overlap"]
-    assert ran["parallel"] == ["tests/ddp/test_ddp.py::test_parity[2ranks]", "notebooks/00_cluster.ipynb::Cell 0"]
+    assert sorted(ran["parallel"]) == ["notebooks/00_cluster.ipynb::Cell 0",   # in the table's order
+                                       "tests/ddp/test_ddp.py::test_parity[2ranks]"]
     everything = list(items)
     conftest.pytest_collection_modifyitems(_config("all", []), everything)
     assert everything == items
@@ -78,3 +80,32 @@ def test_a_learner_copy_runs_only_where_it_differs_from_its_notebook():
     for name in without:
         assert ignore(ROOT / "build" / "learner" / name, None) is True, name
         assert ignore(ROOT / "notebooks" / name, None) is None, name
+
+
+# -- the parallel phase's order: the files that took longest first, so both workers end together --
+def _items(*nodeids):
+    return [types.SimpleNamespace(nodeid=n) for n in nodeids]
+
+
+def test_longest_files_first_each_file_together_and_in_order():
+    order = _root_conftest().by_file_seconds
+    items = _items("a.py::t1", "b.py::t1", "a.py::t2", "c.ipynb::Cell 0", "c.ipynb::Cell 1", "d.py::t",
+                   "e.py::t")
+    got = [i.nodeid for i in order(items, {"a.py": 1.0, "b.py": 9.0, "c.ipynb": 30.0, "e.py": 9.0})]
+    # c first; then b and e (9 s each, in their order); d unknown: the median, 9 s, after them; a last
+    assert got == ["c.ipynb::Cell 0", "c.ipynb::Cell 1", "b.py::t1", "d.py::t", "e.py::t",
+                   "a.py::t1", "a.py::t2"], got
+    assert [i.nodeid for i in order(items, {})] == [i.nodeid for i in sorted(
+        items, key=lambda i: ("a.py", "b.py", "c.ipynb", "d.py", "e.py").index(i.nodeid.split("::")[0]))]
+
+
+def test_the_table_names_files_that_exist_and_scripts_test_keeps_the_order():
+    table = json.loads((ROOT / "tests" / "file_seconds.json").read_text(encoding="utf-8"))
+    learner = ("build/learner/", "build/learner-zh/")
+    gone = [f for f in table if not (ROOT / f).exists() and not (
+        f.startswith(learner) and (ROOT / "notebooks" / pathlib.Path(f).name).exists())]
+    assert not gone, (f"tests/file_seconds.json names files that are gone: {gone}; copy a whole run's "
+                      "build/file-seconds.json over it")
+    assert len(table) >= 100 and max(table.values()) > 60
+    text = (ROOT / "scripts" / "test").read_text(encoding="utf-8")
+    assert "--no-loadscope-reorder" in text, "without it pytest-xdist orders files by their number of items"
