@@ -17,6 +17,7 @@ import os
 import select
 import selectors
 import sys
+import threading
 import time
 
 from labkit.i18n.lang import lang as i18n_lang
@@ -34,6 +35,9 @@ class RankGroup:
         self.in_flight = False        # a task was sent and not collected (a run cut short)
         self.alive = True             # not killed yet
         self._sel = None              # what collect waits on, kept from run to run (_waits)
+        self._waits_lock = threading.Lock()   # close() may come from another thread (let_go)
+        self._waiting = False         # a collect is using the selector now
+        self._let_go = False          # the Cluster closed: the selector goes after the last wait
         self._out_poll = None         # which output pipes hold bytes (_ready_outputs)
 
     # -- the process group --------------------------------------------------------------------
@@ -110,10 +114,13 @@ class RankGroup:
             self._sel = None
 
     def let_go(self) -> None:
-        """The Cluster closes: its source ends the processes; the group closes its selector now
-        rather than whenever the garbage collector gets to it (a descriptor per closed cluster)."""
-        self._drop_waits()
-        self._out_poll = None
+        """The Cluster closes (its source ends the processes): the group closes its selector now
+        rather than whenever the garbage collector gets to it (a descriptor per closed cluster);
+        if another thread is waiting on it in a run, that run closes it when its wait ends."""
+        with self._waits_lock:
+            self._let_go = True
+            if not self._waiting:
+                self._drop_waits()
 
     def _outputs_poll(self) -> select.poll:
         """One poll of every rank's output pipe: which hold bytes, so that only those are read
@@ -140,13 +147,16 @@ class RankGroup:
         self.in_flight = True
         for w in self.ranks:                      # pickled once for all of them
             w.send_pickled(data)                  # a rank that is gone: its EOF, in collect
+        with self._waits_lock:
+            sel, self._waiting = self._waits(), True
+        outcome = None
         try:
-            outcome = collect(self, task_id, timeout, limits, events, self._waits(), out_poll)
-        except BaseException:
-            self._drop_waits()                    # an interrupt: registrations may be half undone
-            raise
-        if not outcome.waits_kept:
-            self._drop_waits()
+            outcome = collect(self, task_id, timeout, limits, events, sel, out_poll)
+        finally:
+            with self._waits_lock:
+                self._waiting = False
+                if outcome is None or not outcome.waits_kept or self._let_go:
+                    self._drop_waits()        # an interrupt, a closed connection, or close()
         self.in_flight = False
         return outcome
 
