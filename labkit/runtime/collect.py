@@ -129,9 +129,7 @@ def collect(group, task_id: int, timeout: float, limits, events: Events, sel, ou
     kept from run to run unless a connection closes here (`Outcome.waits_kept`); out_poll: a
     poll of the output pipes alone, for the last look after every result."""
     ranks, outputs = list(group.ranks), group.outputs
-    events = events if events is not None else Events()
     out = Outcome(len(ranks))
-    limits = limits or (float("inf"), float("inf"))
     out.nodes = {r: w.where for r, w in enumerate(ranks) if w.where} or None
     mapped = {}                                        # rank -> its result maps its shared memory
     deadline = time.monotonic() + timeout
@@ -218,9 +216,7 @@ def collect(group, task_id: int, timeout: float, limits, events: Events, sel, ou
         for w in ranks:
             outputs.redraw(w)                 # live lines whose redraw was due
     out.waits_kept = not gone                     # else the group drops the selector
-    ready = {fd for fd, _ in out_poll.poll(0)}
-    for w in ranks:
-        outputs.show(w, final=not out.pending, read=w.out_fd in ready)
+    outputs.show_all(ranks, out_poll, final=not out.pending)
     _say_dropped(out, limits)
     # Every result is loaded: a rank whose result came through shared memory may free its
     # segment now. The others hold none: a message to them would only cost the round trip

@@ -38,7 +38,7 @@ class RankGroup:
         self._waits_lock = threading.Lock()   # close() may come from another thread (let_go)
         self._waiting = False         # a collect is using the selector now
         self._let_go = False          # the Cluster closed: the selector goes after the last wait
-        self._out_poll = None         # which output pipes hold bytes (_ready_outputs)
+        self._out_poll = None         # which output pipes hold bytes (_outputs_poll)
 
     # -- the process group --------------------------------------------------------------------
     def join(self, pg_timeout: float, gen: int, deadline: float) -> None:
@@ -139,9 +139,8 @@ class RankGroup:
         limits: (events, bytes of them) per rank; output_limits: (lines, bytes) per rank;
         events: the collect.Events that receive what the ranks emit."""
         out_poll = self._outputs_poll()
-        ready = {fd for fd, _ in out_poll.poll(0)}
+        self.outputs.show_all(self.ranks, out_poll)   # what a rank printed between runs
         for w in self.ranks:
-            self.outputs.show(w, read=w.out_fd in ready)   # what a rank printed between runs
             self.outputs.new_run(w, *output_limits)
         data = pickled(protocol.Task(task_id, kind, payload, learner.snapshot(), limits))
         self.in_flight = True

@@ -248,6 +248,13 @@ class Outputs:
             if native:
                 self.native[o.rank] = native
 
+    def show_all(self, ranks, out_poll, final: bool = False) -> None:
+        """What every rank of `ranks` printed, to the cell; `out_poll` (a select.poll of their
+        output pipes) says which pipes hold bytes, and only those are read."""
+        ready = {fd for fd, _ in out_poll.poll(0)}
+        for w in ranks:
+            self.show(w, final=final, read=w.out_fd in ready)
+
     def redraw(self, w) -> None:
         """Redraw `w`'s unfinished line if its redraw is due, reading nothing (what arrived on
         its pipe was read when the pipe said so)."""
