@@ -108,6 +108,7 @@ def test_an_error_names_the_rank_and_its_node(remote):
     assert not info.value.restarted and remote.pull("kept") == ["still here"] * 2, "state kept"
 
 
+@pytest.mark.serial      # asserts a time (seconds after the fault): alone in CI
 def test_a_hang_in_a_collective_gives_remote_stacks(remote):
     def exchange():
         import torch
@@ -155,6 +156,7 @@ def test_an_interrupt_stops_every_remote_rank(remote):
     assert remote.run(total) == [3.0, 3.0]
 
 
+@pytest.mark.serial      # asserts a time (seconds after the fault): alone in CI
 def test_a_killed_node_agent_is_named(remote):
     remote.wait_for_ranks()                       # (first on its worker: the agents may not be here yet)
     node1 = next(n for n in remote.source.nodes if n["name"].startswith("node 1"))
@@ -229,6 +231,7 @@ def test_two_ranks_on_one_node_share_one_agent_and_close_cleanly(tmp_path):
     assert not os.path.exists(c.source.join_file), "the key file is removed when the cluster closes"
 
 
+@pytest.mark.serial      # asserts a time (seconds after the fault): alone in CI
 def test_a_silent_node_is_named_within_the_heartbeat_timeout(remote):
     node1 = next(n for n in remote.source.nodes if n["name"].startswith("node 1"))
     threading.Timer(1.0, os.kill, (node1["agent_pid"], signal.SIGSTOP)).start()
