@@ -12,9 +12,11 @@ well as tests/ (pytest asks a conftest only about the items under its own folder
 It also splits CI into two phases (`scripts/test`): `--phase parallel` runs every item except
 the SERIAL files on pytest-xdist workers (`--dist loadfile`: each notebook and each test file
 runs in order on one worker; tests/support/deck_build.py locks each deck, so the two files that use the
-built decks execute each deck once between them); `--phase serial` then runs the SERIAL files alone, because they
+built decks execute each deck once between them); `--phase serial` runs the SERIAL files on their own, because they
 assert wall-clock times (a recovery within 1 s, a round trip against a pipe, a pipeline's
-bubble) that a second worker beside them would blur. A test that asserts a time in a file
+bubble) that a second worker of the same weight beside them would blur (scripts/test runs them
+beside the parallel phase only where that phase can be given a twentieth of their CPU weight,
+scripts/ci_cgroup.py; else after it, alone). A test that asserts a time in a file
 that mostly does not carries the marker `serial` instead (it alone runs in the serial phase, the
 rest of its file with the bulk). The default, `--phase all`, runs everything, as a plain
 `pytest` does.

@@ -34,7 +34,12 @@ def executed(deck: pathlib.Path):
 
 
 def chinese(deck: pathlib.Path):
-    """labkit.course.decks.Built for `deck` in Chinese, not executed (or reused, see above)."""
+    """labkit.course.decks.Built for `deck` in Chinese, not executed (or reused, see above; the
+    lock as in `executed`: the serial phase's browser test may ask while test_i18n_deck.py builds)."""
+    import fcntl
     from labkit.course.decks import build_deck, cached
-    return (cached(deck, OUT_ZH, False, "zh") or
-            build_deck(deck, OUT_ZH, execute=False, cache=ROOT / "build" / "vendor", lang="zh"))
+    OUT_ZH.mkdir(parents=True, exist_ok=True)
+    with open(OUT_ZH / f".{deck.stem}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)              # released when the file closes
+        return (cached(deck, OUT_ZH, False, "zh") or
+                build_deck(deck, OUT_ZH, execute=False, cache=ROOT / "build" / "vendor", lang="zh"))

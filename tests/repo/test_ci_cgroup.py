@@ -1,0 +1,94 @@
+"""scripts/ci_cgroup.py: the low-weight CPU group CI's parallel phase runs in, beside the serial
+phase (scripts/test). On folders laid out as cgroup v1 and v2, then, where this process may make
+one (root, a cpu controller: CI), on the machine's own: a process put in the group gets its low
+weight and is back at the normal one after `release`, and the group is gone."""
+import importlib.util
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _helper():
+    spec = importlib.util.spec_from_file_location("ci_cgroup", ROOT / "scripts" / "ci_cgroup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _v1(tmp_path, own="/"):
+    (tmp_path / "cpu" / own.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "cpu" / "cpu.shares").write_text("1024\n")
+    (tmp_path / "cpu" / own.lstrip("/") / "cgroup.procs").write_text("")
+    return f"9:name=systemd:/\n4:memory:/elsewhere\n2:cpu,cpuacct:{own}\n0::/\n"
+
+
+def test_v1_group_under_this_process_own_with_a_twentieth_of_the_weight(tmp_path):
+    ci = _helper()
+    procs = ci.make(tmp_path, _v1(tmp_path, "/docker/abc"), name="g")
+    assert procs == tmp_path / "cpu" / "docker" / "abc" / "g" / "cgroup.procs"
+    assert int((procs.parent / "cpu.shares").read_text()) * 20 <= 1024 < int((procs.parent / "cpu.shares").read_text()) * 21
+
+
+def test_v2_needs_the_cpu_controller_on_for_the_children(tmp_path):
+    ci = _helper()
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (tmp_path / "cgroup.subtree_control").write_text("memory pids\n")
+    assert ci.make(tmp_path, "0::/\n", name="g") is None, "no cpu controller for the children: no group"
+    assert not (tmp_path / "g").exists()
+    (tmp_path / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    procs = ci.make(tmp_path, "0::/\n", name="g")
+    assert procs == tmp_path / "g" / "cgroup.procs"
+    assert int((tmp_path / "g" / "cpu.weight").read_text()) * 20 <= 100
+
+
+def test_nowhere_to_make_one_gives_none(tmp_path):
+    ci = _helper()
+    assert ci.make(tmp_path, "0::/\n", name="g") is None                     # neither hierarchy
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.shares").write_text("1024\n")
+    assert ci.make(tmp_path, "2:cpu,cpuacct:/not/there\n", name="g") is None  # own group missing
+    assert not (tmp_path / "cpu" / "not").exists()
+
+
+def test_the_command_line_says_how_to_call_it():
+    ci = _helper()
+    assert ci.main(["release"]) == 2 and ci.main(["nonsense"]) == 2
+
+
+def _cpu_group(pid: int) -> str:
+    for line in pathlib.Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        if "cpu" in names.split(","):
+            return path
+    return ""
+
+
+def test_on_this_machine_a_process_gets_the_low_weight_and_release_gives_it_back():
+    ci = _helper()
+    try:
+        procs = ci.make()
+    except OSError:
+        procs = None
+    if procs is None:
+        pytest.skip("no CPU cgroup can be made here (not root, or no cpu controller): "
+                    "scripts/test runs its serial phase after the parallel one")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        before = _cpu_group(sleeper.pid)
+        procs.write_text(f"{sleeper.pid}\n")
+        assert _cpu_group(sleeper.pid).endswith("/" + procs.parent.name)
+        out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ci_cgroup.py"), "release", str(procs)],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert "1 process(es)" in out.stdout, out.stdout
+        assert _cpu_group(sleeper.pid) == before, "release left the process in the low-weight group"
+        assert not procs.parent.exists(), "release left the group behind"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        if procs.parent.exists():
+            ci.release(procs)
