@@ -218,6 +218,56 @@ def test_a_killed_zygote_leaves_the_ranks_and_the_next_cluster_starts_a_new_one(
     stop_zygote(z2)
 
 
+def test_a_refusal_that_arrives_as_a_reset_gives_a_fresh_zygote(monkeypatch, capfd):
+    """A zygote refuses a notebook (its code changed on disk) by sending Refused and closing;
+    the notebook's Hello is by then in its queue, unread, and the kernel reports that close to
+    the notebook as a reset (the same for the notebooks in the backlog of a zygote that stops
+    listening). The notebook starts a fresh zygote, as for Refused, and says nothing alarming.
+    Here a stand-in holds the zygote's socket and does what Server.accept does on a change."""
+    import pickle
+    import socket
+    import threading
+    monkeypatch.setenv("LABKIT_ZYGOTE_IDLE", key_env()["LABKIT_ZYGOTE_IDLE"])
+    k = f"refusal{uuid.uuid4().hex[:8]}"
+    monkeypatch.setattr(userzygote, "key", lambda env: k)
+    path = os.path.join(userdir.folder(), f"zygote-{k}.sock")
+    stand_in = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    stand_in.bind(path)
+    stand_in.listen(8)
+    seen = []
+
+    def refuse():
+        while True:                                   # (a sweep of the folder connects and goes)
+            conn, _ = stand_in.accept()
+            conn.settimeout(5)
+            try:
+                hello = conn.recv(1 << 16, socket.MSG_PEEK)   # the Hello is queued, left unread
+            except OSError:
+                hello = b""
+            if hello:
+                break
+            conn.close()
+        os.unlink(path)                               # (Server.stop_listening: the socket goes)
+        stand_in.close()
+        seen.append(conn.send(pickle.dumps(userzygote.Refused("labkit changed on disk"))))
+        conn.close()
+    t = threading.Thread(target=refuse, daemon=True)
+    t.start()
+    z = None
+    try:
+        with labkit.Cluster(2, backend="gloo", spares=0) as c:
+            t.join(5)
+            assert seen, "the notebook never reached the stand-in"
+            z = c.source.pool.zygote.proc.pid
+            assert c.source.pool.zygote.shared and c.run(labkit.rank) == [0, 1]
+        assert "could not reach" not in capfd.readouterr().err
+    finally:
+        if os.path.exists(path) and z is None:
+            os.unlink(path)
+        if z is not None:
+            stop_zygote(z)
+
+
 def test_env_gets_a_zygote_of_its_cluster_and_zero_none(monkeypatch):
     """env= may be read while torch imports: that cluster's ranks come from a zygote of its
     own, started with it. LABKIT_ZYGOTE=cluster: one per Cluster, as before; 0: spawned."""

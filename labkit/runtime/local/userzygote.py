@@ -206,6 +206,7 @@ def connect(server, stack_dir: str, threads: int, on_forked, on_lost, private=No
                   tuple(private.kinds) if private is not None else (),
                   tuple(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else ())
     fds = list(private.fds) if private is not None else []
+    why = None
     for _ in range(3):                            # a zygote that refuses (its code changed) goes
         sock, proc = _connect_or_start(where, k, env)
         try:
@@ -223,11 +224,21 @@ def connect(server, stack_dir: str, threads: int, on_forked, on_lost, private=No
             z = zygote.Zygote.attach(sock, proc or Peer(ready), log, on_forked, on_lost, ready)
             z.path = os.path.join(where, f"zygote-{k}.sock")
             return z
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            # A zygote that refuses us (its code changed on disk: `Server.accept`) closes the
+            # connection with our Hello unread, and a zygote that stops listening (the same, or
+            # it ended) resets the connections still in its backlog: the kernel reports either
+            # as a reset, before the Refused it sent. Both mean: start a fresh one, as Refused does.
+            sock.close()
+            why = exc
+            continue
         except OSError as exc:
             sock.close()
-            _say_once(tr("labkit: could not reach your process that forks ranks ({why}); this "
-                         "notebook starts its own.", why=exc))
-            return None
+            why = exc
+            break
+    if why is not None:
+        _say_once(tr("labkit: could not reach your process that forks ranks ({why}); this "
+                     "notebook starts its own.", why=why))
     return None
 
 

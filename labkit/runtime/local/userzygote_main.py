@@ -70,6 +70,7 @@ class Server:
         socket goes, notebooks already waiting are refused and start a fresh zygote."""
         if self.listener is None:
             return
+        print(f"labkit zygote {os.getpid()}: no new notebooks ({why})", file=sys.stderr, flush=True)
         from labkit.runtime.local.userzygote import take_lock
         lock = take_lock(self.where)
         try:
