@@ -268,6 +268,42 @@ def test_a_refusal_that_arrives_as_a_reset_gives_a_fresh_zygote(monkeypatch, cap
             stop_zygote(z)
 
 
+def test_a_notebook_gone_before_its_refusal_leaves_the_zygote_running(tmp_path):
+    """The zygote refuses a connection when its code changed on disk (Server.accept); a
+    notebook that has closed its end by then (it gave up, or was killed) must not end the
+    zygote with a BrokenPipeError (a zygote's log showed one), which would reset every
+    notebook waiting in its backlog. Here Server.accept itself, on a socket of its own."""
+    import socket
+    from labkit.runtime.local import userzygote_main as um
+    where = tmp_path / "z"
+    where.mkdir(mode=0o700)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(where / "zygote-k.sock"))
+    listener.listen(4)
+    srv = um.Server(listener.detach(), str(where), "k", 60.0)
+    srv.wake_r, srv.wake_w = os.pipe()
+
+    class Changed:
+        fd = None
+
+        def changed(self):
+            return "torch/__init__.py"
+
+        def close(self):
+            pass
+    srv.watch = Changed()
+    gone = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    gone.connect(str(where / "zygote-k.sock"))
+    gone.send(b"hello")                   # its Hello queued, then it goes before the zygote answers
+    gone.close()
+    try:
+        srv.accept()                      # raised BrokenPipeError before
+        assert srv.listener is None and not (where / "zygote-k.sock").exists(), "it stops listening"
+    finally:
+        os.close(srv.wake_r)
+        os.close(srv.wake_w)
+
+
 def test_env_gets_a_zygote_of_its_cluster_and_zero_none(monkeypatch):
     """env= may be read while torch imports: that cluster's ranks come from a zygote of its
     own, started with it. LABKIT_ZYGOTE=cluster: one per Cluster, as before; 0: spawned."""

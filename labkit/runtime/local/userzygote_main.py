@@ -107,7 +107,10 @@ class Server:
             return
         why = self.watch.changed() if self.watch is not None else ""
         if why:
-            conn.send(pickle.dumps(_refused(f"{why} changed on disk")))
+            try:
+                conn.send(pickle.dumps(_refused(f"{why} changed on disk")))
+            except OSError:                       # it has gone already: nothing to tell it
+                pass
             conn.close()
             self.stop_listening(f"{why} changed on disk")
             return
