@@ -5,7 +5,7 @@ after the parallel one, for about three minutes in which it kept one core busy a
 mostly waited (padded pipeline steps, heartbeats, a browser's page). Where this script can make
 a cgroup, scripts/test starts both phases at once and puts the parallel phase (every process it
 starts, the ranks and kernels included, whatever session they make) in this group of weight
-WEIGHT (the default of a process group is 1024 in cgroup v1, 100 in v2): while a serial test
+WEIGHT_V1 or WEIGHT_V2 (the default of a process group is 1024 in cgroup v1, 100 in v2): while a serial test
 wants a core it gets about 20 of every 21 parts of it, and the parallel phase takes what it
 leaves. The parallel phase is never stopped outright (a cpu.idle group could be, for as long as
 the serial tests keep both cores busy, and its tests have timeouts too).

@@ -30,7 +30,8 @@ def test_v1_group_under_this_process_own_with_a_twentieth_of_the_weight(tmp_path
     ci = _helper()
     procs = ci.make(tmp_path, _v1(tmp_path, "/docker/abc"), name="g")
     assert procs == tmp_path / "cpu" / "docker" / "abc" / "g" / "cgroup.procs"
-    assert int((procs.parent / "cpu.shares").read_text()) * 20 <= 1024 < int((procs.parent / "cpu.shares").read_text()) * 21
+    shares = int((procs.parent / "cpu.shares").read_text())
+    assert shares * 20 <= 1024 < shares * 21
 
 
 def test_v2_needs_the_cpu_controller_on_for_the_children(tmp_path):

@@ -5,6 +5,7 @@ lock per deck makes a second test process (a pytest-xdist worker) wait for the f
 and reuse it rather than build it again.
 The Chinese decks are built unexecuted into build/slides-zh the same way (`chinese`): by
 test_i18n_deck.py in the parallel phase, reused by the browser test in the serial one."""
+import contextlib
 import os
 import pathlib
 import time
@@ -17,15 +18,23 @@ _built = {}
 spent = {}      # seconds spent building, by the part of the test run that asked (tests/conftest.py)
 
 
+@contextlib.contextmanager
+def _locked(dst: pathlib.Path, deck: pathlib.Path):
+    """The deck's build lock in `dst`, held for the block: a second test process (another
+    pytest-xdist worker, or the serial phase beside the parallel one) waits, then reuses."""
+    import fcntl
+    dst.mkdir(parents=True, exist_ok=True)
+    with open(dst / f".{deck.stem}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)              # released when the file closes
+        yield
+
+
 def executed(deck: pathlib.Path):
     """labkit.course.decks.Built for `deck`, run in a fresh kernel (or reused, see above)."""
-    import fcntl
     from labkit.course.decks import build_deck, cached
     if deck.name not in _built:
         t0 = time.perf_counter()
-        OUT.mkdir(parents=True, exist_ok=True)
-        with open(OUT / f".{deck.stem}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)          # released when the file closes
+        with _locked(OUT, deck):
             _built[deck.name] = cached(deck, OUT, True) or build_deck(deck, OUT, execute=True)
         asking = os.environ.get("PYTEST_CURRENT_TEST", "")
         part = "browser" if "test_browser" in asking else "decks"
@@ -36,10 +45,7 @@ def executed(deck: pathlib.Path):
 def chinese(deck: pathlib.Path):
     """labkit.course.decks.Built for `deck` in Chinese, not executed (or reused, see above; the
     lock as in `executed`: the serial phase's browser test may ask while test_i18n_deck.py builds)."""
-    import fcntl
     from labkit.course.decks import build_deck, cached
-    OUT_ZH.mkdir(parents=True, exist_ok=True)
-    with open(OUT_ZH / f".{deck.stem}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)              # released when the file closes
+    with _locked(OUT_ZH, deck):
         return (cached(deck, OUT_ZH, False, "zh") or
                 build_deck(deck, OUT_ZH, execute=False, cache=ROOT / "build" / "vendor", lang="zh"))
