@@ -1,4 +1,6 @@
 """labkit.pipeline's executor on real gloo ranks: gradients, the bubble measured, memory, torch."""
+import statistics
+
 import pytest
 
 from labkit.pipeline import bubble_ratio, build, first_stage_activations, gpipe, held_in_order, one_f_one_b
@@ -136,8 +138,10 @@ def test_keep_fastest_returns_the_shorter_step_and_last_the_last(cluster4):
         res = cluster4.run(_second_step_slowed, s, keep, timeout=60)
         forwards = [b - a for r in res for a, b, kind, *_ in r["intervals"] if kind == "F"]
         assert len(forwards) == 4 * 4
-        # a forward is padded to 2 layers x 5 ms; the slowed step's are 30 ms longer
-        assert (min(forwards) > 0.035) if slowed else (max(forwards) < 0.035), (keep, forwards)
+        # a forward is padded to 2 layers x 5 ms; the slowed step's are 30 ms longer. Padding is
+        # a floor, so every forward of the slowed step is over 35 ms; a forward of the fast step
+        # can be stretched by a busy machine (one took 84 ms in CI), so its median is what tells
+        assert (min(forwards) > 0.035) if slowed else (statistics.median(forwards) < 0.035), (keep, forwards)
         assert res[0]["times"][1] > res[0]["times"][0] + 0.1      # the second step was the slow one
     with pytest.raises(Exception, match="keep='slowest'"):
         cluster4.run(run_schedule, s, keep="slowest", live=False)
