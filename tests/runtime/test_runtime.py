@@ -151,6 +151,20 @@ def test_world_size_one():
         assert c.run(lambda: (labkit.rank(), labkit.world_size())) == [(0, 1)]
 
 
+def _seed():
+    import torch
+    return torch.initial_seed(), torch.rand(1).item()
+
+
+def test_every_rank_draws_its_own_random_numbers_as_a_fresh_process_does(cluster2):
+    """torchrun's ranks are fresh processes, each with a seed of its own: so are a Cluster's,
+    forked by a zygote or spawned. (Forks shared the zygote's: every rank of every cluster drew
+    the same `torch.rand`.) Seeding is the learner's to do, as with torchrun."""
+    with labkit.Cluster(2, spares=0) as other:
+        seeds = cluster2.run(_seed) + other.run(_seed)
+    assert len({s for s, _ in seeds}) == 4 and len({r for _, r in seeds}) == 4, seeds
+
+
 def test_two_clusters_at_once_do_not_collide(cluster2):
     with labkit.Cluster(2, spares=0) as other:
         assert other.source.pool.server.address != cluster2.source.pool.server.address

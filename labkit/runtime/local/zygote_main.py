@@ -44,8 +44,7 @@ def _child(out_fd: int, sock, wake_r: int, wake_w: int, argv: tuple, owner: int)
         os.close(wake_r)
         os.close(wake_w)
         _stdio(out_fd)
-        if "numpy" in sys.modules:                # forks share the zygote's numpy seed
-            sys.modules["numpy"].random.seed()
+        _fresh_seeds()
         from labkit.runtime import worker
         address, stack_dir, authkey = argv
         worker.start(address, stack_dir, authkey, owner)
@@ -84,8 +83,7 @@ def child_for(out_fd: int, h, ns_fds: list, owner: int, close: list) -> None:
                 os.sched_setaffinity(0, h.cpus)
         except OSError:
             pass
-        if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed()
+        _fresh_seeds()
         from labkit.runtime import worker
         worker.start(h.address, h.stack_dir, h.authkey, owner)
     except BaseException:                         # noqa: B902 - never return into the loop
@@ -93,6 +91,16 @@ def child_for(out_fd: int, h, ns_fds: list, owner: int, close: list) -> None:
         traceback.print_exc()
     finally:
         os._exit(1)
+
+
+def _fresh_seeds() -> None:
+    """A fork shares the zygote's random state: torch's seed (a fresh process draws its own, so
+    every rank of every cluster had the same `torch.rand` until this) and numpy's (numpy 2
+    reseeds at fork by itself; an older one may not)."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
 
 
 def _kill_children(children: set) -> None:
