@@ -4,6 +4,7 @@
     python isolation_attacker.py flood N PORT... < stop    # holds connections until stdin closes
     python isolation_attacker.py hijack UID MARKER PID... < ports  # gloo pairs of new groups
     python isolation_attacker.py seqflood N PORT...        # N gloo hellos per port, then closed
+    python isolation_attacker.py kernel MARKER SOCKET...   # ask a kernels' server for a kernel
 
 `probe` tries every path into a learner's cluster that the test names (ports, files, pids,
 names) and says of each "refused: why" or "GOT IN: what it got"; it never stops at the first
@@ -121,6 +122,29 @@ def _zygote_fork(path: str) -> str:
         if answers:
             return f"GOT IN: the zygote answered {answers}"
         return "refused: the zygote closed the connection without an answer"
+    except Exception as exc:                      # noqa: BLE001
+        return _refused(exc)
+    finally:
+        s.close()
+
+
+def kernel_fork(path: str, marker: str) -> str:
+    """Ask the learner's kernels' server for a kernel as the launcher does (a KernelRequest with
+    this process's fds 0-2), one that would write `marker` as the learner: what it answers."""
+    import pickle
+    from labkit.runtime.local.kernels import KernelRequest
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.settimeout(10)
+        s.connect(path)
+        code = f"open({marker!r}, 'w').write('GOT IN')"
+        request = KernelRequest(["ipykernel_launcher", "-c", code], dict(os.environ), "/tmp",
+                                list(sys.path), 0o022, ())
+        socket.send_fds(s, [pickle.dumps(request)], [0, 1, 2])
+        data = s.recv(65536)
+        if data:
+            return f"GOT IN: the server answered {pickle.loads(data)!r}"
+        return "refused: the server closed the connection without an answer"
     except Exception as exc:                      # noqa: BLE001
         return _refused(exc)
     finally:
@@ -320,6 +344,8 @@ if __name__ == "__main__":
         os._exit(0)                               # a store client stuck in C++ must not hold us
     elif sys.argv[1] == "hijack":
         hijack(int(sys.argv[2]), [int(p) for p in sys.argv[4:]], sys.argv[3])
+    elif sys.argv[1] == "kernel":
+        print(json.dumps({path: kernel_fork(path, sys.argv[2]) for path in sys.argv[3:]}), flush=True)
     elif sys.argv[1] == "seqflood":
         seqflood(int(sys.argv[2]), [int(p) for p in sys.argv[3:]])
     else:

@@ -69,7 +69,7 @@ def _sweep(where: str) -> None:
     """Remove the sockets of zygotes that died without cleaning up (killed, or the machine
     rebooted without clearing the folder), under the lock: nothing answers there."""
     for name in os.listdir(where):
-        if name.startswith("zygote-") and name.endswith(".sock"):
+        if name.startswith(("zygote-", "kernels-")) and name.endswith(".sock"):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
                 s.connect(os.path.join(where, name))
@@ -87,23 +87,33 @@ def _sweep(where: str) -> None:
                 s.close()
 
 
-def _start(where: str, path: str, k: str, env: dict):
-    """Bind and listen here (under the lock), then start the zygote with the listening socket:
-    a notebook that connects meanwhile waits in its backlog, never finds a half-made socket."""
-    from labkit.runtime.local import procs
+MAIN = "labkit.runtime.local.userzygote_main"
+
+
+def ranks_env(env: dict) -> dict:
+    """The environment the learner's zygote starts with: one thread (its forks are ranks, which
+    set their own), no notebook's pid."""
+    zenv = dict(env, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    zenv.pop("LABKIT_DRIVER_PID", None)           # no notebook's: each rank gets its own
+    return zenv
+
+
+def _start(where: str, path: str, k: str, zenv: dict, module: str = MAIN, python=None):
+    """Bind and listen here (under the lock), then start the zygote (`module`: the learner's,
+    or kernels_main's) with the listening socket: a notebook that connects meanwhile waits in
+    its backlog, never finds a half-made socket."""
     _sweep(where)
+    stem = path[:-len(".sock")]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         listener.bind(path)
         os.chmod(path, 0o600)
         listener.listen(128)
-        zenv = dict(env, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        zenv.pop("LABKIT_DRIVER_PID", None)       # no notebook's: each rank gets its own
-        logfd = os.open(os.path.join(where, f"zygote-{k}.log"),
+        logfd = os.open(stem + ".log",
                         os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         with os.fdopen(logfd, "ab") as log:       # it forks at once and its parent exits: it
             proc = subprocess.Popen(              # is no child of ours, nor in our group
-                [sys.executable, "-m", "labkit.runtime.local.userzygote_main",
+                [*(python or [sys.executable]), "-m", module,
                  str(listener.fileno()), where, k, str(idle_seconds())],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=zenv,
                 cwd=where, close_fds=True, pass_fds=(listener.fileno(),),
@@ -117,7 +127,7 @@ def _start(where: str, path: str, k: str, env: dict):
         listener.close()
     if not pid:
         raise OSError("the zygote did not start (see its log in the same folder)")
-    with open(path[:-len(".sock")] + ".pid", "w") as f:   # for a notebook that finds it silent
+    with open(stem + ".pid", "w") as f:           # for a notebook that finds it silent
         f.write(str(pid))
     return Peer(pid)
 
@@ -135,9 +145,12 @@ def take_lock(where: str) -> int:
         os.close(lock)
 
 
-def _connect_or_start(where: str, k: str, env: dict):
-    """(connected socket, Peer of the zygote if we started it, else None)."""
-    path = os.path.join(where, f"zygote-{k}.sock")
+def _connect_or_start(where: str, k: str, zenv: dict, stem: str = "zygote", module: str = MAIN,
+                      python=None):
+    """(connected socket, Peer of the zygote if we started it, else None). `zenv`: the
+    environment it starts with if none runs; `stem`, `module`, `python` (the interpreter's
+    argv): kernels.py's server."""
+    path = os.path.join(where, f"{stem}-{k}.sock")
     lock = take_lock(where)
     try:
         proc = None
@@ -145,7 +158,7 @@ def _connect_or_start(where: str, k: str, env: dict):
         try:
             sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError):
-            proc = _start(where, path, k, env)
+            proc = _start(where, path, k, zenv, module, python)
             sock.connect(path)
     finally:
         os.close(lock)                            # (closing releases the lock)
@@ -208,7 +221,7 @@ def connect(server, stack_dir: str, threads: int, on_forked, on_lost, private=No
     fds = list(private.fds) if private is not None else []
     why = None
     for _ in range(3):                            # a zygote that refuses (its code changed) goes
-        sock, proc = _connect_or_start(where, k, env)
+        sock, proc = _connect_or_start(where, k, ranks_env(env))
         try:
             if peer_uid(sock)[1] != os.getuid():  # (the folder is ours: only a bug could do this)
                 raise PermissionError("the zygote's socket belongs to another user")
@@ -254,7 +267,7 @@ def prestart() -> None:
         env = procs.worker_env(1, {})
         env.pop("LABKIT_NETNS_FDS", None)
         where = folder()
-        sock, _ = _connect_or_start(where, key(env), env)
+        sock, _ = _connect_or_start(where, key(env), ranks_env(env))
         sock.close()
     except Exception:                             # noqa: BLE001 - the first Cluster says why
         pass

@@ -35,11 +35,15 @@ class Client:
 
 
 class Server:
+    """The socket, its notebooks, their children and when to stop (kernels_main.py's server is
+    one too, with its own `stem` and `serve`)."""
+    stem = "zygote"
+
     def __init__(self, listen_fd: int, where: str, k: str, idle: float):
         self.where, self.idle = where, idle
-        self.path = os.path.join(where, f"zygote-{k}.sock")
+        self.path = os.path.join(where, f"{self.stem}-{k}.sock")
         self.lock_path = os.path.join(where, "lock")          # one for every key: never removed
-        self.log_path = os.path.join(where, f"zygote-{k}.log")
+        self.log_path = os.path.join(where, f"{self.stem}-{k}.log")
         self.listener = socket.socket(fileno=listen_fd)
         try:
             self.ino = os.stat(self.path).st_ino
@@ -127,7 +131,7 @@ class Server:
         zm._kill_children(client.children)
         for fd in client.fds:
             os.close(fd)
-        if client.hello is not None and gone:
+        if gone and getattr(client.hello, "stack_dir", None):
             userdir.remove_cluster_folder(client.hello.stack_dir)
         self.last_seen = time.monotonic()
 
