@@ -17,7 +17,10 @@ Time to first result (issue 36), each figure a ratio against a reference measure
   too, for the issue's 1 ms). The ping-pong: a small pickled message to one child process and
   back over a multiprocessing.Pipe. Shown beside it: the exchange of a trivial run without
   labkit (`Exchange`: to n forked children and back, run by run), what
-  tests/runtime/test_runtime_speed.py guards (start_round_trip.py).
+  tests/runtime/test_runtime_speed.py guards (start_round_trip.py);
+- kernel: from Jupyter starting a notebook's kernel to its first cell's result (`import torch`
+  and an op), a warm kernel (forked by the learner's kernels' server) against a fresh one, in
+  turn, median of --repeat each; goal <= 0.5 x the fresh one (start_kernel.py).
 
 Each figure is printed with its goal and "ok" or "MISS"; the exit status is 1 when one is missed.
 """
@@ -29,7 +32,7 @@ import sys
 import time
 
 GOALS = {"cold": 0.7, "warm": 0.15, "class": 2.5, "zygotes/user": 1.0,   # figure -> largest
-         "round trip": 20.0}                                                 # value allowed
+         "round trip": 20.0, "kernel": 0.5}                                  # value allowed
 
 _T = "import torch, torch._dynamo, torch.distributed.tensor, torch.distributed.fsdp"
 
@@ -118,7 +121,7 @@ def report(ratios: dict, details: dict) -> int:
 
 
 def main(argv=None) -> int:
-    from labkit.bench import start_class, start_round_trip
+    from labkit.bench import start_class, start_kernel, start_round_trip
     ap = argparse.ArgumentParser(prog="python -m labkit.bench start", description=__doc__.split("\n\n")[1])
     ap.add_argument("--repeat", type=int, default=3, help="runs of T, cold and warm (median)")
     ap.add_argument("--calls", type=int, default=300, help="trivial runs for the round trip")
@@ -155,6 +158,9 @@ def main(argv=None) -> int:
                 f"uid {u}: {sorted(zs)}" for u, zs in by_user.items())
         if "round trip" not in skip:
             ratios["round trip"], details["round trip"] = start_round_trip.figure(n, a.calls)
+        if "kernel" not in skip:
+            ratios["kernel"], details["kernel"] = start_kernel.figure(a.repeat)
+            print(f"  kernel: {details['kernel']}", flush=True)
     finally:
         start_class.stop_zygotes(z for z in zygotes if z)
     print(f"  T (fresh import of torch and the preloads) = {T:.2f} s; load now {os.getloadavg()[0]:.1f}")

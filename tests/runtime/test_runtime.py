@@ -156,12 +156,13 @@ def _seed():
     return torch.initial_seed(), torch.rand(1).item()
 
 
-def test_every_rank_draws_its_own_random_numbers_as_a_fresh_process_does(cluster2):
+def test_every_rank_draws_its_own_random_numbers_as_a_fresh_process_does():
     """torchrun's ranks are fresh processes, each with a seed of its own: so are a Cluster's,
     forked by a zygote or spawned. (Forks shared the zygote's: every rank of every cluster drew
-    the same `torch.rand`.) Seeding is the learner's to do, as with torchrun."""
-    with labkit.Cluster(2, spares=0) as other:
-        seeds = cluster2.run(_seed) + other.run(_seed)
+    the same `torch.rand`.) Seeding is the learner's to do, as with torchrun. Two clusters of
+    their own (a shared fixture's ranks may have been seeded by an earlier test)."""
+    with labkit.Cluster(2, spares=0) as one, labkit.Cluster(2, spares=0) as other:
+        seeds = one.run(_seed) + other.run(_seed)
     assert len({s for s, _ in seeds}) == 4 and len({r for _, r in seeds}) == 4, seeds
 
 
