@@ -18,14 +18,15 @@ import uuid
 CELL = "import torch; print(torch.ones(4).sum().item())"
 
 
-def kernel_specs(root: str):
-    """A KernelSpecManager over `root` with `warm` (the launcher) and `cold` (ipykernel)."""
+def kernel_specs(root: str, flags: tuple = ()):
+    """A KernelSpecManager over `root` with `warm` (the launcher) and `cold` (ipykernel), their
+    interpreter started with `flags`."""
     from jupyter_client.kernelspec import KernelSpecManager
     for name, module in (("warm", "labkit.runtime.local.kernels"), ("cold", "ipykernel_launcher")):
         folder = os.path.join(root, "kernels", name)
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, "kernel.json"), "w") as f:
-            json.dump({"argv": [sys.executable, "-m", module, "-f", "{connection_file}"],
+            json.dump({"argv": [sys.executable, *flags, "-m", module, "-f", "{connection_file}"],
                        "display_name": name, "language": "python", "interrupt_mode": "signal"}, f)
     return KernelSpecManager(kernel_dirs=[os.path.join(root, "kernels")])
 

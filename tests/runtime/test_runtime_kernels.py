@@ -42,7 +42,9 @@ fp = {"cwd": os.getcwd(), "path": sys.path, "argv0": os.path.basename(sys.argv[0
       "umask": umask, "cpus": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
       "interop": torch.get_num_interop_threads(), "mine": os.environ.get("LKT_MINE"),
       "omp": os.environ.get("OMP_NUM_THREADS"), "backend": matplotlib.get_backend(),
-      "executable": sys.executable, "main": sys.modules["__main__"].__name__}
+      "executable": sys.executable, "main": sys.modules["__main__"].__name__,
+      "flags": list(sys.flags), "xoptions": sys._xoptions,
+      "encoding": [__import__("locale").getpreferredencoding(False), sys.getfilesystemencoding()]}
 print("FP", json.dumps({"first": first, "fp": fp, "pid": os.getpid(), "ppid": os.getppid(),
                         "random": [torch.initial_seed(), numpy.random.random()]}))
 """
@@ -50,9 +52,10 @@ print("FP", json.dumps({"first": first, "fp": fp, "pid": os.getpid(), "ppid": os
 
 @pytest.fixture
 def specs(tmp_path):
-    """A KernelSpecManager with `warm` (the launcher) and `cold` (ipykernel_launcher)."""
+    """A KernelSpecManager with `warm` (the launcher) and `cold` (ipykernel_launcher), both
+    with interpreter options (as ipykernel's own kernelspec has -Xfrozen_modules=off)."""
     from labkit.bench.start_kernel import kernel_specs
-    return kernel_specs(str(tmp_path / "specs"))
+    return kernel_specs(str(tmp_path / "specs"), flags=("-Xfrozen_modules=off", "-B"))
 
 
 def own_env(**more) -> dict:

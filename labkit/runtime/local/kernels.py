@@ -41,6 +41,7 @@ START_TIMEOUT = 120.0       # seconds for the answer of a server that is importi
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
              signal.SIGUSR2)
 MAIN = "labkit.runtime.local.kernels_main"
+STARTUP = ("PYTHON", "LANG", "LC_")   # read as the interpreter starts (its flags, warnings, locale)
 
 
 class KernelRequest(NamedTuple):     # launcher -> server, once, with the launcher's fds 0, 1, 2
@@ -59,7 +60,8 @@ def wanted() -> bool:
 
 def key(env: dict) -> str:
     """The learner's zygote's key (interpreter, labkit, torch, what torch reads as it imports),
-    and what decides the threads of a fresh kernel (its variables, cores and cgroup)."""
+    what decides the threads of a fresh kernel (its variables, cores and cgroup), and what the
+    interpreter takes in as it starts (its options, the PYTHON* variables, the locale)."""
     import hashlib
     from labkit.runtime.local import userdir
     try:
@@ -68,14 +70,19 @@ def key(env: dict) -> str:
     except OSError:
         cgroup = ""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    startup = sorted((k, v) for k, v in env.items() if k.startswith(STARTUP))
     parts = [userdir.key(env), sorted((k, env.get(k)) for k in userdir.PER_RANK), cpus, cgroup,
-             python()]
+             python(), startup]
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
 
 def python() -> list:
-    """This interpreter with its -X options (the kernelspec's -Xfrozen_modules=off)."""
-    return [sys.executable, *(f"-X{k}" if v is True else f"-X{k}={v}" for k, v in sys._xoptions.items())]
+    """This interpreter with the options it was started with (the kernelspec's
+    -Xfrozen_modules=off, or -s, -O...): what comes before `-m` in its command line."""
+    argv = list(getattr(sys, "orig_argv", []))
+    if "-m" not in argv[1:]:
+        return [sys.executable, *(f"-X{k}" if v is True else f"-X{k}={v}" for k, v in sys._xoptions.items())]
+    return [sys.executable, *argv[1:argv.index("-m", 1)]]
 
 
 def server_env(env: dict) -> dict:
