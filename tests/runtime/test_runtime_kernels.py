@@ -224,6 +224,28 @@ def test_a_changed_labkit_file_gives_the_next_kernel_a_fresh_server(specs, tmp_p
             stop_server(s)
 
 
+def test_a_stopped_server_is_replaced_by_the_next_kernel(specs, tmp_path):
+    """A server that the kernel stopped (SIGSTOP, a debugger) never answers: the next launcher
+    kills it and starts a fresh one, and its kernel is ready in seconds, not at Jupyter's
+    timeout."""
+    env = own_env()
+    kernels, servers = [], []
+    try:
+        kernels.append(Kernel(specs, "warm", env, tmp_path))
+        servers.append(kernels[0].fingerprint()["ppid"])
+        os.kill(servers[0], signal.SIGSTOP)
+        t0 = time.monotonic()
+        kernels.append(Kernel(specs, "warm", env, tmp_path))
+        servers.append(kernels[1].fingerprint()["ppid"])
+        assert servers[1] != servers[0] and "kernels_main" in _cmdline(servers[1])
+        assert time.monotonic() - t0 < 30 and wait_gone(servers[0], 5), "the stopped server was left"
+    finally:
+        for k in kernels:
+            k.close()
+        for pid in servers:
+            stop_server(pid)
+
+
 def test_warm_kernels_off_is_a_fresh_ipykernel(specs, tmp_path):
     """LABKIT_WARM_KERNEL=0: the launcher becomes ipykernel itself (same pid), torch not loaded."""
     k = Kernel(specs, "warm", own_env(LABKIT_WARM_KERNEL="0"), tmp_path)

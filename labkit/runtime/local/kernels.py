@@ -113,20 +113,6 @@ def _stdio() -> list:
     return fds
 
 
-def _answer(sock, timeout: float):
-    """The server's first answer: Forked, Refused (also for a closed or reset connection:
-    userzygote.connect says why), or None when none came in time."""
-    from labkit.runtime.local.userzygote import Refused
-    r, _, _ = select.select([sock], [], [], timeout)
-    if not r:
-        return None
-    try:
-        data = sock.recv(1 << 16)
-    except OSError as exc:
-        return Refused(str(exc))
-    return pickle.loads(data) if data else Refused("it closed the connection")
-
-
 def _follow(sock, pid: int) -> None:
     """Stand for kernel `pid` until it ends, then end as it did (never returns)."""
     from labkit.runtime import protocol
@@ -214,7 +200,7 @@ def launch(args: list) -> None:
             if userdir.peer_uid(sock)[1] != os.getuid():
                 break
             socket.send_fds(sock, [pickle.dumps(request)], fds)
-            answer = _answer(sock, START_TIMEOUT)
+            answer = userzygote._first_answer(sock, os.path.join(where, f"kernels-{k}.pid"), START_TIMEOUT)
         except OSError as exc:                    # (a refusal can come as a reset: userzygote.connect)
             answer = userzygote.Refused(str(exc))
         from labkit.runtime import protocol

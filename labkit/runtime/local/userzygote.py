@@ -172,22 +172,27 @@ def _is_zygote(pid: int, pid_file: str) -> bool:
             argv = f.read().split(b"\0")
     except OSError:
         return False
-    k = os.path.basename(pid_file)[len("zygote-"):-len(".pid")]
-    return b"labkit.runtime.local.userzygote_main" in argv and k.encode() in argv
+    stem, _, k = os.path.basename(pid_file)[:-len(".pid")].partition("-")
+    module = {"zygote": MAIN, "kernels": "labkit.runtime.local.kernels_main"}.get(stem)
+    return module is not None and module.encode() in argv and k.encode() in argv
 
 
-def _first_answer(sock, pid_file: str):
-    """The zygote's answer to our Hello. A zygote that the kernel stopped (SIGSTOP, a debugger)
-    never answers: it is killed and the caller starts a fresh one (Refused)."""
+def _first_answer(sock, pid_file: str, timeout: float = None):
+    """The zygote's answer to our Hello (or the kernels' server's to a launcher). A zygote that
+    the kernel stopped (SIGSTOP, a debugger) never answers: it is killed and the caller starts
+    a fresh one (Refused). None: no answer within `timeout` seconds."""
+    import time
     from labkit.runtime import stacks
     sock.settimeout(0.5)
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while True:
             try:
                 data = sock.recv(1 << 16)
                 return pickle.loads(data) if data else Refused("it closed the connection")
             except socket.timeout:
-                pass
+                if deadline is not None and time.monotonic() > deadline:
+                    return None
             try:
                 with open(pid_file) as f:
                     pid = int(f.read())
