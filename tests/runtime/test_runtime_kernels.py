@@ -199,7 +199,7 @@ def test_a_changed_labkit_file_gives_the_next_kernel_a_fresh_server(specs, tmp_p
     once its kernel has gone."""
     root = tmp_path / "root"
     shutil.copytree(ROOT / "labkit", root / "labkit", ignore=shutil.ignore_patterns("__pycache__"))
-    env = own_env(PYTHONPATH=str(root))
+    env = own_env(PYTHONPATH=str(root), LABKIT_ZYGOTE="cluster")   # (no learner's zygote from the copy)
     probe = "import labkit, os; print(os.getppid(), labkit.__file__, getattr(labkit, 'ZPROBE', None))"
     kernels, servers = [], []
     try:

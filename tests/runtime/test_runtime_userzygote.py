@@ -98,25 +98,52 @@ def session(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[3])
 
 
+def stopped_why(z: int) -> str:
+    """What zygote `z` said in its log when it stopped taking notebooks ('' if nothing)."""
+    where = userdir.folder()
+    for name in os.listdir(where):
+        if name.endswith(".log"):
+            try:
+                text = pathlib.Path(where, name).read_text(errors="replace")
+            except OSError:
+                continue
+            for line in text.splitlines():
+                if line.startswith(f"labkit zygote {z}: "):
+                    return line
+    return ""
+
+
 def test_a_later_notebook_forks_from_the_learners_zygote(tmp_path):
     """Two notebooks of one user, in two folders with a helpers.py each: both clusters' ranks
     are forked by one zygote, which is no child of either notebook and outlives the first;
-    each rank has its own notebook's folder, modules and environment."""
-    env = key_env()
-    a = notebook(tmp_path / "a", env, 1)
-    sa = said(a)
-    finish(a)
-    b = notebook(tmp_path / "b", dict(env, LKT_MINE="b"), 2)
-    sb = said(b)
-    z = sa["zygote"]
+    each rank has its own notebook's folder, modules and environment. A zygote that stopped
+    taking notebooks because a file it imported changed on disk (CI: another test's work, once
+    in about ten runs) rightly sends the next notebook to a fresh one: the pair is tried once
+    more then, and the reason is printed."""
+    for attempt in (1, 2):
+        env = key_env()
+        a = notebook(tmp_path / f"a{attempt}", env, 1)
+        sa = said(a)
+        finish(a)
+        b = notebook(tmp_path / f"b{attempt}", dict(env, LKT_MINE="b"), 2)
+        sb = said(b)
+        z = sa["zygote"]
+        why = stopped_why(z) if sb["zygote"] != z else ""
+        if attempt == 1 and "changed on disk" in why:
+            print(f"\nthe first zygote stopped taking notebooks ({why}); once more")
+            finish(b)
+            stop_zygote(z)
+            stop_zygote(sb["zygote"])
+            continue
+        break
     try:
         assert sa["shared"] and sb["shared"]
-        assert sb["zygote"] == z, "the second notebook started a zygote of its own"
+        assert sb["zygote"] == z, f"the second notebook started a zygote of its own; the first said: {why!r}"
         assert not gone(z), "the zygote ended with the first notebook"
         assert session(z) != session(os.getpid()), "the zygote is in a session of its own"
         assert all(r[0] == z for r in sa["ranks"] + sb["ranks"])        # forked by it
-        assert [r[1:4] for r in sa["ranks"]] == [(str(tmp_path / "a"), 1, None)] * 2
-        assert [r[1:4] for r in sb["ranks"]] == [(str(tmp_path / "b"), 2, "b")] * 2
+        assert [r[1:4] for r in sa["ranks"]] == [(str(tmp_path / f"a{attempt}"), 1, None)] * 2
+        assert [r[1:4] for r in sb["ranks"]] == [(str(tmp_path / f"b{attempt}"), 2, "b")] * 2
         assert all(gone(p) for p in sa["pids"]) and not os.path.exists(sa["stack_dir"])
         finish(b)
         assert all(gone(p) for p in sb["pids"]) and not os.path.exists(sb["stack_dir"])

@@ -22,8 +22,8 @@ KERNELS = ROOT / "build" / "hub" / "jupyter"
 
 
 def install_kernel(python: str) -> str:
-    """The instructor's step in docs/teaching.md: the `labkit` kernel, run by a Python every
-    learner can execute, in a folder on every server's JUPYTER_PATH (returned). Under a lock:
+    """The instructor's step in docs/teaching.md: the `labkit` kernel (warm: each learner's
+    kernels fork from a server of theirs), run by a Python every learner can execute, in a folder on every server's JUPYTER_PATH (returned). Under a lock:
     the hub tests may run at once on two workers."""
     import fcntl
     KERNELS.mkdir(parents=True, exist_ok=True)
@@ -32,6 +32,8 @@ def install_kernel(python: str) -> str:
         subprocess.run([python, "-m", "ipykernel", "install", "--name", "labkit", "--display-name",
                         "Python (labkit)", "--prefix", str(KERNELS)], check=True, capture_output=True,
                        timeout=60)
+        subprocess.run([python, "-m", "labkit.runtime.local.kernels", "install", "labkit", str(KERNELS)],
+                       check=True, capture_output=True, timeout=60)     # (warm kernels: its 2nd line)
     for p in [KERNELS, *KERNELS.parents]:
         if p == ROOT.parent:
             break

@@ -26,8 +26,9 @@ them again (about 2 s of CPU for each notebook opened, and for each restart).
 - LABKIT_WARM_KERNEL=0, LABKIT_ZYGOTE=0 or LABKIT_PORTABLE=1, or a server that cannot be
   reached: the launcher becomes ipykernel itself (exec), as `python -m ipykernel_launcher`.
 
-`python -m labkit.runtime.local.kernels install NAME` points the kernelspec NAME of this
-environment (scripts/setup: `labkit`) at the launcher.
+`python -m labkit.runtime.local.kernels install NAME [PREFIX]` points the kernelspec NAME of
+this environment, or of PREFIX as `ipykernel install --prefix PREFIX` wrote it (scripts/setup:
+`labkit`), at the launcher.
 """
 import os
 import pickle
@@ -232,7 +233,7 @@ def install(name: str, prefix: str = sys.prefix) -> str:
 
 if __name__ == "__main__":                        # (run as __main__: its classes would pickle
     from labkit.runtime.local import kernels     # as __main__.KernelRequest, unknown to the server)
-    if sys.argv[1:2] == ["install"]:
-        print(kernels.install(sys.argv[2]))
+    if sys.argv[1:2] == ["install"]:             # install NAME [PREFIX]
+        print(kernels.install(*sys.argv[2:4]))
     else:
         kernels.launch(sys.argv[1:])

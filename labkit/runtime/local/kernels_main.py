@@ -18,7 +18,9 @@ import socket
 import sys
 import time
 
+from labkit.runtime import protocol
 from labkit.runtime.local import userzygote_main as um, zygote_main as zm
+from labkit.runtime.local.kernels import KernelRequest    # (now: see userzygote_main's imports)
 
 IMPORTS = ("torch", "torch.distributed", "ipykernel.kernelapp", "ipykernel.ipkernel",
            "ipykernel.zmqshell", "IPython.core.interactiveshell", "jupyter_client.session")
@@ -28,8 +30,6 @@ class KernelServer(um.Server):
     stem = "kernels"
 
     def serve(self, client: um.Client) -> None:
-        from labkit.runtime import protocol
-        from labkit.runtime.local.kernels import KernelRequest
         try:
             msg, fds, _, _ = socket.recv_fds(client.sock, 1 << 20, 4)
         except OSError:

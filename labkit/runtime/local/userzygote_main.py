@@ -19,7 +19,11 @@ import socket
 import sys
 import time
 
+from labkit.runtime import protocol
 from labkit.runtime.local import userdir, zygote_main as zm
+# (imported now, not where they are used: a zygote stops listening when its files change or go,
+# and a copy of labkit that is gone by then could not be imported: ModuleNotFoundError)
+from labkit.runtime.local.userzygote import Hello, Refused, take_lock
 
 PRELOAD_AFTER = 2.0         # seconds without a request before the preloads start
 UNUSED = 120.0              # the idle time of a zygote no notebook has used yet (prestart)
@@ -75,7 +79,6 @@ class Server:
         if self.listener is None:
             return
         print(f"labkit zygote {os.getpid()}: no new notebooks ({why})", file=sys.stderr, flush=True)
-        from labkit.runtime.local.userzygote import take_lock
         lock = take_lock(self.where)
         try:
             try:
@@ -151,7 +154,6 @@ class Server:
             sys.stderr.flush()
 
     def serve(self, client: Client) -> None:
-        from labkit.runtime import protocol
         try:
             msg, fds, _, _ = socket.recv_fds(client.sock, 1 << 20, 8)
         except OSError:
@@ -162,7 +164,6 @@ class Server:
             self.drop(client)
             return
         if client.hello is None:
-            from labkit.runtime.local.userzygote import Hello
             try:
                 hello = pickle.loads(msg)
             except Exception:                     # noqa: BLE001 - not a notebook of ours
@@ -205,7 +206,6 @@ class Server:
             self.drop(client, gone=False)
 
     def reap(self) -> bool:
-        from labkit.runtime import protocol
         ended = False
         for pid, status in zm.reaped():
             client = self.owner.pop(pid, None)
@@ -245,8 +245,9 @@ class Server:
                 pass
         for path in (self.log_path, self.path[:-len(".sock")] + ".pid"):
             try:
-                os.unlink(path)                   # a clean exit: nothing to read there
-            except OSError:
+                if path != self.log_path or os.path.getsize(path) == 0:
+                    os.unlink(path)               # a clean exit: nothing to read there (a log
+            except OSError:                       # that says why it stopped stays, as _sweep's)
                 pass
         try:
             if os.listdir(self.where) == ["lock"] and os.fstat(lock).st_nlink:
@@ -258,7 +259,6 @@ class Server:
 
 
 def _refused(why: str):
-    from labkit.runtime.local.userzygote import Refused
     return Refused(why)
 
 
