@@ -12,14 +12,12 @@ labkit/__init__.py).
 """
 import os
 import pickle
-import selectors
 import signal
 import socket
 import sys
-import time
 
 from labkit.runtime import protocol
-from labkit.runtime.local import userzygote_main as um, zygote_main as zm
+from labkit.runtime.local import userzygote_main as um
 from labkit.runtime.local.kernels import KernelRequest    # (now: see userzygote_main's imports)
 
 IMPORTS = ("torch", "torch.distributed", "ipykernel.kernelapp", "ipykernel.ipkernel",
@@ -28,6 +26,14 @@ IMPORTS = ("torch", "torch.distributed", "ipykernel.kernelapp", "ipykernel.ipker
 
 class KernelServer(um.Server):
     stem = "kernels"
+    imports = IMPORTS
+    subreaper = False                             # a kernel's children are its own (Jupyter's)
+
+    def loaded(self) -> None:                     # (no ranks: nothing to snapshot, no one adopted)
+        pass
+
+    def tidy(self) -> None:
+        pass
 
     def serve(self, client: um.Client) -> None:
         try:
@@ -139,54 +145,5 @@ def _run_ipykernel() -> int:
     return code
 
 
-def main() -> None:
-    child = os.fork()                             # no one's child: its parent exits at once,
-    if child:                                     # and says its pid to the launcher
-        os.write(1, f"{child}\n".encode())
-        os._exit(0)
-    os.dup2(2, 1)                                 # stdout: the log too
-    listen_fd, where, k, idle = int(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
-    if sys.path and sys.path[0] in ("", os.getcwd()):
-        del sys.path[0]
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    since = time.time_ns()
-    import importlib
-    for name in IMPORTS:                          # what every kernel inherits
-        importlib.import_module(name)
-    from labkit.runtime.local import stamps
-    srv, told = KernelServer(listen_fd, where, k, idle), []
-    srv.wake_r, srv.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-    signal.set_wakeup_fd(srv.wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.signal(signal.SIGTERM, lambda *_: told.append("it was told to stop (SIGTERM)"))
-    srv.sel.register(srv.wake_r, selectors.EVENT_READ)
-    srv.watch = stamps.Watch(since)
-    preloaded, quiet_since = os.environ.get("LABKIT_PRELOAD", "1") == "0", time.monotonic()
-    while True:
-        events = srv.sel.select(0.1 if not preloaded else 5.0)
-        if events:
-            quiet_since = time.monotonic()
-        for key, _ in events:
-            if key.fileobj == srv.wake_r:
-                try:
-                    os.read(srv.wake_r, 4096)
-                except BlockingIOError:
-                    pass
-            elif key.fileobj is srv.listener:
-                srv.accept()
-            elif key.fileobj in srv.clients:
-                srv.serve_safely(srv.clients[key.fileobj])
-        srv.reap()
-        if not preloaded and time.monotonic() - quiet_since >= um.PRELOAD_AFTER:
-            zm._preload()                         # (dynamo, DTensor, FSDP: a cell may import them)
-            preloaded = True
-            srv.watch.close()                     # again, over what the preloads imported
-            srv.watch = stamps.Watch(since)
-        if srv.listener is not None and (told or srv.watch.changed()):
-            srv.stop_listening(told[0] if told else f"{srv.watch.changed()} changed on disk")
-        srv.exit_if_unused()
-
-
 if __name__ == "__main__":
-    main()
+    um.main(KernelServer)

@@ -40,8 +40,20 @@ class Client:
 
 class Server:
     """The socket, its notebooks, their children and when to stop (kernels_main.py's server is
-    one too, with its own `stem` and `serve`)."""
+    one too, with its own `stem`, `imports`, `serve` and hooks; `main` runs either)."""
     stem = "zygote"
+    imports = IMPORTS                             # what every fork inherits
+    subreaper = True                              # a rank's descendants end with the rank
+
+    def loaded(self) -> None:
+        """After the imports, and again after the preloads: which modules are the learner's,
+        known in forks."""
+        from labkit.runtime import learner
+        learner.snapshot()
+
+    def tidy(self) -> None:
+        """After a child ended or a message came: end the descendants of ranks that have gone."""
+        zm._kill_adopted(set(self.owner))
 
     def __init__(self, listen_fd: int, where: str, k: str, idle: float):
         self.where, self.idle = where, idle
@@ -93,7 +105,7 @@ class Server:
                 except OSError:
                     break
                 try:
-                    conn.send(pickle.dumps(_refused(why)))
+                    conn.send(pickle.dumps(Refused(why)))
                 except OSError:
                     pass
                 conn.close()
@@ -115,7 +127,7 @@ class Server:
         why = self.watch.changed() if self.watch is not None else ""
         if why:
             try:
-                conn.send(pickle.dumps(_refused(f"{why} changed on disk")))
+                conn.send(pickle.dumps(Refused(f"{why} changed on disk")))
             except OSError:                       # it has gone already: nothing to tell it
                 pass
             conn.close()
@@ -258,13 +270,11 @@ class Server:
         os._exit(0)                               # (the lock goes with the process)
 
 
-def _refused(why: str):
-    return Refused(why)
-
-
-def main() -> None:
+def main(server=Server) -> None:
+    """Either server's process (`server`: Server, or kernels_main.KernelServer): detach, import,
+    then serve until it is unused."""
     child = os.fork()                             # no one's child: its parent exits at once,
-    if child:                                     # and says its pid to the notebook
+    if child:                                     # and says its pid to whoever started it
         os.write(1, f"{child}\n".encode())
         os._exit(0)
     os.dup2(2, 1)                                 # stdout: the log too
@@ -273,15 +283,15 @@ def main() -> None:
         del sys.path[0]                           # the first notebook's folder is not everyone's
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    zm._become_subreaper()                        # a rank's descendants end with the rank
+    if server.subreaper:
+        zm._become_subreaper()
     since = time.time_ns()
     import importlib
-    for name in IMPORTS:                          # what every fork inherits
+    for name in server.imports:
         importlib.import_module(name)
-    from labkit.runtime import learner
     from labkit.runtime.local import stamps
-    learner.snapshot()                            # which modules are the learner's: known in forks
-    srv, told = Server(listen_fd, where, k, idle), []
+    srv, told = server(listen_fd, where, k, idle), []
+    srv.loaded()
     srv.wake_r, srv.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
     signal.set_wakeup_fd(srv.wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -304,10 +314,10 @@ def main() -> None:
             elif key.fileobj in srv.clients:
                 srv.serve_safely(srv.clients[key.fileobj])
         if srv.reap() or events:
-            zm._kill_adopted(set(srv.owner))
+            srv.tidy()
         if not preloaded and time.monotonic() - quiet_since >= PRELOAD_AFTER:
-            zm._preload()
-            learner.snapshot()
+            zm._preload()                         # (dynamo, DTensor, FSDP, the optimizers)
+            srv.loaded()
             preloaded = True
             srv.watch.close()                     # again, over what the preloads imported
             srv.watch = stamps.Watch(since)
