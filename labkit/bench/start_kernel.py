@@ -42,24 +42,44 @@ def own_env(**more) -> dict:
     return env
 
 
+class Kernel:
+    """A kernel started as Jupyter starts one, and its client (tests/runtime/test_runtime_kernels.py
+    uses it too); `launcher`: the process Jupyter started (the launcher, or ipykernel itself)."""
+
+    def __init__(self, specs, name: str, env: dict, cwd):
+        from jupyter_client import KernelManager
+        self.km = KernelManager(kernel_name=name, kernel_spec_manager=specs)
+        self.km.start_kernel(env=env, cwd=str(cwd))
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=120)
+        self.launcher = self.km.provisioner.process
+
+    def run(self, code: str, timeout: float = 60) -> tuple:
+        """(status, stdout, reply content) of one cell."""
+        out = []
+        reply = self.kc.execute_interactive(
+            code, timeout=timeout, output_hook=lambda m: m["msg_type"] == "stream" and out.append(m["content"]["text"]))
+        return reply["content"]["status"], "".join(out), reply["content"]
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        if self.km.has_kernel:
+            self.km.shutdown_kernel(now=True)
+
+
 def first_result(specs, name: str, env: dict, cwd: str, code: str = CELL) -> tuple:
     """(seconds from the kernel's start to `code`'s output, that output, the kernel's parent)."""
-    from jupyter_client import KernelManager
     t0 = time.perf_counter()
-    km = KernelManager(kernel_name=name, kernel_spec_manager=specs)
-    km.start_kernel(env=env, cwd=cwd)
-    kc = km.client()
+    k = None
     try:
-        kc.start_channels()
-        kc.wait_for_ready(timeout=120)
-        out = []
-        kc.execute_interactive(code + "\nimport os; print('PPID', os.getppid())", timeout=120,
-                               output_hook=lambda m: m["msg_type"] == "stream" and out.append(m["content"]["text"]))
+        k = Kernel(specs, name, env, cwd)
+        _, out, _ = k.run(code + "\nimport os; print('PPID', os.getppid())", timeout=120)
         took = time.perf_counter() - t0
     finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-    lines = "".join(out).splitlines()
+        if k is not None:
+            k.close()
+    lines = out.splitlines()
     ppid = int(next(ln.split()[1] for ln in lines if ln.startswith("PPID ")))
     return took, "\n".join(ln for ln in lines if not ln.startswith("PPID ")), ppid
 

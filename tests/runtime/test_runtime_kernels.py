@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from labkit.bench import start_kernel
 from labkit.runtime.local import zygote
 from support.runtime_helpers import gone
 
@@ -54,52 +55,54 @@ print("FP", json.dumps({"first": first, "fp": fp, "pid": os.getpid(), "ppid": os
 def specs(tmp_path):
     """A KernelSpecManager with `warm` (the launcher) and `cold` (ipykernel_launcher), both
     with interpreter options (as ipykernel's own kernelspec has -Xfrozen_modules=off)."""
-    from labkit.bench.start_kernel import kernel_specs
-    return kernel_specs(str(tmp_path / "specs"), flags=("-Xfrozen_modules=off", "-B"))
+    return start_kernel.kernel_specs(str(tmp_path / "specs"), flags=("-Xfrozen_modules=off", "-B"))
 
 
 def own_env(**more) -> dict:
     """An environment whose kernels' server is this test's alone (and makes no preloads)."""
-    from labkit.bench.start_kernel import own_env as env
-    return env(**more)
+    return start_kernel.own_env(**more)
 
 
-class Kernel:
-    def __init__(self, specs, name: str, env: dict, cwd):
-        from jupyter_client import KernelManager
-        self.km = KernelManager(kernel_name=name, kernel_spec_manager=specs)
-        self.km.start_kernel(env=env, cwd=str(cwd))
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=120)
-        self.launcher = self.km.provisioner.process
-
-    def run(self, code: str, timeout: float = 60) -> tuple:
-        """(status, stdout, reply content) of one cell."""
-        out = []
-        reply = self.kc.execute_interactive(
-            code, timeout=timeout, output_hook=lambda m: m["msg_type"] == "stream" and out.append(m["content"]["text"]))
-        return reply["content"]["status"], "".join(out), reply["content"]
-
+class Kernel(start_kernel.Kernel):
     def fingerprint(self) -> dict:
         status, out, content = self.run(FINGERPRINT)
         assert status == "ok", content
         return json.loads(next(ln[3:] for ln in out.splitlines() if ln.startswith("FP ")))
 
+
+class Lab:
+    """A test's kernels and the servers they came from: all closed and stopped at its end."""
+
+    def __init__(self, specs):
+        self.specs, self.kernels, self.servers = specs, [], []
+
+    def start(self, name: str, env: dict, cwd) -> Kernel:
+        self.kernels.append(Kernel(self.specs, name, env, cwd))
+        return self.kernels[-1]
+
+    def server(self, pid: int) -> int:
+        """`pid`, a kernels' server to stop at the end."""
+        self.servers.append(pid)
+        return pid
+
     def close(self) -> None:
-        self.kc.stop_channels()
-        if self.km.has_kernel:
-            self.km.shutdown_kernel(now=True)
+        for k in self.kernels:
+            k.close()
+        for pid in self.servers:
+            stop_server(pid)
+
+
+@pytest.fixture
+def lab(specs):
+    lab = Lab(specs)
+    yield lab
+    lab.close()
 
 
 def stop_server(pid: int) -> None:
     """SIGTERM (only to a kernels' server): it exits once its own kernels have gone."""
-    from labkit.bench.start_kernel import stop_server as stop
-    stop(pid)
-    t0 = time.monotonic()
-    while not gone(pid) and time.monotonic() - t0 < 15:
-        time.sleep(0.05)
-    assert gone(pid) or "kernels_main" not in _cmdline(pid), "the kernels' server did not exit on SIGTERM"
+    start_kernel.stop_server(pid)
+    assert wait_gone(pid, 15) or "kernels_main" not in _cmdline(pid), "the kernels' server did not exit on SIGTERM"
 
 
 def wait_gone(pid: int, limit: float) -> bool:
@@ -114,85 +117,67 @@ def _cmdline(pid: int) -> str:
         return f.read().replace(b"\0", b" ").decode()
 
 
-def test_a_warm_kernel_is_what_a_fresh_one_would_be(specs, tmp_path):
+def test_a_warm_kernel_is_what_a_fresh_one_would_be(lab, tmp_path):
     """Two warm kernels in two folders with two environments, and a fresh one: the warm ones
     come from one server (not their launcher, not this process) with torch imported and labkit
     not; everything else a cell can see matches the fresh kernel's, and each has its own seed."""
     env = own_env()
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    kernels = []
-    try:
-        kernels.append(Kernel(specs, "warm", dict(env, LKT_MINE="a"), tmp_path / "a"))
-        a = kernels[-1].fingerprint()
-        kernels.append(Kernel(specs, "warm", dict(env, LKT_MINE="b"), tmp_path / "b"))
-        b = kernels[-1].fingerprint()
-        kernels.append(Kernel(specs, "cold", dict(env, LKT_MINE="b"), tmp_path / "b"))
-        cold = kernels[-1].fingerprint()
-        server = a["ppid"]
-        assert b["ppid"] == server != os.getpid(), "the second kernel did not come from the server"
-        assert "labkit.runtime.local.kernels_main" in _cmdline(server)
-        assert a["pid"] != kernels[0].launcher.pid and cold["pid"] == kernels[2].launcher.pid
-        assert a["first"] == b["first"] == {"torch": True, "labkit": False}
-        assert cold["first"] == {"torch": False, "labkit": False}
-        assert b["fp"] == cold["fp"], (b["fp"], cold["fp"])
-        assert a["fp"] == dict(cold["fp"], cwd=str(tmp_path / "a"), mine="a",
-                               path=[str(tmp_path / "a") if p == str(tmp_path / "b") else p for p in cold["fp"]["path"]])
-        assert a["random"][0] != b["random"][0], "two warm kernels share the server's torch seed"
-        assert a["random"][1] != b["random"][1], "two warm kernels share the server's numpy seed"
-    finally:
-        for k in kernels:
-            k.close()
-        if "server" in locals():
-            stop_server(server)
+    ka = lab.start("warm", dict(env, LKT_MINE="a"), tmp_path / "a")
+    a = ka.fingerprint()
+    server = lab.server(a["ppid"])
+    b = lab.start("warm", dict(env, LKT_MINE="b"), tmp_path / "b").fingerprint()
+    kc = lab.start("cold", dict(env, LKT_MINE="b"), tmp_path / "b")
+    cold = kc.fingerprint()
+    assert b["ppid"] == server != os.getpid(), "the second kernel did not come from the server"
+    assert "labkit.runtime.local.kernels_main" in _cmdline(server)
+    assert a["pid"] != ka.launcher.pid and cold["pid"] == kc.launcher.pid
+    assert a["first"] == b["first"] == {"torch": True, "labkit": False}
+    assert cold["first"] == {"torch": False, "labkit": False}
+    assert b["fp"] == cold["fp"], (b["fp"], cold["fp"])
+    assert a["fp"] == dict(cold["fp"], cwd=str(tmp_path / "a"), mine="a",
+                           path=[str(tmp_path / "a") if p == str(tmp_path / "b") else p for p in cold["fp"]["path"]])
+    assert a["random"][0] != b["random"][0], "two warm kernels share the server's torch seed"
+    assert a["random"][1] != b["random"][1], "two warm kernels share the server's numpy seed"
 
 
-def test_a_warm_kernel_obeys_jupyter(specs, tmp_path):
+def test_a_warm_kernel_obeys_jupyter(lab, tmp_path):
     """Interrupt (KeyboardInterrupt in the cell); the kernel's exit status is the launcher's;
     a SIGKILLed kernel ends its launcher by SIGKILL; a SIGKILLed launcher (Jupyter's kill and
     restart) takes its kernel and the kernel's children with it at once."""
     env = own_env()
-    kernels = []
-    try:
-        k = Kernel(specs, "warm", env, tmp_path)
-        kernels.append(k)
-        server = k.fingerprint()["ppid"]
-        msg = k.kc.execute("import time; time.sleep(60)")
-        time.sleep(1.0)
-        t0 = time.monotonic()
-        k.km.interrupt_kernel()
+    k = lab.start("warm", env, tmp_path)
+    server = lab.server(k.fingerprint()["ppid"])
+    msg = k.kc.execute("import time; time.sleep(60)")
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    k.km.interrupt_kernel()
+    reply = k.kc.get_shell_msg(timeout=30)
+    while reply["parent_header"].get("msg_id") != msg:
         reply = k.kc.get_shell_msg(timeout=30)
-        while reply["parent_header"].get("msg_id") != msg:
-            reply = k.kc.get_shell_msg(timeout=30)
-        assert reply["content"]["ename"] == "KeyboardInterrupt" and time.monotonic() - t0 < 5
-        assert k.run("print(6 * 7)")[1].strip() == "42"
-        k.kc.execute("import os; os._exit(3)")
-        assert k.launcher.wait(timeout=15) == 3
+    assert reply["content"]["ename"] == "KeyboardInterrupt" and time.monotonic() - t0 < 5
+    assert k.run("print(6 * 7)")[1].strip() == "42"
+    k.kc.execute("import os; os._exit(3)")
+    assert k.launcher.wait(timeout=15) == 3
 
-        k = Kernel(specs, "warm", env, tmp_path)
-        kernels.append(k)
-        pid = k.fingerprint()["pid"]
-        os.kill(pid, signal.SIGKILL)
-        assert k.launcher.wait(timeout=15) == -signal.SIGKILL
+    k = lab.start("warm", env, tmp_path)
+    pid = k.fingerprint()["pid"]
+    os.kill(pid, signal.SIGKILL)
+    assert k.launcher.wait(timeout=15) == -signal.SIGKILL
 
-        k = Kernel(specs, "warm", env, tmp_path)
-        kernels.append(k)
-        pid = k.fingerprint()["pid"]
-        status, out, _ = k.run("import subprocess; p = subprocess.Popen(['sleep', '600']); print(p.pid)")
-        child = int(out)
-        t0 = time.monotonic()
-        k.km.shutdown_kernel(now=True)            # Jupyter's kill: SIGKILL to the launcher
-        assert wait_gone(pid, 5) and wait_gone(child, 5), "the kernel outlived its launcher"
-        assert time.monotonic() - t0 < 5
-        assert not gone(server), "the server ended with a kernel"
-    finally:
-        for k in kernels:
-            k.close()
-        if "server" in locals():
-            stop_server(server)
+    k = lab.start("warm", env, tmp_path)
+    pid = k.fingerprint()["pid"]
+    status, out, _ = k.run("import subprocess; p = subprocess.Popen(['sleep', '600']); print(p.pid)")
+    child = int(out)
+    t0 = time.monotonic()
+    k.km.shutdown_kernel(now=True)            # Jupyter's kill: SIGKILL to the launcher
+    assert wait_gone(pid, 5) and wait_gone(child, 5), "the kernel outlived its launcher"
+    assert time.monotonic() - t0 < 5
+    assert not gone(server), "the server ended with a kernel"
 
 
-def test_a_changed_labkit_file_gives_the_next_kernel_a_fresh_server(specs, tmp_path):
+def test_a_changed_labkit_file_gives_the_next_kernel_a_fresh_server(lab, tmp_path):
     """A copy of labkit (a server of its own: the folder is part of the key). A kernel runs;
     a file of the copy changes (a pip install, an edit): the next kernel comes from a new
     server that imported the new code, the old kernel still works, and the old server exits
@@ -201,59 +186,39 @@ def test_a_changed_labkit_file_gives_the_next_kernel_a_fresh_server(specs, tmp_p
     shutil.copytree(ROOT / "labkit", root / "labkit", ignore=shutil.ignore_patterns("__pycache__"))
     env = own_env(PYTHONPATH=str(root), LABKIT_ZYGOTE="cluster")   # (no learner's zygote from the copy)
     probe = "import labkit, os; print(os.getppid(), labkit.__file__, getattr(labkit, 'ZPROBE', None))"
-    kernels, servers = [], []
-    try:
-        kernels.append(Kernel(specs, "warm", env, tmp_path))
-        ppid, where, z = kernels[0].run(probe)[1].split()
-        servers.append(int(ppid))
-        assert where == str(root / "labkit" / "__init__.py") and z == "None"
-        init = root / "labkit" / "__init__.py"
-        init.write_text(init.read_text() + "\nZPROBE = 2\n")
-        kernels.append(Kernel(specs, "warm", env, tmp_path))
-        ppid, _, z = kernels[1].run(probe)[1].split()
-        servers.append(int(ppid))
-        assert servers[1] != servers[0] and z == "2", "the next kernel came from the stale server"
-        assert "kernels_main" in _cmdline(servers[1])
-        assert kernels[0].run("print(1 + 1)")[1].strip() == "2"
-        kernels[0].close()
-        assert wait_gone(servers[0], 15), "the stale server did not exit"
-    finally:
-        for k in kernels:
-            k.close()
-        for s in servers:
-            stop_server(s)
+    first = lab.start("warm", env, tmp_path)
+    ppid, where, z = first.run(probe)[1].split()
+    old = lab.server(int(ppid))
+    assert where == str(root / "labkit" / "__init__.py") and z == "None"
+    init = root / "labkit" / "__init__.py"
+    init.write_text(init.read_text() + "\nZPROBE = 2\n")
+    ppid, _, z = lab.start("warm", env, tmp_path).run(probe)[1].split()
+    new = lab.server(int(ppid))
+    assert new != old and z == "2", "the next kernel came from the stale server"
+    assert "kernels_main" in _cmdline(new)
+    assert first.run("print(1 + 1)")[1].strip() == "2"
+    first.close()
+    assert wait_gone(old, 15), "the stale server did not exit"
 
 
-def test_a_stopped_server_is_replaced_by_the_next_kernel(specs, tmp_path):
+def test_a_stopped_server_is_replaced_by_the_next_kernel(lab, tmp_path):
     """A server that the kernel stopped (SIGSTOP, a debugger) never answers: the next launcher
     kills it and starts a fresh one, and its kernel is ready in seconds, not at Jupyter's
     timeout."""
     env = own_env()
-    kernels, servers = [], []
-    try:
-        kernels.append(Kernel(specs, "warm", env, tmp_path))
-        servers.append(kernels[0].fingerprint()["ppid"])
-        os.kill(servers[0], signal.SIGSTOP)
-        t0 = time.monotonic()
-        kernels.append(Kernel(specs, "warm", env, tmp_path))
-        servers.append(kernels[1].fingerprint()["ppid"])
-        assert servers[1] != servers[0] and "kernels_main" in _cmdline(servers[1])
-        assert time.monotonic() - t0 < 30 and wait_gone(servers[0], 5), "the stopped server was left"
-    finally:
-        for k in kernels:
-            k.close()
-        for pid in servers:
-            stop_server(pid)
+    stopped = lab.server(lab.start("warm", env, tmp_path).fingerprint()["ppid"])
+    os.kill(stopped, signal.SIGSTOP)
+    t0 = time.monotonic()
+    fresh = lab.server(lab.start("warm", env, tmp_path).fingerprint()["ppid"])
+    assert fresh != stopped and "kernels_main" in _cmdline(fresh)
+    assert time.monotonic() - t0 < 30 and wait_gone(stopped, 5), "the stopped server was left"
 
 
-def test_warm_kernels_off_is_a_fresh_ipykernel(specs, tmp_path):
+def test_warm_kernels_off_is_a_fresh_ipykernel(lab, tmp_path):
     """LABKIT_WARM_KERNEL=0: the launcher becomes ipykernel itself (same pid), torch not loaded."""
-    k = Kernel(specs, "warm", own_env(LABKIT_WARM_KERNEL="0"), tmp_path)
-    try:
-        fp = k.fingerprint()
-        assert fp["pid"] == k.launcher.pid and fp["first"]["torch"] is False
-    finally:
-        k.close()
+    k = lab.start("warm", own_env(LABKIT_WARM_KERNEL="0"), tmp_path)
+    fp = k.fingerprint()
+    assert fp["pid"] == k.launcher.pid and fp["first"]["torch"] is False
 
 
 @pytest.mark.serial      # a ratio of two start times: alone in CI
@@ -267,7 +232,7 @@ def test_a_warm_kernel_gives_its_first_result_in_a_fraction_of_a_fresh_ones_time
     assert ratio <= start.GOALS["kernel"], said
 
 
-def test_another_user_cannot_ask_for_a_kernel(specs, tmp_path):
+def test_another_user_cannot_ask_for_a_kernel(lab, tmp_path):
     """Another local user connects to the learner's kernels' server, directly and through a
     link to its socket in a folder anyone may enter (as if the folder's protection failed):
     refused both ways, nothing forked, no marker written as the learner."""
@@ -275,10 +240,10 @@ def test_another_user_cannot_ask_for_a_kernel(specs, tmp_path):
     sysusers.skip_unless_root()
     other = sysusers.python_for_others("lktother")
     env = own_env()
-    k = Kernel(specs, "warm", env, tmp_path)
+    k = lab.start("warm", env, tmp_path)
     open_dir = pathlib.Path(tempfile.mkdtemp(prefix="lkt-open-"))
     try:
-        server = k.fingerprint()["ppid"]
+        server = lab.server(k.fingerprint()["ppid"])
         from labkit.runtime.local import userdir
         where = userdir.folder()
         sock = next(os.path.join(where, n) for n in os.listdir(where)
@@ -305,6 +270,3 @@ def test_another_user_cannot_ask_for_a_kernel(specs, tmp_path):
         if "link" in locals():
             os.chmod(link, 0o600)
         shutil.rmtree(open_dir, ignore_errors=True)
-        k.close()
-        if "server" in locals():
-            stop_server(server)

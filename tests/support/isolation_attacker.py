@@ -100,55 +100,50 @@ def _control_hello(address) -> str:
         return _refused(exc)
 
 
-def _zygote_fork(path: str) -> str:
-    """Ask the learner's zygote for a rank as its notebooks do (labkit's Hello, then a fork
-    request with a pipe): what it answers, if anything."""
+def _ask(path: str, who: str, messages: list, answers: int) -> str:
+    """Connect to a server of the learner's (a Unix socket), send `messages` ((bytes, fds) each)
+    as its own clients do and read up to `answers` answers: what `who` answered, if anything."""
     import pickle
-    from labkit.runtime.local.userzygote import Hello
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         s.settimeout(10)
         s.connect(path)
-        r, w = os.pipe()
-        socket.send_fds(s, [pickle.dumps(Hello(dict(os.environ), "/tmp", "/nonexistent", "/tmp",
-                                                b"k", ()))], [])
-        socket.send_fds(s, [b"fork"], [w])
-        answers = []
-        while len(answers) < 2:
+        for data, fds in messages:
+            socket.send_fds(s, [data], fds)
+        got = []
+        while len(got) < answers:
             data = s.recv(65536)
             if not data:
                 break
-            answers.append(type(pickle.loads(data)).__name__)
-        if answers:
-            return f"GOT IN: the zygote answered {answers}"
-        return "refused: the zygote closed the connection without an answer"
+            got.append(type(pickle.loads(data)).__name__)
+        if got:
+            return f"GOT IN: {who} answered {got}"
+        return f"refused: {who} closed the connection without an answer"
     except Exception as exc:                      # noqa: BLE001
         return _refused(exc)
     finally:
         s.close()
+
+
+def _zygote_fork(path: str) -> str:
+    """Ask the learner's zygote for a rank as its notebooks do (labkit's Hello, then a fork
+    request with a pipe)."""
+    import pickle
+    from labkit.runtime.local.userzygote import Hello
+    _, w = os.pipe()
+    hello = Hello(dict(os.environ), "/tmp", "/nonexistent", "/tmp", b"k", ())
+    return _ask(path, "the zygote", [(pickle.dumps(hello), []), (b"fork", [w])], 2)
 
 
 def kernel_fork(path: str, marker: str) -> str:
     """Ask the learner's kernels' server for a kernel as the launcher does (a KernelRequest with
-    this process's fds 0-2), one that would write `marker` as the learner: what it answers."""
+    this process's fds 0-2), one that would write `marker` as the learner."""
     import pickle
     from labkit.runtime.local.kernels import KernelRequest
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        s.settimeout(10)
-        s.connect(path)
-        code = f"open({marker!r}, 'w').write('GOT IN')"
-        request = KernelRequest(["ipykernel_launcher", "-c", code], dict(os.environ), "/tmp",
-                                list(sys.path), 0o022, ())
-        socket.send_fds(s, [pickle.dumps(request)], [0, 1, 2])
-        data = s.recv(65536)
-        if data:
-            return f"GOT IN: the server answered {pickle.loads(data)!r}"
-        return "refused: the server closed the connection without an answer"
-    except Exception as exc:                      # noqa: BLE001
-        return _refused(exc)
-    finally:
-        s.close()
+    code = f"open({marker!r}, 'w').write('GOT IN')"
+    request = KernelRequest(["ipykernel_launcher", "-c", code], dict(os.environ), "/tmp",
+                            list(sys.path), 0o022, ())
+    return _ask(path, "the kernels' server", [(pickle.dumps(request), [0, 1, 2])], 1)
 
 
 def probe(t: dict) -> dict:
