@@ -110,7 +110,7 @@ def test_union_of_records_counts_nested_ones_once_and_clips_to_the_step():
 
 
 def _one_slow_step():
-    """Five steps of a 4 MB all-reduce; the first also sleeps 0.3 s outside any collective (as a
+    """Five steps of a 4 MB all-reduce; the first also sleeps 0.5 s outside any collective (as a
     step slowed by another program). The share over the whole run falls far below the typical
     step's; the median of the steps' shares does not."""
     import time
@@ -121,7 +121,7 @@ def _one_slow_step():
 
     def step():
         if n[0] == 0:
-            time.sleep(0.3)
+            time.sleep(0.5)
         n[0] += 1
         for _ in range(3):
             dist.all_reduce(x)
@@ -131,7 +131,10 @@ def _one_slow_step():
 def test_profiled_share_is_the_median_of_the_steps_so_one_slow_step_does_not_decide(cluster2):
     for r in cluster2.run(_one_slow_step):
         assert len(r["step_shares"]) == 5
-        assert r["step_shares"][0] < 0.5 * min(r["step_shares"][1:]), r      # the slow step is there
+        # the slow step is there: the lowest share, under half the median (another step slowed by
+        # a busy machine may fall below the rest too: CI, once, 0.59 beside 0.96)
+        assert r["step_shares"][0] == min(r["step_shares"]), r
+        assert r["step_shares"][0] < 0.5 * sorted(r["step_shares"])[2], r
         assert r["share"] == sorted(r["step_shares"])[2] and r["share"] > 0.5, r
         assert r["comm_s"] / r["wall_s"] < r["share"], r                     # the run's ratio is lower
         assert {"c10d::allreduce_", "gloo:all_reduce"} <= set(r["ops"]), r
