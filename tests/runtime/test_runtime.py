@@ -9,6 +9,7 @@ import pytest
 
 import labkit
 from labkit.runtime import wire
+from labkit.runtime.local import zygote
 
 
 def test_results_by_rank_with_args_kwargs_and_closure(cluster):
@@ -164,6 +165,24 @@ def test_every_rank_draws_its_own_random_numbers_as_a_fresh_process_does():
     with labkit.Cluster(2, spares=0) as one, labkit.Cluster(2, spares=0) as other:
         seeds = one.run(_seed) + other.run(_seed)
     assert len({s for s, _ in seeds}) == 4 and len({r for _, r in seeds}) == 4, seeds
+
+
+def _frozen():
+    import gc
+    return gc.get_freeze_count()
+
+
+@pytest.mark.skipif(not zygote.ENABLED, reason="spawned ranks (LABKIT_PORTABLE=1, macOS) import torch themselves")
+@pytest.mark.parametrize("which", ["learner", "cluster"])
+def test_ranks_come_from_a_zygote_that_froze_its_heap(which, monkeypatch):
+    """Both zygotes (the learner's and a cluster's own) call gc.freeze() after their imports, so
+    a rank's collections walk only what the rank made, not torch's import-time objects (and
+    leave their pages shared with the zygote)."""
+    if which == "cluster":
+        monkeypatch.setenv("LABKIT_ZYGOTE", "cluster")
+    with labkit.Cluster(2, spares=0) as c:
+        counts = c.run(_frozen)
+    assert min(counts) > 50_000, counts
 
 
 def test_two_clusters_at_once_do_not_collide(cluster2):

@@ -47,6 +47,7 @@ fp = {"cwd": os.getcwd(), "path": sys.path, "argv0": os.path.basename(sys.argv[0
       "flags": list(sys.flags), "xoptions": sys._xoptions,
       "encoding": [__import__("locale").getpreferredencoding(False), sys.getfilesystemencoding()]}
 print("FP", json.dumps({"first": first, "fp": fp, "pid": os.getpid(), "ppid": os.getppid(),
+                        "frozen": __import__("gc").get_freeze_count(),
                         "random": [torch.initial_seed(), numpy.random.random()]}))
 """
 
@@ -135,6 +136,8 @@ def test_a_warm_kernel_is_what_a_fresh_one_would_be(lab, tmp_path):
     assert a["pid"] != ka.launcher.pid and cold["pid"] == kc.launcher.pid
     assert a["first"] == b["first"] == {"torch": True, "labkit": False}
     assert cold["first"] == {"torch": False, "labkit": False}
+    # the server froze its heap before forking (gc.freeze): torch's objects are never walked again
+    assert a["frozen"] > 50_000 and b["frozen"] > 50_000 and cold["frozen"] == 0, (a["frozen"], cold["frozen"])
     assert b["fp"] == cold["fp"], (b["fp"], cold["fp"])
     assert a["fp"] == dict(cold["fp"], cwd=str(tmp_path / "a"), mine="a",
                            path=[str(tmp_path / "a") if p == str(tmp_path / "b") else p for p in cold["fp"]["path"]])

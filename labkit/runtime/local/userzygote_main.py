@@ -292,6 +292,7 @@ def main(server=Server) -> None:
     from labkit.runtime.local import stamps
     srv, told = server(listen_fd, where, k, idle), []
     srv.loaded()
+    zm.freeze()                                   # (before the first fork; again after the preloads)
     srv.wake_r, srv.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
     signal.set_wakeup_fd(srv.wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -318,6 +319,7 @@ def main(server=Server) -> None:
         if not preloaded and time.monotonic() - quiet_since >= PRELOAD_AFTER:
             zm._preload()                         # (dynamo, DTensor, FSDP, the optimizers)
             srv.loaded()
+            zm.freeze()
             preloaded = True
             srv.watch.close()                     # again, over what the preloads imported
             srv.watch = stamps.Watch(since)
