@@ -154,7 +154,7 @@ def test_a_warm_kernel_obeys_jupyter(lab, tmp_path):
     server = lab.server(k.fingerprint()["ppid"])
     # stop_on_error=False: an interrupted request otherwise has ipykernel (7) abort the requests
     # queued after it until its shell thread posts "stop aborting", and the next cell, sent at
-    # once, can come back 'aborted' with nothing run (once in CI, under load)
+    # once, can come back 'aborted' with nothing run (once, in a full local run under load)
     msg = k.kc.execute("import time; time.sleep(60)", stop_on_error=False)
     time.sleep(1.0)
     t0 = time.monotonic()

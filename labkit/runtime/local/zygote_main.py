@@ -198,7 +198,8 @@ def freeze() -> None:
     (gc.freeze), before forking: a fork's collections then never walk torch's few hundred
     thousand import-time objects (a full collection over them takes about 0.3 s of CPU here),
     and never write to their pages, which stay shared with this process instead of being copied
-    into each fork. The few cycles left over from the imports stay alive: a few kB."""
+    into each fork. What was garbage in a cycle then stays alive for good: the few cycles
+    left over from the imports, and in a warm kernel the labkit modules it drops (kernels_main)."""
     import gc
     gc.freeze()
 
