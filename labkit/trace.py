@@ -77,6 +77,7 @@ class Recorder:
         self.clock = clock or HostClock()
         self.names = None if names is None else frozenset(names)
         self.spans, self.bytes, self.live, self._sent = [], {}, live, 0
+        self._shift = None          # wall clock - perf_counter, read once (flush)
 
     def keeps(self, name: str) -> bool:
         return self.names is None or name in self.names
@@ -106,7 +107,9 @@ class Recorder:
         if not self.live or self._sent >= len(self.spans):
             return
         import labkit
-        shift = time.time() - time.perf_counter()
+        if self._shift is None:     # once: a second reading would move later spans by however
+            self._shift = time.time() - time.perf_counter()    # long the rank was descheduled
+        shift = self._shift
         for name, a, b, tags in self.resolved()[self._sent:]:
             labkit.emit(span=name, start=a + shift, end=b + shift, **tags, **extra)
         self._sent = len(self.spans)

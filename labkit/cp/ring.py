@@ -15,6 +15,7 @@ from labkit.cp.ring_core import (GRAD_TAG, KV_TAG, RingAttention, _chunks, _kv_s
 TRACE = []            # (phase, step, "compute" | "transfer" | "wait", start, end), this rank
 LIVE = False          # flush() emits the records (wall-clock seconds)
 _sent = [0]           # how many TRACE records were emitted already
+_shift = [0.0]        # wall clock - perf_counter, read once by reset(): every record converts alike
 
 
 class _TraceRecorder(trace.Recorder):
@@ -28,9 +29,18 @@ RECORDER = _TraceRecorder(names={"compute", "transfer", "wait"})
 
 
 def reset():
-    """Forget the records (call before the step to trace)."""
+    """Forget the records (call before the step to trace), and read the offset from
+    `time.perf_counter` to the wall clock once: what `flush` emits and what `to_wall` returns
+    then agree to the bit (two readings of the pair differ by however long the rank was
+    descheduled between the two calls: 2 ms was seen on a busy machine)."""
     TRACE.clear()
     _sent[0] = 0
+    _shift[0] = time.time() - time.perf_counter()
+
+
+def to_wall(records) -> list:
+    """`records` (TRACE's tuples) with their start and end on the wall clock."""
+    return [(ph, st, kind, a + _shift[0], b + _shift[0]) for ph, st, kind, a, b in records]
 
 
 def flush():
@@ -39,7 +49,6 @@ def flush():
     if not LIVE or _sent[0] >= len(TRACE):
         return
     import labkit
-    shift = time.time() - time.perf_counter()
-    for ph, st, kind, a, b in TRACE[_sent[0]:]:
-        labkit.emit(cp=kind, phase=ph, step=st, start=a + shift, end=b + shift)
+    for ph, st, kind, a, b in to_wall(TRACE[_sent[0]:]):
+        labkit.emit(cp=kind, phase=ph, step=st, start=a, end=b)
     _sent[0] = len(TRACE)

@@ -27,7 +27,6 @@ def traced_step(seq=512, causal=True, method="ring", layout="zigzag", batch=1, h
     attention(*parts, group=group, causal=causal, method=method, layout=layout).sum().backward()  # warm
     dist.barrier(group=group)
     ring.reset()
-    wall0, perf0 = time.time(), time.perf_counter()
     ring.LIVE = live
     try:
         with trace.recording(ring.RECORDER), block_stats() as stats:
@@ -37,8 +36,7 @@ def traced_step(seq=512, causal=True, method="ring", layout="zigzag", batch=1, h
         ring.flush()
     finally:
         ring.LIVE = False
-    shift = wall0 - perf0
-    events = [(ph, st, kind, a + shift, b + shift) for ph, st, kind, a, b in ring.TRACE]
+    events = ring.to_wall(ring.TRACE)
     return {"events": events, "largest block": stats["largest block"],
             "compute seconds": stats["compute seconds"]}
 
