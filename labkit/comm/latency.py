@@ -25,14 +25,16 @@ LARGE_BYTES = 1 << 20      # 1 MB: the bytes dominate
 TOLERANCE = 0.2            # each ratio within 20 % of the model's (see `verdicts`)
 
 
-def times(ns=(2, 3, 4), small=SMALL_ELEMS, large=LARGE_BYTES, repeats=5, warmup=1, link=None,
+def times(ns=(2, 3, 4), small=SMALL_ELEMS, large=LARGE_BYTES, repeats=7, warmup=1, link=None,
           op: str = "ring") -> list:
     """On every rank (cluster.run): time an all-reduce (op "ring": labkit's pipelined ring;
     "naive": gather to rank 0 and send back) of a small and a large float32 tensor on the first
     N ranks, for each N in `ns`. Rank 0 returns [{"N", "bytes", "times"}], the others None.
-    Five repeats: `fit` keeps the fastest, so one clean repeat of each is enough; with three,
+    Seven repeats: `fit` keeps the fastest, so one clean repeat of each is enough; with three,
     CI's busy parallel phase once left none for N = 3 and 4 (bandwidth term 1.60 and 2.00
-    against the model's 1.33 and 1.50). On the slow link a repeat costs about 0.35 s."""
+    against the model's 1.33 and 1.50), and with five, the notebooks on 4 workers (busier than
+    CI) once left none for N = 4 (1.82 against 1.50). On the slow link a repeat costs about
+    0.35 s."""
     import torch
     import torch.distributed as dist
     import labkit
