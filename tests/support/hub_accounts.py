@@ -61,8 +61,13 @@ def instructor_python(python: str) -> tuple:
     when the project's lives in root's home; where that is an older release than the project's
     (Debian's 3.11.2 beside pyenv's 3.11.7), a package built for the newer one may refuse it
     (soupsieve 4.1, which nbconvert's HTML export of the feedback uses, needs 3.11.5). Then the
-    instructor gets the project's own interpreter: its files hard-linked (or copied) into
-    build/, its standard library beside it, and the project's packages through a .pth file."""
+    instructor gets the project's own interpreter: its files copied into build/, its standard
+    library beside it, and the project's packages through a .pth file. Copied, not hard-linked:
+    a hard link (and the chmod below, and removing the folder) changes the inode's ctime, so
+    every standard-library file of the interpreter the project runs on would look changed on
+    disk to every learner's zygote and warm-kernel server running on the machine, and they
+    would stop taking notebooks (labkit.runtime.local.stamps): CI's notebooks and tests then
+    paid cold starts again after each hub test."""
     import fcntl
     import sysconfig
     check = "import sys; print(sys.version_info[:3])"
@@ -75,25 +80,21 @@ def instructor_python(python: str) -> tuple:
     dest.parent.mkdir(parents=True, exist_ok=True)
     with open(dest.parent / ".instructor-python.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (dest / "ready").exists():
+        shared = lambda: (dest / "lib" / tag / "os.py").stat().st_ino == (base / "lib" / tag / "os.py").stat().st_ino
+        if not (dest / "ready").exists() or shared():       # shared: hard-linked by an older build
             shutil.rmtree(dest, ignore_errors=True)
-
-            def link(src, dst):
-                try:
-                    os.link(src, dst)
-                except OSError:                    # another file system
-                    shutil.copy2(src, dst)
-            shutil.copytree(base / "lib" / tag, dest / "lib" / tag, copy_function=link,
+            shutil.copytree(base / "lib" / tag, dest / "lib" / tag,
                             ignore=shutil.ignore_patterns("site-packages", "__pycache__", "test"))
             (dest / "bin").mkdir()
-            link(pathlib.Path(sys.base_prefix) / "bin" / tag, dest / "bin" / tag)
+            shutil.copy2(pathlib.Path(sys.base_prefix) / "bin" / tag, dest / "bin" / tag)
             for lib in (base / "lib").glob(f"lib{tag}*.so*"):
-                link(lib, dest / "lib" / lib.name)
+                shutil.copy2(lib, dest / "lib" / lib.name)
             site = dest / "lib" / tag / "site-packages"
             site.mkdir()
             (site / "labkit-shared.pth").write_text(f"{sysconfig.get_paths()['purelib']}\n{ROOT}\n")
             sysusers.console_scripts(dest / "bin", dest / "bin" / tag)
             (dest / "ready").touch()
+        assert not shared(), f"{dest}: its standard library shares inodes with {base}'s"
     subprocess.run(["chmod", "-R", "a+rX", str(dest)], check=True)
     for p in dest.parents:
         if p == ROOT.parent:
