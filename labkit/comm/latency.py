@@ -1,7 +1,7 @@
 """The ring's two costs, measured: a latency term that grows with its 2(N-1) steps, and a
 bandwidth term that does not.
 
-    rows = cluster.run(latency.times, link=(5e-3, 20e6))[0]   # rank 0's times, N = 2, 3, 4
+    rows = cluster.run(latency.times, link=(10e-3, 20e6))[0]  # rank 0's times, N = 2, 3, 4
     fit = latency.fit(rows)           # per N: alpha_N (s per call) and beta_N (s per byte)
     latency.verdicts(fit)             # ratios between N against the ring's model
 
@@ -34,7 +34,7 @@ def times(ns=(2, 3, 4), small=SMALL_ELEMS, large=LARGE_BYTES, repeats=7, warmup=
     CI's busy parallel phase once left none for N = 3 and 4 (bandwidth term 1.60 and 2.00
     against the model's 1.33 and 1.50), and with five, the notebooks on 4 workers (busier than
     CI) once left none for N = 4 (1.82 against 1.50). On the slow link a repeat costs about
-    0.35 s."""
+    0.5 s (10 ms per message)."""
     import torch
     import torch.distributed as dist
     import labkit
