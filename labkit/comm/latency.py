@@ -18,6 +18,7 @@ are interleaved and the fastest kept, so a load spike hits every N alike or not 
 start-up cost and rate dwarf loopback's (on 2 shared cores loopback's per-byte cost grows with
 N because 4 ranks share 2 cores: that measures the CPU, not the ring). link=None is loopback.
 """
+import contextlib
 import time
 
 SMALL_ELEMS = 4            # float32 per rank of the group: a message of 16 bytes, latency alone
@@ -53,7 +54,7 @@ def times(ns=(2, 3, 4), small=SMALL_ELEMS, large=LARGE_BYTES, repeats=7, warmup=
                 dist.barrier()
                 if me < n:
                     x = torch.ones(sizes[n][s], device=labkit.device())
-                    with (slow.throttled(**settings) if settings else _nothing()):
+                    with (slow.throttled(**settings) if settings else contextlib.nullcontext()):
                         t0 = time.perf_counter()
                         fn(x, groups[n])
                         dt = time.perf_counter() - t0
@@ -63,14 +64,6 @@ def times(ns=(2, 3, 4), small=SMALL_ELEMS, large=LARGE_BYTES, repeats=7, warmup=
     if me:
         return None
     return [{"N": n, "bytes": sizes[n][s] * 4, "times": out[n, s]} for n in ns for s in (0, 1)]
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def fit(rows) -> list:

@@ -16,6 +16,7 @@ step as the compute, plus what ZeRO-3 costs on loopback beyond DDP (the start-up
 gloo calls and their copies on the computing cores, which the planner does not model): that
 extra grows with the load on the machine, and the race measures it beside the slow link.
 """
+import contextlib
 import statistics
 import time
 
@@ -46,7 +47,7 @@ def race(link=None, steps: int = 5, warmup: int = 1, n_layer: int = 2, n_embd: i
             for stage, (model, opt) in runs.items():
                 x, y = batch_fn(batch, 100 * step + rank)
                 dist.barrier()
-                with (slow.throttled(*on) if on else _Nothing()):
+                with (slow.throttled(*on) if on else contextlib.nullcontext()):
                     t0 = time.perf_counter()
                     lm_loss(model(x).float(), y).backward()
                     opt.step()
@@ -95,11 +96,3 @@ def race_verdict(result: dict, tolerance: float = 0.25) -> bool:
                           "{want:.2f} with ZeRO-3's loopback extra (within {tol:.0%}; ZeRO-3 sends 1.5x "
                           "DDP's bytes)",
                           rate=result["link"][1] / 1e6, got=result["ratio"], want=want, tol=tolerance))
-
-
-class _Nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
