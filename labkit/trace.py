@@ -77,7 +77,7 @@ class Recorder:
         self.clock = clock or HostClock()
         self.names = None if names is None else frozenset(names)
         self.spans, self.bytes, self.live, self._sent = [], {}, live, 0
-        self._shift = None          # wall clock - perf_counter, read once (flush)
+        self._shift = None          # wall clock - perf_counter (wall_shift)
 
     def keeps(self, name: str) -> bool:
         return self.names is None or name in self.names
@@ -102,14 +102,25 @@ class Recorder:
         at = self.clock.resolve
         return [(name, at(a), at(b), tags) for name, a, b, tags in self.spans]
 
+    def wall_shift(self) -> float:
+        """Seconds to add to a resolved stamp for the wall clock, read once (the first call
+        after construction or `restart_wall`) so that every span converts alike: two readings
+        differ by however long the process was descheduled between time.time() and
+        perf_counter() (2 ms was seen on a busy machine)."""
+        if self._shift is None:
+            self._shift = time.time() - time.perf_counter()
+        return self._shift
+
+    def restart_wall(self) -> None:
+        """Read the wall clock's offset afresh at the next `wall_shift` (a new step to trace)."""
+        self._shift = None
+
     def flush(self, **extra) -> None:
         """With live set: emit the spans not sent yet to the notebook, on the wall clock."""
         if not self.live or self._sent >= len(self.spans):
             return
         import labkit
-        if self._shift is None:     # once: a second reading would move later spans by however
-            self._shift = time.time() - time.perf_counter()    # long the rank was descheduled
-        shift = self._shift
+        shift = self.wall_shift()
         for name, a, b, tags in self.resolved()[self._sent:]:
             labkit.emit(span=name, start=a + shift, end=b + shift, **tags, **extra)
         self._sent = len(self.spans)

@@ -6,7 +6,6 @@ while `RECORDER` is on (`labkit.trace.recording(ring.RECORDER)`: cp/runs.py's tr
 With `LIVE` set, `flush()` sends the records not sent yet to the notebook (labkit.emit); the
 traced step calls it after forward and after backward, never from inside autograd.
 """
-import time
 
 from labkit import trace
 from labkit.cp.ring_core import (GRAD_TAG, KV_TAG, RingAttention, _chunks, _kv_shape, _post,  # noqa: F401
@@ -15,7 +14,6 @@ from labkit.cp.ring_core import (GRAD_TAG, KV_TAG, RingAttention, _chunks, _kv_s
 TRACE = []            # (phase, step, "compute" | "transfer" | "wait", start, end), this rank
 LIVE = False          # flush() emits the records (wall-clock seconds)
 _sent = [0]           # how many TRACE records were emitted already
-_shift = [0.0]        # wall clock - perf_counter, read once by reset(): every record converts alike
 
 
 class _TraceRecorder(trace.Recorder):
@@ -29,18 +27,18 @@ RECORDER = _TraceRecorder(names={"compute", "transfer", "wait"})
 
 
 def reset():
-    """Forget the records (call before the step to trace), and read the offset from
-    `time.perf_counter` to the wall clock once: what `flush` emits and what `to_wall` returns
-    then agree to the bit (two readings of the pair differ by however long the rank was
-    descheduled between the two calls: 2 ms was seen on a busy machine)."""
+    """Forget the records (call before the step to trace); the step's offset to the wall clock
+    is read once from then on (RECORDER.wall_shift), so what `flush` emits and what `to_wall`
+    returns agree to the bit."""
     TRACE.clear()
     _sent[0] = 0
-    _shift[0] = time.time() - time.perf_counter()
+    RECORDER.restart_wall()
 
 
 def to_wall(records) -> list:
     """`records` (TRACE's tuples) with their start and end on the wall clock."""
-    return [(ph, st, kind, a + _shift[0], b + _shift[0]) for ph, st, kind, a, b in records]
+    shift = RECORDER.wall_shift()
+    return [(ph, st, kind, a + shift, b + shift) for ph, st, kind, a, b in records]
 
 
 def flush():
