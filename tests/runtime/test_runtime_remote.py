@@ -133,18 +133,57 @@ def test_a_hang_in_a_collective_gives_remote_stacks(remote):
 
 
 def test_a_killed_rank(remote):
-    def die():
+    """Rank 1 stops its node's agent for a second before it kills itself, so torchrun has
+    reaped it before the agent asks how it ended (what a busy machine does by chance). A
+    kernel older than 6.15 keeps no exit status after the reap: there it is not stopped."""
+    def die(agent_pid):
         if labkit.rank() == 1:
+            if agent_pid:
+                os.kill(agent_pid, signal.SIGSTOP)
             os.kill(os.getpid(), signal.SIGKILL)
         import torch
         import torch.distributed as dist
         dist.all_reduce(torch.ones(1))
 
-    with pytest.raises(labkit.RankError) as info:
-        remote.run(die)
+    remote.wait_for_ranks()
+    node1 = next(n for n in remote.source.nodes if n["name"].startswith("node 1"))
+    stall = node1["agent_pid"] if _kernel() >= (6, 15) else 0
+    wake = threading.Timer(1.0, os.kill, (stall or os.getpid(), signal.SIGCONT))
+    wake.start()
+    try:
+        with pytest.raises(labkit.RankError) as info:
+            remote.run(die, stall)
+    finally:
+        wake.join()
     first = str(info.value).splitlines()[1]
     assert first.startswith("--- rank 1 on node 1") and "killed (SIGKILL" in first, str(info.value)
     assert remote.run(total) == [3.0, 3.0]
+
+
+def _kernel() -> tuple:
+    import re
+    return tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups())
+
+
+def test_how_a_rank_ended_is_read_before_and_after_torchrun_reaps_it():
+    """The agent reads a rank's exit status when its pidfd turns readable; torchrun (its
+    parent) reaps it within 0.1 s, and on a busy machine the agent may come later than that.
+    Before the reap /proc has the status; after it, the pidfd (Linux >= 6.15)."""
+    from labkit.runtime.remote.agent_ranks import exit_status
+    for argv, status in ((["sleep", "30"], signal.SIGKILL), (["sh", "-c", "exit 3"], 3 << 8)):
+        p = subprocess.Popen(argv)
+        fd = os.pidfd_open(p.pid)
+        if status == signal.SIGKILL:
+            p.send_signal(signal.SIGKILL)
+        import select
+        select.select([fd], [], [], 10)           # exited, not yet reaped: a zombie
+        assert exit_status(p.pid, fd) == status, "before the reap"
+        p.wait()                                  # the parent reaps it, as torchrun does
+        if _kernel() < (6, 15):
+            pytest.skip(f"this kernel ({os.uname().release}) keeps no exit status with a pidfd "
+                        "(Linux >= 6.15 does): a rank reaped first is reported as 'unknown'")
+        assert exit_status(p.pid, fd) == status, "after the reap"
+        os.close(fd)
 
 
 def test_an_interrupt_stops_every_remote_rank(remote):

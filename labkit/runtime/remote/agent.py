@@ -8,7 +8,7 @@ key) and, on a Unix socket that only processes of this user may use, one connect
 of the node. It forwards each rank's control bytes and output to the notebook (the output
 first, so a rank's prints arrive before its result), and does for the notebook what needs
 the node: SIGUSR1 for a stack dump (faulthandler, even inside C++), SIGKILL, and how a rank
-died (its exit status, read from /proc while torchrun has not yet reaped it). It outlives
+died (its exit status: from /proc before torchrun reaps it, from its pidfd after). It outlives
 torchrun's restarts of the ranks and leaves when torchrun exits or the notebook goes.
 
 Exit codes: 0 another agent serves this torchrun; 2 the key file or the server was refused;
@@ -26,7 +26,7 @@ from multiprocessing.connection import answer_challenge, deliver_challenge
 
 from labkit.runtime import frames, protocol
 from labkit.runtime.remote import tls
-from labkit.runtime.remote.agent_ranks import RankSide, exit_status
+from labkit.runtime.remote.agent_ranks import RankSide, has_exited
 
 BEAT_S = 1.0                     # a heartbeat to the notebook this often
 
@@ -102,7 +102,7 @@ class Agent(RankSide):
         deadline = time.monotonic() + 3.0
         while self.ranks and time.monotonic() < deadline:
             for r in list(self.ranks.values()):
-                if exit_status(r.pid) is not None or not os.path.exists(f"/proc/{r.pid}"):
+                if has_exited(r):
                     self.ranks.pop(r.slot)
             time.sleep(0.02)
         self.signal(list(self.ranks), signal.SIGKILL)

@@ -2,8 +2,10 @@
 accepting a rank on the Unix socket (this user's processes only), forwarding its output and
 control bytes, signals, stack dumps, and how it died.
 """
+import fcntl
 import os
 import pickle
+import select
 import selectors
 import signal
 import socket
@@ -22,13 +24,49 @@ def peer(sock) -> tuple:
     return pid, uid
 
 
-def exit_status(pid: int):
-    """waitpid()-style status of a rank that has exited, read before torchrun reaps it."""
+PIDFD_GET_INFO = 0xC040FF0B      # _IOWR(0xFF, 11, struct pidfd_info of 64 bytes): Linux >= 6.13
+PIDFD_INFO_EXIT = 1 << 3         # Linux >= 6.15: the exit status, kept with the pidfd after the reap
+
+
+def reaped_status(pidfd: int):
+    """The wait status of a process that has been reaped, from a pidfd opened before it
+    exited (the kernel keeps it there from Linux 6.15 on); None while it is not reaped yet,
+    or on an older kernel."""
+    buf = bytearray(64)
+    struct.pack_into("Q", buf, 0, PIDFD_INFO_EXIT)
+    try:
+        fcntl.ioctl(pidfd, PIDFD_GET_INFO, buf)
+    except OSError:
+        return None
+    if not struct.unpack_from("Q", buf, 0)[0] & PIDFD_INFO_EXIT:
+        return None
+    return struct.unpack_from("i", buf, 60)[0]
+
+
+def exit_status(pid: int, pidfd: int):
+    """waitpid()-style status of a rank that has exited (its pidfd became readable), or None
+    if nobody can tell any more. torchrun, its parent, reaps it within its monitor interval
+    (0.1 s): until then /proc/PID/stat holds the status (a zombie's); after it the pidfd does
+    (Linux >= 6.15). A busy machine can keep this agent from running for longer than 0.1 s,
+    so both are asked."""
+    status = reaped_status(pidfd)
+    if status is not None:
+        return status
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[-1])
+            fields = f.read().rsplit(")", 1)[1].split()
+        state, status = fields[0], int(fields[-1])
     except (OSError, ValueError, IndexError):
-        return None
+        status = state = None
+    again = reaped_status(pidfd)                  # reaped meanwhile: /proc may show another process
+    if again is not None:
+        return again
+    return status if state in ("Z", "X") else None
+
+
+def has_exited(r) -> bool:
+    """Whether a rank's process has ended (a pidfd is readable once it has)."""
+    return bool(select.select([r.pidfd], [], [], 0)[0])
 
 
 class Rank:
@@ -113,7 +151,7 @@ class RankSide:
             pass
 
     def exited(self, r: Rank) -> None:
-        status = exit_status(r.pid)
+        status = exit_status(r.pid, r.pidfd)
         self.drain_output(r)
         crash = self.stack_text(r)
         self.link.send(protocol.RankDied(r.slot, status, crash))
