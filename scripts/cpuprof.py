@@ -7,7 +7,16 @@ machine does not blur it (wall time does). A pytest plugin, then a table:
 
 Each item's CPU is that of the whole process tree under the pytest process (itself, the children
 it reaped, and every live descendant with the children they reaped: kernels, clusters, ranks),
-taken before and after the item. A process that ends outside the tree (re-parented) is lost."""
+taken before and after the item. A process that ends outside the tree (re-parented) is lost,
+and so are the ranks the learner's zygote forks and the kernels the kernels' server forks
+(their parents are those servers, not pytest): most of a cluster test's CPU.
+
+CPUPROF_MODE=machine counts the whole machine's busy CPU instead (/proc/stat: user, nice,
+system, irq, softirq, steal), which holds every process wherever it hangs; it is the item's own
+only when nothing else runs, so use it with one worker (no -n) on a quiet machine:
+
+    CPUPROF_MODE=machine PYTHONPATH=$PWD:$PWD/scripts .venv/bin/python -m pytest tests \
+        --phase parallel -p cpuprof"""
 import collections
 import glob
 import json
@@ -16,6 +25,14 @@ import sys
 import time
 
 OUT = os.environ.get("CPUPROF_OUT", "/tmp/cpuprof")
+MODE = os.environ.get("CPUPROF_MODE", "tree")
+
+
+def _machine_cpu(_me=None):
+    """Busy CPU-seconds of the whole machine since boot (/proc/stat's first line)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
 
 
 def _tree_cpu(me):
@@ -38,9 +55,10 @@ try:
     def pytest_runtest_protocol(item, nextitem):
         import psutil
         me = psutil.Process()
-        w0, c0 = time.monotonic(), _tree_cpu(me)
+        cpu = _machine_cpu if MODE == "machine" else _tree_cpu
+        w0, c0 = time.monotonic(), cpu(me)
         yield
-        w1, c1 = time.monotonic(), _tree_cpu(me)
+        w1, c1 = time.monotonic(), cpu(me)
         os.makedirs(OUT, exist_ok=True)
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         with open(os.path.join(OUT, f"{worker}-{os.getpid()}.jsonl"), "a") as f:
