@@ -88,6 +88,9 @@ class UserKernel:
             shutil.rmtree(self.conn_dir, ignore_errors=True)
 
 
+PORT_RETRIES = 2      # a kernel that died before its first reply (a port taken meanwhile) is started again
+
+
 def start_kernels(users: list, timeout: float = 120) -> list:
     """One kernel per entry of `users` (a user may appear several times), all started at once."""
     spec_root = _spec_dir(python_for_others(users[0]))
@@ -95,8 +98,24 @@ def start_kernels(users: list, timeout: float = 120) -> list:
     try:
         for i, user in enumerate(users):
             kernels.append(UserKernel(user, f"k{i}", spec_root))
-        for k in kernels:
-            k.wait_ready(timeout)
+        for i, user in enumerate(users):
+            for attempt in range(PORT_RETRIES + 1):
+                try:
+                    kernels[i].wait_ready(timeout)
+                    break
+                except RuntimeError as exc:
+                    # jupyter_client picks the kernel's five TCP ports, frees them and writes them
+                    # to the connection file; the kernel binds them later. Another process (a
+                    # rank, another kernel) can take one in between, and the kernel exits with
+                    # "Address already in use" before it replies. Then it gets new ports.
+                    if "died" not in str(exc) or attempt == PORT_RETRIES:
+                        raise
+                    dead = kernels[i]                 # (not finish_shutdown: it removes the
+                    dead.kc.stop_channels()           # user's folder, other kernels' files too)
+                    if dead.km.has_kernel:
+                        dead.km.finish_shutdown()
+                    dead.km.cleanup_resources()
+                    kernels[i] = UserKernel(user, f"k{i}-{attempt + 1}", spec_root)
     except BaseException:
         shutdown_all(kernels)
         raise
