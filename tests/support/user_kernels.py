@@ -77,15 +77,17 @@ class UserKernel:
         if self.km.has_kernel:
             self.km.request_shutdown()
 
-    def finish_shutdown(self) -> None:
-        """Wait for the kernel to exit (killed after jupyter_client's grace period)."""
+    def finish_shutdown(self, keep_folder: bool = False) -> None:
+        """Wait for the kernel to exit (killed after jupyter_client's grace period); the user's
+        connection folder goes too unless `keep_folder` (other kernels of the user may start)."""
         try:
             self.kc.stop_channels()
         finally:
             if self.km.has_kernel:
                 self.km.finish_shutdown()
-                self.km.cleanup_resources()
-            shutil.rmtree(self.conn_dir, ignore_errors=True)
+            self.km.cleanup_resources()
+            if not keep_folder:
+                shutil.rmtree(self.conn_dir, ignore_errors=True)
 
 
 PORT_RETRIES = 2      # a kernel that died before its first reply (a port taken meanwhile) is started again
@@ -110,11 +112,7 @@ def start_kernels(users: list, timeout: float = 120) -> list:
                     # "Address already in use" before it replies. Then it gets new ports.
                     if "died" not in str(exc) or attempt == PORT_RETRIES:
                         raise
-                    dead = kernels[i]                 # (not finish_shutdown: it removes the
-                    dead.kc.stop_channels()           # user's folder, other kernels' files too)
-                    if dead.km.has_kernel:
-                        dead.km.finish_shutdown()
-                    dead.km.cleanup_resources()
+                    kernels[i].finish_shutdown(keep_folder=True)   # the user's other kernels' files
                     kernels[i] = UserKernel(user, f"k{i}-{attempt + 1}", spec_root)
     except BaseException:
         shutdown_all(kernels)
