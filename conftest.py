@@ -28,6 +28,11 @@ pytest-xdist hands out the files with the most items first (the hub's and the gr
 long tests came last, and one core idled for the last two minutes or so). scripts/test's parallel
 phase writes the seconds of its own run to build/file-seconds.json (`--file-seconds-out`): copy it
 over tests/file_seconds.json to refresh the table. A stale table only costs time, never a test.
+
+Every Jupyter kernel a test process starts (nbval's, the tests' own) gets its five ports from
+below the ephemeral range (`pytest_configure`, labkit/runtime/ports.py): jupyter_client binds
+port 0, frees it and lets the kernel bind it later, and in CI an outgoing connection took one
+meanwhile (the kernel died: "Address already in use").
 """
 import json
 import pathlib
@@ -101,6 +106,27 @@ def _file_seconds() -> dict:
         return json.loads(FILE_SECONDS.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+
+
+def pytest_configure(config):
+    """jupyter_client's LocalPortCache picks each kernel port with bind(("", 0)): a port of the
+    ephemeral range, which any outgoing connection may take before the kernel binds it. Here it
+    picks from below that range instead (labkit.runtime.ports), still one port never handed out
+    twice by this process, as its own does."""
+    try:
+        from jupyter_client.connect import LocalPortCache
+    except ImportError:                                  # (no Jupyter: nothing starts kernels)
+        return
+    from labkit.runtime.ports import free_ports
+
+    def find_available_port(self, ip: str) -> int:
+        while True:
+            port = free_ports(1, ip)[0]
+            if port not in self.currently_used_ports:
+                self.currently_used_ports.add(port)
+                return port
+
+    LocalPortCache.find_available_port = find_available_port
 
 
 def pytest_collection_finish(session):

@@ -19,7 +19,6 @@ How fast the persistent Cluster is, against how other notebook launchers do it, 
 import argparse
 import datetime
 import os
-import socket
 import statistics
 import time
 
@@ -42,16 +41,11 @@ def _per_call_worker(rank: int, world_size: int, port: int) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def per_call(method: str, world_size: int) -> float:
     """Seconds for one task when every call starts its own processes."""
     import torch.multiprocessing as mp
-    port = _free_port()
+    from labkit.runtime.ports import free_port     # (below the ephemeral range: no port race)
+    port = free_port()
     t0 = time.perf_counter()
     # No store in this process: a forked child must not inherit a running store thread.
     mp.start_processes(_per_call_worker, args=(world_size, port), nprocs=world_size,

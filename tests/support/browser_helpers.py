@@ -10,12 +10,13 @@ import os
 import pathlib
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+from labkit.runtime.ports import free_port      # (below the ephemeral range: no port race)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "build" / "browser"           # screenshots: test artefacts, kept after the run
@@ -38,12 +39,6 @@ def missing() -> str:
 def shot_path(name: str) -> pathlib.Path:
     SHOTS.mkdir(parents=True, exist_ok=True)
     return SHOTS / name
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

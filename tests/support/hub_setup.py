@@ -13,12 +13,13 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
 import time
 import uuid
+
+from labkit.runtime.ports import free_ports     # (below the ephemeral range: no port race)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHP = ROOT / "build" / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -40,16 +41,6 @@ def missing() -> str | None:
         return ("no configurable-http-proxy: `npm install --prefix build/hub "
                 "configurable-http-proxy@5.3.0` (.ci/run does; needs node and npm)")
     return None
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def set_password(user: str, password: str) -> None:

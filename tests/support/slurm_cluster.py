@@ -25,6 +25,8 @@ import subprocess
 import tempfile
 import time
 
+from labkit.runtime.ports import free_ports     # (below the ephemeral range: no port race)
+
 NETNS, VETH = "lkslurm", "lkslurm0"
 HOST_ADDR, NODE2_ADDR = "10.77.0.1", "10.77.0.2"
 TOOLS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "squeue", "scancel", "scontrol")
@@ -46,12 +48,6 @@ def _die_with_parent() -> None:
     timeout), so that no daemon outlives a test run that could not reach stop()."""
     import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def _run(*cmd, check=True):
@@ -102,12 +98,13 @@ class Slurm:
                           '[ -n "$a" ] && echo "export PET_LOCAL_ADDR=$a"\nexit 0\n')
         prolog.chmod(0o755)
         ctld = HOST_ADDR if self.two_nodes else "127.0.0.1"
+        ports = free_ports(2, host="")             # (slurmctld and slurmd listen on every address)
         nodes = [f"NodeName=vm NodeAddr={ctld} CPUs=2 State=UNKNOWN"]
         if self.two_nodes:
             nodes.append(f"NodeName=vm2 NodeAddr={NODE2_ADDR} CPUs=2 State=UNKNOWN")
         self.conf.write_text("\n".join([
             "ClusterName=labkit", f"SlurmctldHost={socket.gethostname()}({ctld})",
-            f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
+            f"SlurmctldPort={ports[0]}", f"SlurmdPort={ports[1]}",
             "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={f}/munge/sock",
             "SlurmUser=root", "SlurmdUser=root", "MailProg=/bin/true",
             f"StateSaveLocation={f}/state", f"SlurmdSpoolDir={f}/spool/%n",
