@@ -17,6 +17,7 @@ Runs as root (CI); elsewhere, or without the hub installed, it is skipped with o
 import json
 import os
 import pathlib
+import re
 import secrets
 import shutil
 import tempfile
@@ -30,6 +31,7 @@ from support import sysusers
 from support.hub_accounts import one_hub  # noqa: F401 (the fixture)
 from support.hub_accounts import end_all, install_kernel
 from support.hub_setup import Hub, Learner, code_cells_until, dedent, processes_of
+from labkit.runtime.ports import ephemeral_range
 
 pytestmark = [pytest.mark.hub, pytest.mark.cluster, pytest.mark.timeout(420)]
 
@@ -129,6 +131,10 @@ def test_two_learners_on_one_hub(one_hub):
             learner.make_token()
             learner.start_server()
         ready = {u: learner.wait_server() for u, learner in learners.items()}
+        routes = re.findall(r"Adding user (\S+) to proxy \S+ => http://127\.0\.0\.1:(\d+)", hub.tail(200_000))
+        low, _ = ephemeral_range()
+        assert sorted(u for u, _ in routes) == sorted(USERS) and all(int(p) < low for _, p in routes), \
+            f"each learner's server on a port below the ephemeral range (from {low}; hub_setup's pre_spawn_hook): {routes}"
 
         r = b.api("GET", f"/user/{a.name}/api/kernels")        # a's server, with b's token
         assert r.status_code == 403, f"{b.name} reached {a.name}'s server: {r.status_code}"

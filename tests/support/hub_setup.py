@@ -70,6 +70,14 @@ c.Spawner.environment["LABKIT_CPUS"] = lambda spawner: CPUS[spawner.user.name]
 c.Spawner.default_url = "/lab"
 c.Spawner.http_timeout = 90
 c.Spawner.start_timeout = 90
+from labkit.runtime.ports import free_port     # each server's port from below the ephemeral range
+
+
+def _port(spawner):                            # (JupyterHub's own choice binds port 0: a race)
+    spawner.port = free_port()
+
+
+c.Spawner.pre_spawn_hook = _port
 """
 
 # What each learner's server runs first, as that learner: their own copy of the course (only the
