@@ -35,13 +35,15 @@ port 0, frees it and lets the kernel bind it later, and in CI an outgoing connec
 meanwhile (the kernel died: "Address already in use").
 """
 import json
+import os
 import pathlib
+import re
 import statistics
 
 import pytest
 
 from labkit.course.exercises import BEGIN as BEGIN_SOLUTION
-from labkit.verdict import EXPECT_FAIL_TAG, failing_lines
+from labkit.verdict import EXPECT_FAIL_TAG, MISS, OK, failing_lines
 
 # Cells that show a FAIL on purpose in notebooks this change could not edit, until they carry
 # the tag: notebook -> a piece of that cell's source. A listed cell that has the tag fails (so
@@ -172,7 +174,9 @@ def pytest_runtest_call(item):
     cell, outputs = getattr(item, "cell", None), getattr(item, "test_outputs", None)
     if cell is None or outputs is None:                 # not an nbval cell
         return result
-    bad = failing_lines(_text(outputs))
+    text = _text(outputs)
+    _record_measured(item, text)
+    bad = failing_lines(text)
     expected = EXPECT_FAIL_TAG in cell.get("metadata", {}).get("tags", [])
     listed = UNTAGGED_EXPECT_FAIL.get(item.path.name)
     if listed and listed in cell.source:
@@ -185,6 +189,28 @@ def pytest_runtest_call(item):
     if expected and not bad:
         _fail(item, f"the cell is tagged {EXPECT_FAIL_TAG!r} but printed no FAIL or MISS line")
     return result
+
+
+MEASURED = pathlib.Path(os.environ.get("LABKIT_MEASURED_VERDICTS")
+                        or pathlib.Path(__file__).parent / "build" / "measured-verdicts.txt")
+_MEASURED_LINE = re.compile(rf"^(?:\[rank \d+\] )?(?:{re.escape(OK)}|{re.escape(MISS)}) ")
+
+
+def _record_measured(item, text: str) -> None:
+    """Every ``ok:``/``MISS:`` line a notebook cell printed (a measurement against its formula,
+    with both numbers and the tolerance), appended to build/measured-verdicts.txt with the
+    notebook and the cell (LABKIT_MEASURED_VERDICTS: another file): after a run, how close each
+    measurement came to its tolerance."""
+    lines = [ln for ln in text.splitlines() if _MEASURED_LINE.match(ln)]
+    if not lines:
+        return
+    where = f"{item.path.parent.name}/{item.path.name} {item.name.split('::')[-1]}"
+    try:
+        MEASURED.parent.mkdir(exist_ok=True)
+        with open(MEASURED, "a", encoding="utf-8") as f:         # (one write: workers append whole lines)
+            f.write("".join(f"{where}\t{ln}\n" for ln in lines))
+    except OSError:
+        pass
 
 
 def _fail(item, message: str):

@@ -67,13 +67,15 @@ def test_nbval_fails_a_cell_with_a_failing_verdict():
     path = folder / "verdicts.ipynb"
     nbformat.write(nb, path)
     junit = folder / "junit.xml"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    measured = folder / "measured.txt"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LABKIT_MEASURED_VERDICTS=str(measured))
     try:
         run = subprocess.run([sys.executable, "-m", "pytest", str(path.relative_to(ROOT)), "--nbval-lax",
                               "--nbval-current-env", "--nbval-cell-timeout=60", "-p", "no:cacheprovider",
                               "-q", f"--junitxml={junit}"], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=110)
         cases = list(ET.parse(junit).getroot().iter("testcase"))
+        recorded = measured.read_text().splitlines() if measured.exists() else []
         assert len(cases) == len(CELLS), run.stdout[-3000:] + run.stderr[-2000:]
         got = {}
         for case, name in zip(cases, CELLS):
@@ -86,6 +88,9 @@ def test_nbval_fails_a_cell_with_a_failing_verdict():
     want = {name: outcome for name, (_, _, outcome) in CELLS.items()}
     assert got == want, run.stdout[-3000:] + run.stderr[-2000:]
     assert "the cell printed a failing verdict" in run.stdout and "rank 1 differs by 0.5" in run.stdout
+    # every measured verdict, kept or missed, is recorded with its notebook and cell (conftest.py)
+    assert recorded == [f"{folder.name}/verdicts.ipynb Cell 2\tok: sent 1.5000 x S, formula 1.5000",
+                        f"{folder.name}/verdicts.ipynb Cell 5\tMISS: sent 1.62 x S, formula 1.50"], recorded
 
 
 def test_no_notebook_shows_a_verdict_the_nbval_rule_cannot_see():
