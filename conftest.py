@@ -113,22 +113,9 @@ def _file_seconds() -> dict:
 def pytest_configure(config):
     """jupyter_client's LocalPortCache picks each kernel port with bind(("", 0)): a port of the
     ephemeral range, which any outgoing connection may take before the kernel binds it. Here it
-    picks from below that range instead (labkit.runtime.ports), still one port never handed out
-    twice by this process, as its own does."""
-    try:
-        from jupyter_client.connect import LocalPortCache
-    except ImportError:                                  # (no Jupyter: nothing starts kernels)
-        return
-    from labkit.runtime.ports import free_ports
-
-    def find_available_port(self, ip: str) -> int:
-        while True:
-            port = free_ports(1, ip)[0]
-            if port not in self.currently_used_ports:
-                self.currently_used_ports.add(port)
-                return port
-
-    LocalPortCache.find_available_port = find_available_port
+    picks from below that range instead (labkit.runtime.ports.jupyter_kernel_ports)."""
+    from labkit.runtime.ports import jupyter_kernel_ports
+    jupyter_kernel_ports()
 
 
 def pytest_collection_finish(session):

@@ -5,7 +5,8 @@ The usual way, bind port 0, read the port and close the socket, has a race: the 
 the kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default),
 the same range every outgoing connection takes its source port from, so on a busy machine (gloo's
 connections, TCPStores, Jupyter's ZMQ sockets) another process can take it before the server binds
-it ("Address already in use"; CI lost a run to it). `free_ports` picks ports below that range,
+it ("Address already in use"; CI lost a run to it; jupyter/jupyter_client#487). `free_ports`
+picks ports below that range,
 which the kernel never hands out by itself, checking that each can be bound now; only a process
 that asks for that very port can still take it. Where there is no room below the range (a system
 that made it start low), it falls back to port 0.
@@ -55,3 +56,23 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list:
 
 def free_port(host: str = "127.0.0.1") -> int:
     return free_ports(1, host)[0]
+
+
+def jupyter_kernel_ports() -> None:
+    """Make jupyter_client's LocalPortCache, which picks the five ports of every kernel a
+    KernelManager of this process starts (nbval's, JupyterLab's), take them from `free_ports`
+    instead of binding port 0, still never handing out one port twice. Called by the tests'
+    conftest.py and the test JupyterLab's server config (tests/support/browser_helpers.py)."""
+    try:
+        from jupyter_client.connect import LocalPortCache
+    except ImportError:                                  # (no Jupyter: nothing starts kernels)
+        return
+
+    def find_available_port(self, ip: str) -> int:
+        while True:
+            port = free_ports(1, ip or "127.0.0.1")[0]
+            if port not in self.currently_used_ports:
+                self.currently_used_ports.add(port)
+                return port
+
+    LocalPortCache.find_available_port = find_available_port

@@ -15,6 +15,7 @@ Screenshots go to build/browser/ (test artefacts).
 import importlib.util
 import json
 import os
+import pathlib
 import re
 import shutil
 import time
@@ -24,6 +25,7 @@ import pytest
 
 from support import browser_glyphs
 from support.browser_helpers import ROOT, chromium, jupyterlab, shot_path
+from labkit.runtime.ports import ephemeral_range
 
 pytestmark = [pytest.mark.browser, pytest.mark.cluster]
 SETTINGS = {   # every cell in the page (no virtual scrolling), no news pop-ups
@@ -41,18 +43,23 @@ def lab(tmp_path_factory):
     from labkit.course.exercises import build
     build(ROOT / "notebooks", root / "learner-zh", lang="zh", only=["00"], notes=[])
     from labkit.i18n import lab_fonts       # the fonts `bash scripts/lab --lang zh` gives JupyterLab
-    with jupyterlab(root, {**SETTINGS, lab_fonts.SETTINGS_FILE: lab_fonts.settings()}) as (base, token), chromium() as page:
+    with jupyterlab(root, {**SETTINGS, lab_fonts.SETTINGS_FILE: lab_fonts.settings()}) as (base, token, runtime), chromium() as page:
         page.set_viewport_size({"width": 1400, "height": 1000})
         page.on("dialog", lambda d: d.accept())     # "leave the page with unsaved changes?": yes
         page.goto(f"{base}/lab?token={token}")
         page.wait_for_selector(".jp-LauncherCard, .jp-Launcher", timeout=90_000)
-        yield page, base, token
+        yield page, base, token, runtime
 
 
 @pytest.fixture
 def page(lab):
     """The lab's page; every kernel is shut down after the test."""
     yield lab
+    low, _ = ephemeral_range()
+    for conn in pathlib.Path(lab[3]).glob("kernel-*.json"):     # (the server's config: browser_helpers)
+        info = json.loads(conn.read_text())
+        ports = [info[k] for k in ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")]
+        assert max(ports) < low, f"{conn.name}: kernel ports {ports}, not below the ephemeral range ({low})"
     shut_down_kernels(lab[1], lab[2])
 
 
@@ -164,7 +171,7 @@ def alive(pid: int) -> bool:
 
 
 def test_cluster_notebook_run_all_then_interrupt(page):
-    page, base, _ = page
+    page, base, *_ = page
     open_notebook(page, base, "notebooks/00_cluster.ipynb")
     t0 = time.monotonic()
     run_all(page)
@@ -222,7 +229,7 @@ def _png(locator) -> str:
 
 
 def test_memory_explorer_slider_redraws_the_figure(page):
-    page, base, _ = page
+    page, base, *_ = page
     open_notebook(page, base, "notebooks/01_memory.ipynb")
     ex = cell(page, "controls = M.explorer(")
     ex.locator(".jp-InputArea-editor").click()
@@ -266,7 +273,7 @@ def test_memory_explorer_slider_redraws_the_figure(page):
 
 
 def test_pipeline_gantt_grows_while_the_run_goes_on(page):
-    page, base, _ = page
+    page, base, *_ = page
     open_notebook(page, base, "notebooks/07_pipeline.ipynb")
     live = cell(page, "with live_gantt(cluster, s):")
     live.locator(".jp-InputArea-editor").click()
@@ -292,7 +299,7 @@ def test_pipeline_gantt_grows_while_the_run_goes_on(page):
 @pytest.mark.skipif(importlib.util.find_spec("jupyterlab_rise") is None,
                     reason="jupyterlab_rise is not installed (pip install -e '.[lab]')")
 def test_rise_shows_a_deck_as_slides(page):
-    page, base, _ = page
+    page, base, *_ = page
     deck = sorted((ROOT / "slides").glob("*.ipynb"))[0]
     page.goto(f"{base}/rise/slides/{deck.name}")
     page.wait_for_selector(".reveal .slides section", timeout=90_000)
@@ -306,7 +313,7 @@ def test_rise_shows_a_deck_as_slides(page):
 
 
 def test_chinese_notebook_and_slide_show_chinese_glyphs(page):
-    page, base, _ = page
+    page, base, *_ = page
     from support.deck_build import chinese
     page.goto(f"{base}/lab/tree/learner-zh/00_cluster.ipynb?reset")   # no cell is run: no kernel wait
     nb = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedMarkdown"

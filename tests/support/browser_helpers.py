@@ -67,6 +67,9 @@ def jupyterlab(root: pathlib.Path, settings: dict = None):
         (tmp / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp / "settings" / name).write_text(json.dumps(values))
     port, token = free_port(), secrets.token_hex(16)
+    (tmp / "config").mkdir()                        # its kernels' ports from below the ephemeral range
+    (tmp / "config" / "jupyter_server_config.py").write_text(
+        "from labkit.runtime.ports import jupyter_kernel_ports\njupyter_kernel_ports()\n")
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
                JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"))
     cmd = [str(pathlib.Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--ip=127.0.0.1",
@@ -91,7 +94,7 @@ def jupyterlab(root: pathlib.Path, settings: dict = None):
                 if time.monotonic() > deadline:
                     raise RuntimeError("jupyter lab did not answer within 60 s")
                 time.sleep(0.2)
-        yield base, token
+        yield base, token, tmp / "runtime"      # (the kernels' connection files: kernel-*.json)
     finally:
         server.terminate()                          # shuts its kernels down (and their ranks)
         try:
