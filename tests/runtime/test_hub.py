@@ -146,11 +146,6 @@ def test_two_learners_on_one_hub(one_hub):
             home = pathlib.Path(os.path.expanduser(f"~{u}"))
             assert (home / "course" / "00_cluster.ipynb").stat().st_uid == sysusers.ensure_user(u)[0]
         kernels = {u: learner.start_kernel() for u, learner in learners.items()}
-        for u in USERS:                                 # (hub_setup's server config)
-            runtime = pathlib.Path(os.path.expanduser(f"~{u}"), ".local/share/jupyter/runtime")
-            conns = [json.loads(f.read_text()) for f in runtime.glob(f"kernel-{kernels[u].id}.json")]
-            ports = [c[k] for c in conns for k in ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")]
-            assert conns and max(ports) < low, f"{u}'s kernel ports {ports}: not below the ephemeral range ({low})"
 
         outcome, times = {}, {}
 

@@ -105,15 +105,10 @@ class Hub:
         start.write_text(START.format(python=python, course=ROOT / "notebooks"))
         start.chmod(0o755)
         self.port, hub_port, api_port = free_ports(3)
-        server_config = folder / "server-config"        # each learner's server: its kernels' ports
-        server_config.mkdir(mode=0o755)                 # from below the ephemeral range too
-        (server_config / "jupyter_server_config.py").write_text(
-            "from labkit.runtime.ports import jupyter_kernel_ports\njupyter_kernel_ports()\n")
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JUPYTER_PATH": kernels,
                "LANG": "C.UTF-8", **(environment or {}),     # more: tests/runtime/test_hub_grading.py
                "LABKIT_ZYGOTE_IDLE": "5"}   # a learner's zygote ends 5 s after their last kernel
         # (default 15 min: labkit/runtime/local/userzygote.py); the test wants nothing left
-        env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(filter(None, (env.get("JUPYTER_CONFIG_PATH"), str(server_config))))
         if os.environ.get("PYTHONPATH"):               # a development checkout's extra packages
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         (self.folder / "jupyterhub_config.py").write_text(CONFIG.format(
