@@ -265,7 +265,9 @@ class Kernel:
                 msg = json.loads(self.ws.recv())
             except Exception as e:                     # websocket timeout: say where it stopped
                 raise AssertionError(f"{self.learner.name}: no answer within {timeout:.0f} s to "
-                                     f"{code[:80]!r} ({type(e).__name__}); so far:\n{''.join(text)}")
+                                     f"{code[:80]!r} ({type(e).__name__}); so far:\n{''.join(text)}\n"
+                                     f"the hub's log (the learners' servers write there too):\n"
+                                     f"{self.learner.hub.tail(6000)}")
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]
