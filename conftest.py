@@ -37,13 +37,12 @@ meanwhile (the kernel died: "Address already in use").
 import json
 import os
 import pathlib
-import re
 import statistics
 
 import pytest
 
 from labkit.course.exercises import BEGIN as BEGIN_SOLUTION
-from labkit.verdict import EXPECT_FAIL_TAG, MISS, OK, failing_lines
+from labkit.verdict import EXPECT_FAIL_TAG, failing_lines, measured_lines
 
 # Cells that show a FAIL on purpose in notebooks this change could not edit, until they carry
 # the tag: notebook -> a piece of that cell's source. A listed cell that has the tag fails (so
@@ -180,7 +179,6 @@ def pytest_runtest_call(item):
 
 MEASURED = pathlib.Path(os.environ.get("LABKIT_MEASURED_VERDICTS")
                         or pathlib.Path(__file__).parent / "build" / "measured-verdicts.txt")
-_MEASURED_LINE = re.compile(rf"^(?:\[rank \d+\] )?(?:{re.escape(OK)}|{re.escape(MISS)}) ")
 
 
 def _record_measured(item, text: str) -> None:
@@ -188,7 +186,7 @@ def _record_measured(item, text: str) -> None:
     with both numbers and the tolerance), appended to build/measured-verdicts.txt with the
     notebook and the cell (LABKIT_MEASURED_VERDICTS: another file): after a run, how close each
     measurement came to its tolerance."""
-    lines = [ln for ln in text.splitlines() if _MEASURED_LINE.match(ln)]
+    lines = measured_lines(text)
     if not lines:
         return
     where = f"{item.path.parent.name}/{item.path.name} {item.name.split('::')[-1]}"

@@ -44,6 +44,14 @@ def failing_lines(text: str) -> list:
     return [ln for ln in text.splitlines() if _FAILING.match(ln)]
 
 
+_MEASURED = re.compile(rf"^{_RANK}(?:{re.escape(OK)}|{re.escape(MISS)}) ")
+
+
+def measured_lines(text: str) -> list:
+    """The lines of `text` that `verdict` printed, kept (``ok:``) or missed (``MISS:``)."""
+    return [ln for ln in text.splitlines() if _MEASURED.match(ln)]
+
+
 GRADING_ENV = "NBGRADER_EXECUTION"     # set by nbgrader's autograde ("autograde") and validate
 
 

@@ -107,9 +107,11 @@ def start_kernels(users: list, timeout: float = 120) -> list:
                     break
                 except RuntimeError as exc:
                     # jupyter_client picks the kernel's five TCP ports, frees them and writes them
-                    # to the connection file; the kernel binds them later. Another process (a
-                    # rank, another kernel) can take one in between, and the kernel exits with
-                    # "Address already in use" before it replies. Then it gets new ports.
+                    # to the connection file; the kernel binds them later. They come from below
+                    # the ephemeral range (conftest.py: labkit.runtime.ports), where only a
+                    # process asking for that very port can take one in between; if one does,
+                    # the kernel exits with "Address already in use" before it replies and gets
+                    # new ports here.
                     if "died" not in str(exc) or attempt == PORT_RETRIES:
                         raise
                     kernels[i].finish_shutdown(keep_folder=True)   # the user's other kernels' files
