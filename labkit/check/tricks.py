@@ -10,17 +10,18 @@ by the number of micro-batches (micro x), divided twice (1/micro), zero_grad ins
 of the mean (N x), a mean taken twice (1/N), an all-reduce after every micro-batch (right
 values, micro times the bytes), a step taken, the frozen parameter's None gradient used.
 
-Right gradients are not enough: the checker watches how they were made (`_Watch`, on the rank):
-one forward per micro-batch, each on its own micro-batch (together the local batch, once),
-each forward's backward before the next forward, the bytes autograd saved for backward never
-above 1.5x the reference loop's (one micro-batch's), each gradient all-reduced once after the
-last micro-batch, and at most the reference's bytes on the wire (1.00x, BYTES_SLACK). Then the
-same function runs on another world size (the ranks split into groups, each taken as the whole
-world for the call: `_AsWorld`), so an answer written for 2 ranks (a partner 1 - r, a 2 in the
-code) fails there.
+Right gradients are not enough: the checker watches how they were made (`Watch`, on the rank; it
+and `AsWorld` live in labkit/check/tricks_watch.py): one forward per micro-batch, each on its
+own micro-batch (together the local batch, once), each forward's backward before the next
+forward, the bytes autograd saved for backward never above 1.5x the reference loop's (one
+micro-batch's), each gradient all-reduced once after the last micro-batch, and at most the
+reference's bytes on the wire (1.00x, BYTES_SLACK). Then the same function runs on another world
+size (the ranks split into groups, each taken as the whole world for the call: `AsWorld`), so an
+answer written for 2 ranks (a partner 1 - r, a 2 in the code) fails there.
 """
 from labkit.check.core import checker, new_token, ranks_verdict
 from labkit.check.guard import HANG_LIMIT_S
+from labkit.check.tricks_watch import AsWorld, Watch, split_world
 from labkit.i18n import tr
 
 __all__ = ["accumulate_gradients"]
@@ -52,137 +53,10 @@ def _match(got, want) -> bool:
     return all(_same(got[k], want[k]) for k in want if want[k] is not None)
 
 
-class _Watch:
-    """What the learner's loop does with the model, seen from inside (rank side): each forward
-    (the rows the embedding received), each backward through a forward's output, each
-    dist.all_reduce (its tensor, and how many forwards had run), and the bytes autograd saved for
-    backward that are alive at once (parameters not counted: they live anyway)."""
-
-    def __init__(self, model, x):
-        self.model, self.x = model, x
-        self.forwards, self.events, self.reduces = [], [], []
-        self.alive = self.peak = 0
-        self.params = {p.data_ptr() for p in model.parameters()}
-
-    def __enter__(self):
-        import torch
-        import torch.distributed as dist
-        self.handles = [self.model.embed.register_forward_pre_hook(self._forward),
-                        self.model.head.register_forward_hook(self._output)]
-        self.saving = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda box: box.t)
-        self.saving.__enter__()
-        self.real = dist.all_reduce
-        dist.all_reduce = self._all_reduce
-        return self
-
-    def __exit__(self, *exc):
-        import torch.distributed as dist
-        dist.all_reduce = self.real
-        self.saving.__exit__(*exc)
-        for h in self.handles:
-            h.remove()
-        return False
-
-    def _forward(self, module, args):
-        tokens = args[0]
-        self.forwards.append(tokens.detach().clone())
-        self.events.append(("F", len(self.forwards) - 1))
-
-    def _output(self, module, args, out):
-        k = len(self.forwards) - 1
-        if out.requires_grad:
-            out.register_hook(lambda g, k=k: self.events.append(("B", k)))
-
-    def _pack(self, t):
-        import weakref
-        if t.data_ptr() in self.params:
-            return _Box(t)
-        size = t.numel() * t.element_size()
-        self.alive += size
-        self.peak = max(self.peak, self.alive)
-        box = _Box(t)
-        weakref.finalize(box, self._free, size)
-        return box
-
-    def _free(self, size):
-        self.alive -= size
-
-    def _all_reduce(self, tensor, *args, **kwargs):
-        if hasattr(tensor, "data_ptr"):
-            self.reduces.append((tensor.data_ptr(), tensor.numel(), len(self.forwards)))
-        return self.real(tensor, *args, **kwargs)
-
-    def rows(self):
-        """For each forward, the indices of the local batch's rows it saw (-1: a row not in it)."""
-        index = {tuple(row.tolist()): i for i, row in enumerate(self.x)}
-        return [[index.get(tuple(row.tolist()), -1) for row in f.reshape(-1, self.x.shape[1])]
-                for f in self.forwards]
-
-
-class _Box:
-    __slots__ = ("t", "__weakref__")
-
-    def __init__(self, t):
-        self.t = t
-
-
-def _groups(n):
-    """This rank's group for the second case, another world size (n - 1 ranks and 1 rank, or 1
-    and 1 on two ranks): made once per process, every rank creating every group in order."""
-    import torch.distributed as dist
-    from labkit.comm.groups import once
-    cut = n - 1 if n > 2 else 1
-    parts = [list(range(cut)), list(range(cut, n))]
-    made = once(("check.tricks", n), lambda: [dist.new_group(ranks) for ranks in parts])
-    mine = 0 if dist.get_rank() < cut else 1
-    return made[mine], parts[mine]
-
-
-class _AsWorld:
-    """Inside the block the learner's code sees `group` as the whole world: dist.all_reduce,
-    get_world_size, get_rank and every call without a group use it (torch's default group,
-    swapped for the block, put back after). A send or receive to a rank outside it raises here
-    (gloo would crash the process)."""
-
-    P2P = ("send", "recv", "isend", "irecv")
-
-    def __init__(self, group):
-        self.group = group
-
-    def __enter__(self):
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d as c10d
-        self.world = c10d._world.default_pg
-        self.real = {name: getattr(dist, name) for name in self.P2P}
-        size = self.group.size()
-        for name in self.P2P:
-            setattr(dist, name, self._checked(self.real[name], size, "dst" if "send" in name else "src"))
-        c10d._world.default_pg = self.group
-        return self
-
-    @staticmethod
-    def _checked(real, size, key):
-        def call(tensor, *args, **kwargs):
-            peer = args[0] if args else kwargs.get(key)
-            if kwargs.get("group") is None and peer is not None and not 0 <= int(peer) < size:
-                raise ValueError(tr("rank {peer} does not exist in a world of size {k} (ranks 0 to {last})",
-                                    peer=peer, k=size, last=size - 1))
-            return real(tensor, *args, **kwargs)
-        return call
-
-    def __exit__(self, *exc):
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d as c10d
-        c10d._world.default_pg = self.world
-        for name, fn in self.real.items():
-            setattr(dist, name, fn)
-        return False
-
-
 def _drive(fn, token, micro: int = 3, per_rank: int = 6):
     """On each rank: the learner's fn against one process on the global batch and the mistakes'
     gradients (all computed here on the global batch: no collective besides the learner's), how
-    it accumulated (_Watch), then the same on another world size."""
+    it accumulated (Watch), then the same on another world size."""
     import torch
     import torch.distributed as dist
     from labkit.check import guard
@@ -195,13 +69,13 @@ def _drive(fn, token, micro: int = 3, per_rank: int = 6):
     state = {k: v.clone() for k, v in model.state_dict().items()}
     X, Y = awkward_batch(n * per_rank, seed=5)
     mine = slice(r * per_rank, (r + 1) * per_rank)
-    with traffic.measure(sync=True) as t, _Watch(model, X[mine]) as watch:
+    with traffic.measure(sync=True) as t, Watch(model, X[mine]) as watch:
         _, caught = guard.attempt(fn, model, X[mine].clone(), Y[mine].clone(), micro)
     got = _grads(model)
     changed = any(not torch.equal(p.detach(), state[k]) for k, p in model.named_parameters())
     ref = AwkwardNet()
     ref.load_state_dict(state)
-    with traffic.measure(sync=True) as t_ref, _Watch(ref, X[mine]) as ref_watch:
+    with traffic.measure(sync=True) as t_ref, Watch(ref, X[mine]) as ref_watch:
         accumulate(ref, X[mine], Y[mine], micro)
     size = per_rank // micro
     last = torch.cat([torch.arange(q * per_rank + per_rank - size, (q + 1) * per_rank) for q in range(n)])
@@ -234,12 +108,12 @@ def _drive(fn, token, micro: int = 3, per_rank: int = 6):
     if any(flags):
         return out
     # the second case: the same function on another world size (a group of the ranks as the world)
-    group, ranks = _groups(n)
+    group, ranks = split_world(n)
     k = len(ranks)
     model = AwkwardNet()
     model.load_state_dict(state)
     rows = torch.cat([torch.arange(q * per_rank, (q + 1) * per_rank) for q in ranks])
-    with _AsWorld(group):
+    with AsWorld(group):
         _, caught = guard.attempt(fn, model, X[mine].clone(), Y[mine].clone(), micro)
     verdict = None
     if caught is not None:

@@ -22,8 +22,9 @@ def update(lang: str, verbose=True) -> list:
     """Write the templates and merge them into the .po files of `lang`; returns lines to print."""
     import nbformat
     from labkit.i18n import po as P
+    from labkit.i18n.extract import extract_messages
     lines = []
-    pot = P.extract_messages()
+    pot = extract_messages()
     if P.MESSAGES_POT.exists():                    # the template's date moves only with its messages
         before = P.read_catalog(P.MESSAGES_POT)
         if {(m.context, m.id) for m in before if m.id} == {(m.context, m.id) for m in pot if m.id}:

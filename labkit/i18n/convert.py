@@ -25,6 +25,7 @@ import nbformat
 import polib
 
 from labkit.i18n import po as P
+from labkit.i18n.extract import extract_messages
 
 I18N = P.ROOT / "i18n"
 BASE = I18N / "imported.json"
@@ -134,7 +135,7 @@ class Importer:
             cat = P.read_catalog(path, self.lang)
         else:
             cat = Catalog(locale=self.lang, project=P.DOMAIN, charset="utf-8", fuzzy=False)
-            for m in P.extract_messages():               # the order and locations of the source
+            for m in extract_messages():               # the order and locations of the source
                 if m.id in old:
                     cat.add(m.id, "", locations=m.locations, auto_comments=m.auto_comments)
         where = str(path.relative_to(P.ROOT))

@@ -21,7 +21,7 @@ import nbformat
 import polib
 import pytest
 
-from labkit.i18n import cells, po as P
+from labkit.i18n import cells, extract as E, po as P
 from labkit.i18n.cells import TranslationError, code_difference, parse, problems, render
 from labkit.i18n.messages import fields_of, messages
 
@@ -39,7 +39,7 @@ MESSAGES = messages("zh")
 def extracted(listed_too=True, tables=True) -> frozenset:
     """(context, msgid) of what Babel's extraction finds (cached: 2 s each)."""
     return frozenset((m.context, m.id if isinstance(m.id, str) else m.id[0])
-                     for m in P.extract_messages(listed_too=listed_too, tables=tables) if m.id)
+                     for m in E.extract_messages(listed_too=listed_too, tables=tables) if m.id)
 
 
 def extracted_ids(**kw) -> set:
@@ -149,7 +149,7 @@ def test_the_templates_are_current():
 
 def test_babel_extraction_finds_every_key():
     found = extracted_ids(listed_too=False)
-    listed = P.listed(P.UNEXTRACTED)
+    listed = E.listed(E.UNEXTRACTED)
     hidden = sorted(k for k in MESSAGES if k not in found and k not in listed)
     assert not hidden, ("messages of the catalog that extraction cannot find (passed to tr() through a "
                         "variable: mark them with N_() where they are written):\n" + "\n".join(map(repr, hidden)))
@@ -161,16 +161,16 @@ def test_babel_extraction_finds_every_key():
 
 
 def test_no_key_is_computed():
-    bad = P.computed_keys()
+    bad = E.computed_keys()
     assert not bad, ("keys built at run time, which no extraction can find (write each message as "
                      "a literal, or a variable holding one marked N_()):\n"
                      + "\n".join(f"{f}:{line}: {src}" for f, line, src in bad))
 
 
 def test_no_new_message_is_a_fragment():
-    listed = P.listed(P.FRAGMENTS)
+    listed = E.listed(E.FRAGMENTS)
     found = extracted_ids(listed_too=False)
-    new = sorted(k for k in set(MESSAGES) | found if P.is_fragment(k) and k not in listed)
+    new = sorted(k for k in set(MESSAGES) | found if E.is_fragment(k) and k not in listed)
     assert not new, ("pieces of a sentence joined in code: write the whole sentence as one message "
                      "(a translator reorders it):\n" + "\n".join(map(repr, new)))
     gone = [k for k in listed if k not in MESSAGES]
@@ -442,7 +442,7 @@ def _literals() -> set:
         if "/i18n/" not in str(path):
             out |= {n.value for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                     if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-    for _, code in P._notebook_sources(ROOT):
+    for _, code in E.notebook_sources(ROOT):
         try:
             out |= {n.value for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
         except SyntaxError:

@@ -64,15 +64,15 @@ def _grads_case(**scale):
 
 
 def _watch(forwards=3):
-    """What labkit.check.tricks._Watch records of a loop over 6 sequences in `forwards` pieces,
+    """What labkit.check.tricks_watch.Watch records of a loop over 6 sequences in `forwards` pieces,
     each forward's backward right after it, one micro-batch's saved bytes."""
     import types
     import torch
-    from labkit.check.tricks import _Watch
+    from labkit.check.tricks_watch import Watch
     x = torch.arange(36).view(6, 6)
     w = types.SimpleNamespace(x=x, forwards=list(x.chunk(forwards)), peak=100, reduces=[],
                               events=[e for k in range(forwards) for e in (("F", k), ("B", k))])
-    w.rows = lambda: _Watch.rows(w)
+    w.rows = lambda: Watch.rows(w)
     return w
 
 
