@@ -13,6 +13,17 @@ the serial tests keep both cores busy, and its tests have timeouts too).
     python scripts/ci_cgroup.py make      # prints the file to write a pid to, or nothing
     python scripts/ci_cgroup.py release FILE
                                           # moves what is left in it back, removes the group
+    python scripts/ci_cgroup.py slower FACTOR COMMAND...
+                                          # runs COMMAND with this machine's CPU divided by FACTOR
+
+`slower` emulates a slower machine of the same core count, for CI's time and its timing verdicts
+on the slower machine kind when only a faster one is at hand: COMMAND and everything it starts
+run in a group whose CPU time is capped at cores / FACTOR (v1 cpu.cfs_quota_us, v2 cpu.max) in
+periods of PERIOD_US, so a CPU-bound stretch takes FACTOR times as long. It is an emulation: each
+core still runs at full speed within the cap (a single thread is not slowed while the others
+idle), and the cap pauses the whole group at the end of a period where it has used its share
+(at most PERIOD_US x (1 - 1 / FACTOR) at a time), which a slower CPU does not. The exit status
+is COMMAND's; the group is removed after it (`release`). Needs root and a cpu controller.
 
 `make` prints nothing (and scripts/test runs the phases one after the other, as before) where no
 cgroup can be made: not root, no cpu controller, a read-only /sys/fs/cgroup (most containers).
@@ -27,6 +38,7 @@ import sys
 ROOT = pathlib.Path("/sys/fs/cgroup")
 WEIGHT_V1 = 51              # cpu.shares (default 1024): a twentieth of a normal process group
 WEIGHT_V2 = 5               # cpu.weight (default 100): the same share
+PERIOD_US = 10000           # `slower`'s quota period: short, so a pause at its end is at most a few ms
 
 
 def _own(root: pathlib.Path, controller: str, proc_cgroup: str):
@@ -39,25 +51,25 @@ def _own(root: pathlib.Path, controller: str, proc_cgroup: str):
     return None
 
 
-def make(root: pathlib.Path = ROOT, proc_cgroup: str = None, name: str = None):
-    """The procs file of a new group of low CPU weight under this process's own (v1's cpu
-    controller where it is mounted, else v2 with its cpu controller on), or None."""
-    proc_cgroup = proc_cgroup if proc_cgroup is not None else pathlib.Path("/proc/self/cgroup").read_text()
-    name = name or f"labkit-ci-{os.getpid()}"
+def _own_cpu_group(root: pathlib.Path, proc_cgroup: str):
+    """(this process's group, "v1" or "v2") where a cpu group can be made under it, else None."""
     v1 = _own(root / "cpu", "cpu", proc_cgroup) if (root / "cpu" / "cpu.shares").exists() else None
     if v1 is not None:
-        weight_file, weight = "cpu.shares", WEIGHT_V1
-        parent = v1
-    else:
-        v2 = _own(root, "", proc_cgroup)
-        control = v2 / "cgroup.subtree_control" if v2 is not None else None
-        if control is None or not control.exists() or "cpu" not in control.read_text().split():
-            return None
-        weight_file, weight, parent = "cpu.weight", WEIGHT_V2, v2
+        return v1, "v1"
+    v2 = _own(root, "", proc_cgroup)
+    control = v2 / "cgroup.subtree_control" if v2 is not None else None
+    if control is None or not control.exists() or "cpu" not in control.read_text().split():
+        return None
+    return v2, "v2"
+
+
+def _new_group(parent: pathlib.Path, name: str, settings: dict):
+    """parent/name with `settings` ({file: text}) written, or None (and nothing left) if it cannot be."""
     group = parent / name
     try:
         group.mkdir(exist_ok=True)
-        (group / weight_file).write_text(f"{weight}\n")
+        for file, text in settings.items():
+            (group / file).write_text(text)
     except OSError:
         try:
             group.rmdir()
@@ -65,6 +77,36 @@ def make(root: pathlib.Path = ROOT, proc_cgroup: str = None, name: str = None):
             pass
         return None
     return group / "cgroup.procs"
+
+
+def make_slower(factor: float, cores: int = None, root: pathlib.Path = ROOT, proc_cgroup: str = None,
+                name: str = None):
+    """The procs file of a new group under this process's own whose CPU is capped at cores /
+    factor (`slower`), or None where none can be made."""
+    if not factor >= 1:
+        raise ValueError(f"FACTOR must be 1 or more (a slower machine), not {factor}")
+    proc_cgroup = proc_cgroup if proc_cgroup is not None else pathlib.Path("/proc/self/cgroup").read_text()
+    cores = cores or len(os.sched_getaffinity(0))
+    found = _own_cpu_group(root, proc_cgroup)
+    if found is None:
+        return None
+    parent, version = found
+    quota = max(1000, round(PERIOD_US * cores / factor))
+    settings = ({"cpu.cfs_period_us": f"{PERIOD_US}\n", "cpu.cfs_quota_us": f"{quota}\n"} if version == "v1"
+                else {"cpu.max": f"{quota} {PERIOD_US}\n"})
+    return _new_group(parent, name or f"labkit-slower-{os.getpid()}", settings)
+
+
+def make(root: pathlib.Path = ROOT, proc_cgroup: str = None, name: str = None):
+    """The procs file of a new group of low CPU weight under this process's own (v1's cpu
+    controller where it is mounted, else v2 with its cpu controller on), or None."""
+    proc_cgroup = proc_cgroup if proc_cgroup is not None else pathlib.Path("/proc/self/cgroup").read_text()
+    found = _own_cpu_group(root, proc_cgroup)
+    if found is None:
+        return None
+    parent, version = found
+    weight = {"cpu.shares": f"{WEIGHT_V1}\n"} if version == "v1" else {"cpu.weight": f"{WEIGHT_V2}\n"}
+    return _new_group(parent, name or f"labkit-ci-{os.getpid()}", weight)
 
 
 def release(procs: pathlib.Path) -> list:
@@ -107,8 +149,35 @@ def main(argv) -> int:
         if moved:
             print(f"ci_cgroup: {len(moved)} process(es) left by the parallel phase moved back to the normal weight")
         return 0
+    if argv[:1] == ["slower"] and len(argv) >= 3:
+        return slower(float(argv[1]), argv[2:])
     print(__doc__, file=sys.stderr)
     return 2
+
+
+def slower(factor: float, command: list) -> int:
+    """Runs `command` in a group of make_slower(factor); its exit status (127 if it cannot start)."""
+    import subprocess
+    try:
+        procs = make_slower(factor)
+    except OSError:
+        procs = None
+    if procs is None:
+        print("ci_cgroup: no CPU cgroup can be made here (root and a cpu controller are needed)", file=sys.stderr)
+        return 2
+    procs.write_text(f"{os.getpid()}\n")             # the command and all it starts inherit the cap
+    cap = len(os.sched_getaffinity(0)) / factor
+    shown = " ".join(command)
+    shown = shown if len(shown) <= 80 and "\n" not in shown else shown.split("\n")[0][:77] + "..."
+    print(f"ci_cgroup: slower: {shown} with {cap:.2f} of {len(os.sched_getaffinity(0))} core(s) "
+          f"({procs.parent})", file=sys.stderr, flush=True)
+    try:
+        return subprocess.call(command)
+    except OSError as exc:
+        print(f"ci_cgroup: {command[0]}: {exc}", file=sys.stderr)
+        return 127
+    finally:
+        release(procs)
 
 
 if __name__ == "__main__":

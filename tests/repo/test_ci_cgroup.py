@@ -93,3 +93,61 @@ def test_on_this_machine_a_process_gets_the_low_weight_and_release_gives_it_back
         sleeper.wait()
         if procs.parent.exists():
             ci.release(procs)
+
+
+def test_slower_caps_the_group_at_cores_over_the_factor_in_short_periods(tmp_path):
+    ci = _helper()
+    procs = ci.make_slower(1.5, cores=2, root=tmp_path, proc_cgroup=_v1(tmp_path, "/job"), name="s")
+    assert procs == tmp_path / "cpu" / "job" / "s" / "cgroup.procs"
+    period = int((procs.parent / "cpu.cfs_period_us").read_text())
+    quota = int((procs.parent / "cpu.cfs_quota_us").read_text())
+    assert period <= 20000 and quota / period == pytest.approx(2 / 1.5, rel=1e-3)
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.subtree_control").write_text("cpu memory\n")
+    procs = ci.make_slower(4, cores=2, root=v2, proc_cgroup="0::/\n", name="s")
+    quota, period = map(int, (v2 / "s" / "cpu.max").read_text().split())
+    assert quota / period == pytest.approx(0.5, rel=1e-3)
+    with pytest.raises(ValueError):
+        ci.make_slower(0.5, cores=2, root=v2, proc_cgroup="0::/\n", name="t")
+
+
+# Two processes spin for SPIN seconds of wall time and print the CPU seconds they got together.
+SPIN = 1.0
+_SPINNERS = f"""
+import os, time
+def spin():
+    end = time.monotonic() + {SPIN}
+    while time.monotonic() < end:
+        pass
+pid = os.fork()
+spin()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+t = os.times()
+print(t.user + t.system + t.children_user + t.children_system)
+"""
+
+
+def test_on_this_machine_slower_gives_a_command_at_most_its_share_of_the_cores():
+    """`slower 4` on this machine: two spinning processes get at most cores / 4 of CPU time over
+    their wall time (a cap: it holds however busy the machine is), and the group is gone after."""
+    ci = _helper()
+    try:
+        probe = ci.make_slower(4)
+    except OSError:
+        probe = None
+    if probe is None:
+        pytest.skip("no CPU cgroup can be made here (not root, or no cpu controller)")
+    ci.release(probe)
+    cores = len(__import__("os").sched_getaffinity(0))
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ci_cgroup.py"), "slower", "4",
+                          sys.executable, "-c", _SPINNERS], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    cpu = float(out.stdout.split()[-1])
+    share = min(2, cores / 4)
+    assert 0 < cpu <= share * SPIN * 1.3 + 0.05, \
+        f"{cpu:.2f} CPU-s in {SPIN} s for two spinners under slower 4 on {cores} core(s): the cap is {share:.2f} core(s)"
+    assert not probe.parent.exists() and "slower" in out.stderr
+    assert not list(probe.parent.parent.glob("labkit-slower-*")), "slower left its group behind"
