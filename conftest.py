@@ -10,12 +10,11 @@ This file sits at the repository's root so that it applies to notebooks/ and bui
 well as tests/ (pytest asks a conftest only about the items under its own folder).
 
 It also splits CI into two phases (`scripts/test`): `--phase parallel` runs every item except
-the SERIAL files and SERIAL_NOTEBOOKS on pytest-xdist workers (`--dist loadfile`: each notebook and each test
-file runs in order on one worker; tests/support/deck_build.py locks each deck, so the two files that use the
-built decks execute each deck once between them); `--phase serial` runs the SERIAL files and SERIAL_NOTEBOOKS
-(reference and zh copy) on their own, because they
+the SERIAL files on pytest-xdist workers (`--dist loadfile`: each notebook and each test file
+runs in order on one worker; tests/support/deck_build.py locks each deck, so the two files that use the
+built decks execute each deck once between them); `--phase serial` runs the SERIAL files on their own, because they
 assert wall-clock times (a recovery within 1 s, a round trip against a pipe, a pipeline's
-bubble, a ring's latency term) that a second worker of the same weight beside them would blur (scripts/test runs them
+bubble) that a second worker of the same weight beside them would blur (scripts/test runs them
 beside the parallel phase only where that phase can be given a twentieth of their CPU weight,
 scripts/ci_cgroup.py; else after it, alone). A test that asserts a time in a file
 that mostly does not carries the marker `serial` instead (it alone runs in the serial phase, the
@@ -57,14 +56,6 @@ SERIAL = {                                  # test files that assert times: run 
     "test_browser_lab.py",
 }       # and single tests marked `serial` (test_ddp, test_runtime, test_runtime_data, test_runtime_process,
         #   test_pipeline_run, test_runtime_remote)
-# Notebooks (notebooks/ and their zh learner copies in build/learner-zh) whose verdicts compare
-# wall-clock times within a tolerance tighter than 2x: 02's ring latency and bandwidth terms (20 %),
-# 04's slow-link race (25 %), 07's measured bubbles (±0.06, 0.15). In the parallel phase they ran
-# at a twentieth of the serial phase's CPU weight, and under an emulated slower machine
-# (scripts/ci_cgroup.py slower 1.51) 02 missed once in two runs (a bandwidth ratio of 1.87
-# against 1.50) and came within 14 % once. The notebooks that compare times only to bars many
-# times below what they measure (03's small calls, 10's streaming, 09's bf16 bands) stay there.
-SERIAL_NOTEBOOKS = {"02_collectives_ring.ipynb", "04_zero.ipynb", "07_pipeline.ipynb"}
 
 
 FILE_SECONDS = pathlib.Path(__file__).parent / "tests" / "file_seconds.json"
@@ -85,8 +76,7 @@ def _file(item) -> str:
 
 
 def _serial(item) -> bool:
-    name = pathlib.Path(_file(item)).name
-    return name in SERIAL or name in SERIAL_NOTEBOOKS or item.get_closest_marker("serial") is not None
+    return pathlib.Path(_file(item)).name in SERIAL or item.get_closest_marker("serial") is not None
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -109,20 +109,3 @@ def test_the_table_names_files_that_exist_and_scripts_test_keeps_the_order():
     assert len(table) >= 100 and max(table.values()) > 60
     text = (ROOT / "scripts" / "test").read_text(encoding="utf-8")
     assert "--no-loadscope-reorder" in text, "without it pytest-xdist orders files by their number of items"
-
-
-def test_the_notebooks_that_compare_times_closely_run_in_the_serial_phase_in_both_languages():
-    conftest = _root_conftest()
-    assert conftest.SERIAL_NOTEBOOKS, "no notebook in the serial phase"
-    for name in conftest.SERIAL_NOTEBOOKS:
-        assert (ROOT / "notebooks" / name).exists(), f"SERIAL_NOTEBOOKS names {name}, which is not in notebooks/"
-    name = sorted(conftest.SERIAL_NOTEBOOKS)[0]
-    items = [_Item(f"notebooks/{name}::Cell 3"), _Item(f"build/learner-zh/{name}::Cell 4"),
-             _Item("notebooks/00_cluster.ipynb::Cell 0")]
-    kept = list(items)
-    conftest.pytest_collection_modifyitems(_config("serial", []), kept)
-    assert [i.nodeid for i in kept] == [f"notebooks/{name}::Cell 3", f"build/learner-zh/{name}::Cell 4"]
-    serial_run = next(line for line in (ROOT / "scripts" / "test").read_text().splitlines()
-                      if "--phase serial" in line)
-    assert " notebooks " in serial_run and " build/learner-zh " in serial_run, \
-        f"scripts/test's serial phase does not collect the notebooks: {serial_run.strip()}"
