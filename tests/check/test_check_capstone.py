@@ -32,7 +32,7 @@ def test_the_corpus_is_large_and_names_are_unique():
 
 def test_every_rule_dimension_is_diagnosed_both_ways():
     """Each dimension of RULE, dropped or added, gets a sentence (no KeyError in the checker)."""
-    from labkit.check.capstone import KINDS, NAMES, RULE, judge_rule
+    from labkit.check.capstone_judge import KINDS, NAMES, RULE, judge_rule
     for kind in KINDS:
         for d in NAMES:
             dims = RULE[kind] ^ {d}
@@ -42,10 +42,10 @@ def test_every_rule_dimension_is_diagnosed_both_ways():
 
 def test_the_ranks_sum_what_the_rule_says():
     """The reference the real run is judged by (_want) is the rule's group on every layout."""
-    from labkit.check.capstone import _layout, _want, ranks_layout
+    from labkit.check.capstone import _want, layout, ranks_layout
     for world in (4, 8, 16):
         shape = ranks_layout(world)
-        lay = _layout(*shape)
+        lay = layout(*shape)
         for r in range(world):
             c = lay.coords(r)
             rep = {q for q in range(world) if lay.coords(q).pp == c.pp}
