@@ -75,21 +75,22 @@ def _row_parallel_case(t=2):
 
 
 def test_row_parallel_diagnoses_in_chinese(zh):
-    from labkit.check.tp import _mismatch_text, diagnose
+    from labkit.check.tp import diagnose
+    from labkit.check.tp_agreed import mismatch_text
     res = _row_parallel_case()
     twice = diagnose(dict(res, y=res["ref_y"] + res["bias"]), 0)
     assert twice == ("rank 0：bias 被算了 2 次：每个 rank 都在 all-reduce 之前加了 bias。"
                      "先对部分积求和，再只加一次 bias")
     double = diagnose(dict(res, y=2 * res["ref_y"]), 1)
     assert double.startswith("rank 1：输出是正确值的 2 倍（2 即 rank 数：在各 rank 上多求和了一次"), double
-    text = _mismatch_text(["all_reduce((3, 5, 6) float64, op=SUM)", "returned from forward"], 1,
+    text = mismatch_text(["all_reduce((3, 5, 6) float64, op=SUM)", "returned from forward"], 1,
                           "forward")
     assert text.startswith("各 rank 在 forward 的第 1 个集合通信上不一致：rank 0 调用了 "
                            "all_reduce((3, 5, 6) float64, op=SUM)；rank 1 从 forward 返回了。"), text
 
 
 def test_row_parallel_english_is_unchanged():
-    from labkit.check.tp import _mismatch_text
-    text = _mismatch_text(["x", "x", "returned from backward"], 2, "backward")
+    from labkit.check.tp_agreed import mismatch_text
+    text = mismatch_text(["x", "x", "returned from backward"], 2, "backward")
     assert text.startswith("the ranks disagree at the 2nd collective of backward: ranks 0, 1 "
                            "called x; rank 2 returned from backward. Every rank must"), text
