@@ -51,8 +51,10 @@ def _own(root: pathlib.Path, controller: str, proc_cgroup: str):
     return None
 
 
-def _own_cpu_group(root: pathlib.Path, proc_cgroup: str):
-    """(this process's group, "v1" or "v2") where a cpu group can be made under it, else None."""
+def _own_cpu_group(root: pathlib.Path, proc_cgroup: str = None):
+    """(this process's group, "v1" or "v2") where a cpu group can be made under it, else None
+    (`proc_cgroup`: /proc/self/cgroup's text, read when not given)."""
+    proc_cgroup = proc_cgroup if proc_cgroup is not None else pathlib.Path("/proc/self/cgroup").read_text()
     v1 = _own(root / "cpu", "cpu", proc_cgroup) if (root / "cpu" / "cpu.shares").exists() else None
     if v1 is not None:
         return v1, "v1"
@@ -85,7 +87,6 @@ def make_slower(factor: float, cores: int = None, root: pathlib.Path = ROOT, pro
     factor (`slower`), or None where none can be made."""
     if not factor >= 1:
         raise ValueError(f"FACTOR must be 1 or more (a slower machine), not {factor}")
-    proc_cgroup = proc_cgroup if proc_cgroup is not None else pathlib.Path("/proc/self/cgroup").read_text()
     cores = cores or len(os.sched_getaffinity(0))
     found = _own_cpu_group(root, proc_cgroup)
     if found is None:
@@ -100,7 +101,6 @@ def make_slower(factor: float, cores: int = None, root: pathlib.Path = ROOT, pro
 def make(root: pathlib.Path = ROOT, proc_cgroup: str = None, name: str = None):
     """The procs file of a new group of low CPU weight under this process's own (v1's cpu
     controller where it is mounted, else v2 with its cpu controller on), or None."""
-    proc_cgroup = proc_cgroup if proc_cgroup is not None else pathlib.Path("/proc/self/cgroup").read_text()
     found = _own_cpu_group(root, proc_cgroup)
     if found is None:
         return None
@@ -158,19 +158,19 @@ def main(argv) -> int:
 def slower(factor: float, command: list) -> int:
     """Runs `command` in a group of make_slower(factor); its exit status (127 if it cannot start)."""
     import subprocess
+    cores = len(os.sched_getaffinity(0))
     try:
-        procs = make_slower(factor)
+        procs = make_slower(factor, cores)
     except OSError:
         procs = None
     if procs is None:
         print("ci_cgroup: no CPU cgroup can be made here (root and a cpu controller are needed)", file=sys.stderr)
         return 2
     procs.write_text(f"{os.getpid()}\n")             # the command and all it starts inherit the cap
-    cap = len(os.sched_getaffinity(0)) / factor
-    shown = " ".join(command)
-    shown = shown if len(shown) <= 80 and "\n" not in shown else shown.split("\n")[0][:77] + "..."
-    print(f"ci_cgroup: slower: {shown} with {cap:.2f} of {len(os.sched_getaffinity(0))} core(s) "
-          f"({procs.parent})", file=sys.stderr, flush=True)
+    shown = " ".join(command).split("\n")[0]
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    print(f"ci_cgroup: slower: {shown} with {cores / factor:.2f} of {cores} core(s) ({procs.parent})",
+          file=sys.stderr, flush=True)
     try:
         return subprocess.call(command)
     except OSError as exc:

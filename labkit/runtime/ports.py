@@ -7,8 +7,8 @@ the same range every outgoing connection takes its source port from, so on a bus
 connections, TCPStores, Jupyter's ZMQ sockets) another process can take it before the server binds
 it ("Address already in use"; CI lost a run to it; jupyter/jupyter_client#487). `free_ports`
 picks ports below that range, which the kernel never hands out by itself, checking that each can
-be bound now; only a process that asks for that very port can still take it. Where there is no room below the range (a system
-that made it start low), it falls back to port 0.
+be bound now; only a process that asks for that very port can still take it. Where there is no
+room below the range (a system that made it start low), it falls back to port 0.
 """
 import random
 import socket

@@ -69,9 +69,8 @@ def saved_by_dtype(precision: str = "autocast", shape=None) -> dict:
 def matmul_seconds(n: int = 256, repeats: int = 9) -> dict:
     """{'float32': [...], 'bfloat16': [...]}: seconds of `repeats` n x n matrix multiplications
     in each dtype, on this process's threads (one untimed call of each first), the two dtypes in
-    turns so that a burst of load slows both alike. Compare the fastest of each: load only ever
-    adds time to a repeat, and on a busy machine (CI's, a class's node) to most of a handful of
-    them. How fast bf16 is depends on the CPU
+    turns so that a burst of load slows both alike (speed_ratios compares the fastest of each).
+    How fast bf16 is depends on the CPU
     (`labkit.machine.bf16_matmul`): faster than fp32 with bf16 instructions (AVX512_BF16, AMX),
     about as fast where oneDNN converts (AVX-512 without them), many times slower where torch
     has only its generic loop (AVX2 CPUs, or ``ONEDNN_MAX_CPU_ISA=AVX2``)."""
@@ -93,9 +92,9 @@ def matmul_seconds(n: int = 256, repeats: int = 9) -> dict:
 
 def speed_ratios(times: list) -> list:
     """One ratio per rank from matmul_seconds' results (cluster.run's list): the fastest bf16
-    product over the fastest fp32 one. Load only adds time to a repeat, and on a busy machine to
-    most of a handful of them, so the medians can put a native CPU's bf16 above fp32's; the
-    fastest repeat of each is the one closest to what the kernel costs."""
+    product over the fastest fp32 one. Load only adds time to a repeat, and on a busy machine
+    (CI's, a class's node) to most of a handful of them, so the medians can put a native CPU's
+    bf16 above fp32's; the fastest repeat of each is the one closest to what the kernel costs."""
     return [min(t["bfloat16"]) / min(t["float32"]) for t in times]
 
 
