@@ -5,6 +5,7 @@ import multiprocessing
 import os
 import pathlib
 import shlex
+import shutil
 import signal
 import socket
 import ssl
@@ -233,9 +234,12 @@ def test_a_client_without_the_key_or_certificate_is_refused(remote):
     with pytest.raises(multiprocessing.AuthenticationError):
         agent.connect(f"{host}:{port}", wrong)
     other = tls.private_dir("labkit-test-")       # a certificate of another cluster
-    cert, _, _ = tls.make_certificate(other, join["name"])
-    with pytest.raises(ssl.SSLError):
-        agent.connect(f"{host}:{port}", dict(join, cert=open(cert).read()))
+    try:
+        cert, _, _ = tls.make_certificate(other, join["name"])
+        with pytest.raises(ssl.SSLError):
+            agent.connect(f"{host}:{port}", dict(join, cert=open(cert).read()))
+    finally:
+        shutil.rmtree(other, ignore_errors=True)  # its private key does not stay in /tmp
     assert remote.run(total) == [3.0, 3.0], "the cluster is unharmed"
 
 
