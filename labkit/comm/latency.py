@@ -35,7 +35,12 @@ def times(ns=(2, 3, 4), small=SMALL_ELEMS, large=LARGE_BYTES, repeats=7, warmup=
     CI's busy parallel phase once left none for N = 3 and 4 (bandwidth term 1.60 and 2.00
     against the model's 1.33 and 1.50), and with five, the notebooks on 4 workers (busier than
     CI) once left none for N = 4 (1.82 against 1.50). On the slow link a repeat costs about
-    0.5 s (10 ms per message)."""
+    0.5 s (10 ms per message).
+    Tried and dropped: keeping only the repeats in which no rank waited for a CPU (the
+    run_delay of /proc/<pid>/task/*/schedstat, which counts a cgroup quota's pauses too). On
+    2 quiet cores the ranks' threads waited 1 to 18 % of each call (4 ranks and their gloo
+    threads wake together) while the fastest times of two runs agreed within 0.2 %: most of
+    that wait is off the critical path, so it does not tell a disturbed repeat from a clean one."""
     import torch
     import torch.distributed as dist
     import labkit
