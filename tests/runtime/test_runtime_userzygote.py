@@ -194,6 +194,7 @@ def test_a_killed_notebook_takes_its_ranks_and_leaves_the_zygote(tmp_path, monke
     cluster on the same zygote (this test's) runs on."""
     env = key_env()
     monkeypatch.setenv("LABKIT_ZYGOTE_IDLE", env["LABKIT_ZYGOTE_IDLE"])
+    monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])     # part of the key: the notebook's own
     mine = labkit.Cluster(2, backend="gloo", spares=0)
     z = mine.source.pool.zygote.proc.pid
     try:
