@@ -66,8 +66,20 @@ _CLUSTER_FIXTURES = {"cluster", "cluster1", "cluster2", "cluster3", "cluster4"}
 _PROCESS_WORDS = ("Cluster(", "getfixturevalue", "Popen", "examples/", "torchrun", "jupyter_client", "KernelManager")
 
 
+_source_cache = {}
+
+
 def _sources(fn, module, depth=2):
-    """The source of `fn` and of the test module's functions it calls, `depth` calls deep."""
+    """The source of `fn` and of the test module's functions it calls, `depth` calls deep
+    (once per function: a parametrised test and a shared fixture are asked for again and again,
+    and inspect.getsource scans the file each time)."""
+    key = (fn, module.__name__, depth)
+    if key not in _source_cache:
+        _source_cache[key] = _sources_uncached(fn, module, depth)
+    return _source_cache[key]
+
+
+def _sources_uncached(fn, module, depth):
     try:
         out = [inspect.getsource(fn)]
     except (OSError, TypeError):
