@@ -55,7 +55,7 @@ SERIAL = {                                  # test files that assert times: run 
     "test_runtime_speed.py", "test_check_guard.py", "test_zero_check.py", "test_moe_check.py", "test_cp_check.py",
     "test_browser_lab.py",
 }       # and single tests marked `serial` (test_ddp, test_runtime, test_runtime_data, test_runtime_process,
-        #   test_pipeline_run, test_runtime_remote, test_check_corpus)
+        #   test_pipeline_run, test_runtime_remote)
 
 
 FILE_SECONDS = pathlib.Path(__file__).parent / "tests" / "file_seconds.json"

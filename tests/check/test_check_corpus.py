@@ -47,8 +47,6 @@ def test_right_answers_pass(capsys, request, name, module, fixture):
     assert cluster.run(os.getpid) == pids
 
 
-@pytest.mark.serial      # judged within JUDGE_S seconds: alone in CI (0.8 s on a quiet machine, 3.3 s
-                         # beside the parallel phase capped at cores / 1.51)
 @pytest.mark.parametrize("name, module, fixture, answer, words", _params({"clean"}))
 def test_wrong_answer_is_diagnosed_quickly_and_keeps_the_ranks(capsys, request, name, module,
                                                                fixture, answer, words):
