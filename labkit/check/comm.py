@@ -155,8 +155,9 @@ def _drive(fn, token):
     any rank saw a problem (none is left waiting). Returns what _case found in that case on
     this rank (None outside its group, or when every case passed)."""
     import labkit
-    from labkit.check import guard
+    from labkit.check import guard, ring_watch
     rank, world = labkit.rank(), labkit.world_size()
+    ring_watch.UNWAITED[:] = [w for w in ring_watch.UNWAITED if not w.is_completed()]   # done: let go
     for key, k, length, dtype in _cases(world):
         inside = rank >= world - k if key == "shifted" else rank < k
         if not inside:
@@ -185,6 +186,10 @@ def _drain(todo, key, dtype):
                           **{"group_src" if kind == "recv" else "group_dst": peer}))
     for w in works:
         w.wait()
+    from labkit.check import ring_watch
+    for w in ring_watch.UNWAITED:         # the learner's own requests, met now
+        w.wait()
+    ring_watch.UNWAITED.clear()
 
 
 def _tidy(cluster, found) -> None:

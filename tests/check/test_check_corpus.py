@@ -110,3 +110,18 @@ def test_the_rank_that_failed_first_is_named_not_the_one_that_lost_its_peer():
     first, late, lost = Caught(KeyError("k"), 3), Caught(KeyError("k"), 1), Caught(RuntimeError(reset), 0)
     first.time, late.time, lost.time = 1.0, 2.0, 0.5
     assert caught_verdict([lost, late, None, first]).startswith("failed on rank 1: KeyError")
+
+
+def test_a_dropped_isend_on_fresh_ranks_is_drained_and_the_ranks_kept(capsys):
+    """A wrong answer as the first thing fresh ranks run: 'receives from the right' posts an
+    isend to the right, drops its request when the watch stops its irecv, and the checker's drain
+    must meet that message. Gloo gave up such a send once its request was destroyed: the drain
+    waited 3 s and the checker replaced the ranks (labkit.check.ring_watch.UNWAITED keeps the
+    request). In file order the right answers ran first on the shared cluster and hid it."""
+    answer = dict((w[0], w[1]) for w in ring.WRONG)["receives from the right (isend/irecv)"]
+    with labkit.Cluster(4, backend="gloo", spares=0, timeout=120) as c:
+        pids = c.run(os.getpid)
+        ok, line, took = checker_line(capsys, "ring_all_reduce", answer, cluster=c, timeout=TIMEOUT)
+        assert not ok and "receives from the left-hand neighbour" in line, line
+        assert c.run(os.getpid) == pids, "the ranks were replaced: the drain did not meet the message"
+        assert took < JUDGE_S, f"judged in {took:.2f} s"
