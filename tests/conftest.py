@@ -60,26 +60,18 @@ def cluster(request):
 # `pytest -m "not cluster"` runs the tests that start no process (formulas, schedules, the
 # planner, pictures from recorded data) in seconds. A test is marked `cluster` when it uses a
 # cluster fixture or its own source starts ranks or processes; notebooks (nbval) are marked too.
+import functools
 import inspect
 
 _CLUSTER_FIXTURES = {"cluster", "cluster1", "cluster2", "cluster3", "cluster4"}
 _PROCESS_WORDS = ("Cluster(", "getfixturevalue", "Popen", "examples/", "torchrun", "jupyter_client", "KernelManager")
 
 
-_source_cache = {}
-
-
+@functools.cache
 def _sources(fn, module, depth=2):
     """The source of `fn` and of the test module's functions it calls, `depth` calls deep
     (once per function: a parametrised test and a shared fixture are asked for again and again,
-    and inspect.getsource scans the file each time)."""
-    key = (fn, module.__name__, depth)
-    if key not in _source_cache:
-        _source_cache[key] = _sources_uncached(fn, module, depth)
-    return _source_cache[key]
-
-
-def _sources_uncached(fn, module, depth):
+    and inspect.getsource scans the file each time; callers only read the list)."""
     try:
         out = [inspect.getsource(fn)]
     except (OSError, TypeError):
