@@ -18,8 +18,9 @@ bubble) that a second worker of the same weight beside them would blur (scripts/
 beside the parallel phase only where that phase can be given a twentieth of their CPU weight,
 scripts/ci_cgroup.py; else after it, alone). A test that asserts a time in a file
 that mostly does not carries the marker `serial` instead (it alone runs in the serial phase, the
-rest of its file with the bulk). The default, `--phase all`, runs everything, as a plain
-`pytest` does.
+rest of its file with the bulk). The serial phase does not import a test file that is neither
+in SERIAL nor says `serial` anywhere (`_no_serial_item`); a test marked from elsewhere stops the
+collection. The default, `--phase all`, runs everything, as a plain `pytest` does.
 
 In the parallel phase the files run longest first (`by_file_seconds`, from the seconds each file
 took in a CI run: tests/file_seconds.json), so that the last files to start are short ones and
@@ -88,7 +89,22 @@ def pytest_ignore_collect(collection_path, config):
         ref = pathlib.Path(__file__).parent / "notebooks" / p.name
         if ref.exists() and BEGIN_SOLUTION not in ref.read_text(encoding="utf-8"):
             return True
+    if p.suffix == ".py" and config.getoption("--phase") == "serial" and _no_serial_item(p):
+        return True
     return None
+
+
+def _no_serial_item(p: pathlib.Path) -> bool:
+    """A test file that holds no item of the serial phase: not in SERIAL, and its source never
+    says `serial` (the marker can come from nowhere else: no conftest adds it). The serial phase
+    does not import it (collecting every test module costs about 5 CPU-s, for the 20 files that
+    have such items)."""
+    if p.suffix != ".py" or not p.name.startswith("test_") or p.name in SERIAL:
+        return False
+    try:
+        return "serial" not in p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def by_file_seconds(items: list, seconds: dict) -> list:
@@ -133,10 +149,16 @@ def pytest_collection_modifyitems(config, items):
     phase = config.getoption("--phase")
     if phase == "all":
         return
-    keep, drop = [], []
+    keep, drop, unseen = [], [], []
     for item in items:
         serial = _serial(item)
         (keep if serial == (phase == "serial") else drop).append(item)
+        if serial and _no_serial_item(pathlib.Path(item.path)):
+            unseen.append(item.nodeid)
+    if unseen:                              # (the serial phase would not collect them: never run)
+        raise pytest.UsageError(
+            f"{len(unseen)} test(s) of the serial phase in files it does not collect, such as "
+            f"{unseen[0]}: say `serial` in the file (the marker) or name the file in conftest.SERIAL")
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -18,8 +18,10 @@ def _root_conftest():
 
 
 class _Item:
-    def __init__(self, nodeid, marked=False):
+    def __init__(self, nodeid, marked=False, path=None):
         self.nodeid = nodeid
+        self.path = path or next(iter((ROOT / "tests").rglob(pathlib.Path(nodeid.split("::")[0]).name)), None) \
+            or ROOT / nodeid.split("::")[0]
         self._marked = marked
 
     def get_closest_marker(self, name):
@@ -50,6 +52,38 @@ def test_each_item_runs_in_exactly_one_phase():
     everything = list(items)
     conftest.pytest_collection_modifyitems(_config("all", []), everything)
     assert everything == items
+
+
+def test_the_serial_phase_skips_only_files_that_never_say_serial(tmp_path):
+    """The serial phase does not import a test file that is not in SERIAL and never says
+    `serial` (collection: about 5 CPU-s for every module, 2 for those it needs); a file that
+    says it, or is in SERIAL, is collected, and so is anything in the other phases."""
+    conftest = _root_conftest()
+    plain = tmp_path / "test_plain.py"
+    plain.write_text("def test_a():\n    pass\n")
+    marked = tmp_path / "test_marked.py"
+    marked.write_text("import pytest\n\n\n@pytest.mark.serial\ndef test_a():\n    pass\n")
+    listed = tmp_path / sorted(conftest.SERIAL)[0]
+    listed.write_text("def test_a():\n    pass\n")
+    helper = tmp_path / "helpers.py"
+    helper.write_text("X = 1\n")
+    ignored = {p.name: conftest.pytest_ignore_collect(p, _config("serial", [])) for p in (plain, marked, listed, helper)}
+    assert ignored == {"test_plain.py": True, "test_marked.py": None, listed.name: None, "helpers.py": None}
+    for phase in ("parallel", "all"):
+        assert conftest.pytest_ignore_collect(plain, _config(phase, [])) is None
+
+
+def test_a_serial_test_in_a_file_the_serial_phase_skips_stops_the_run(tmp_path):
+    """A test marked `serial` from outside its file (a marker kept in a helper module): the
+    serial phase would skip the file and the parallel one deselect the test, so it would never
+    run; collection stops with what to do instead."""
+    conftest = _root_conftest()
+    hidden = tmp_path / "test_hidden.py"
+    hidden.write_text("from helpers import MARK\n\n\n@MARK\ndef test_a():\n    pass\n")
+    for phase in ("parallel", "serial"):
+        items = [_Item("tests/repo/test_hidden.py::test_a", marked=True, path=hidden)]
+        with pytest.raises(pytest.UsageError, match="say `serial` in the file"):
+            conftest.pytest_collection_modifyitems(_config(phase, []), items)
 
 
 def test_every_serial_file_is_one_test_file_under_tests():
