@@ -93,7 +93,9 @@ def graded(tmp_path_factory):
     release = nbformat.read(root / "release" / "small" / "small.ipynb", as_version=4)
     answers = {f: ANSWER.format(f=f, v=k + 1) for k, f in enumerate(EXERCISES)}
     broken = {**answers,
-              "one": answers["one"] + "signal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n",
+              # a hang deaf to the interrupt (a blocked wait, as a deadlock is: no core spun for
+              # the cell's 10 s), so only the kill ends it
+              "one": answers["one"] + "signal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    time.sleep(1)\n",
               "three": answers["three"] + "os.kill(os.getpid(), 9)\n"}
     slow = {f: "time.sleep(8)\n" + a for f, a in answers.items()}     # each within the cell's 10 s
     for student, sources in {"right": answers, "broken": broken}.items():
