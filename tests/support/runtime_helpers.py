@@ -47,10 +47,13 @@ def accept_threads() -> int:
 
 
 def nothing_left(kids, dirs, accepting, what: str = "") -> None:
-    """No process, accept thread or folder beyond those counted before (waits up to 5 s)."""
+    """No process, accept thread or folder beyond those counted before (waits up to 5 s). Fewer
+    accept threads than before is no leak: a cluster closed before the count may end its thread
+    during the test (under load it took that long: 3 counted, 2 after)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < 5 and (children() - kids or accept_threads() > accepting):
         time.sleep(0.05)
     assert children() - kids == set(), f"processes left behind{what}"
-    assert accept_threads() == accepting, f"accept threads left behind{what}"
+    left = accept_threads()
+    assert left <= accepting, f"accept threads left behind{what}: {left} alive, {accepting} before"
     assert own_dirs() - dirs == set(), f"folders left behind{what}"
