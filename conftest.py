@@ -35,6 +35,7 @@ below the ephemeral range (`pytest_configure`, labkit/runtime/ports.py): jupyter
 port 0, frees it and lets the kernel bind it later, and in CI an outgoing connection took one
 meanwhile (the kernel died: "Address already in use").
 """
+import functools
 import json
 import os
 import pathlib
@@ -94,11 +95,12 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+@functools.cache
 def _no_serial_item(p: pathlib.Path) -> bool:
     """A test file that holds no item of the serial phase: not in SERIAL, and its source never
     says `serial` (the marker can come from nowhere else: no conftest adds it). The serial phase
     does not import it (collecting every test module costs about 5 CPU-s, for the 20 files that
-    have such items)."""
+    have such items). Read once per file: collection asks again for each of its serial items."""
     if p.suffix != ".py" or not p.name.startswith("test_") or p.name in SERIAL:
         return False
     try:

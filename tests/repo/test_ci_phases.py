@@ -20,8 +20,7 @@ def _root_conftest():
 class _Item:
     def __init__(self, nodeid, marked=False, path=None):
         self.nodeid = nodeid
-        self.path = path or next(iter((ROOT / "tests").rglob(pathlib.Path(nodeid.split("::")[0]).name)), None) \
-            or ROOT / nodeid.split("::")[0]
+        self.path = path or ROOT / nodeid.split("::")[0]
         self._marked = marked
 
     def get_closest_marker(self, name):
